@@ -1,0 +1,94 @@
+"""The Hydra task function and the process exit codes around it.
+
+`run_task` is what train.py's @hydra.main calls: it validates, applies the CPU ISA choice
+before MindSpore loads, and hands a plain config and a RunContext to the pipeline (which
+never imports Hydra). `run_cli` maps errors to exit codes: 2 for a config a user must fix
+(a typo in a key or group option), 1 for a failed run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow import cpu_isa
+from sporeflow.context import RunContext
+from sporeflow.errors import ConfigError, SporeflowError
+from sporeflow.schema import validate
+
+log = logging.getLogger("sporeflow")
+
+
+def _git_commit(cwd: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _run_context() -> RunContext:
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    launch_dir = hc.runtime.cwd
+    return RunContext(
+        run_dir=Path(hc.runtime.output_dir).resolve(),
+        launch_dir=Path(launch_dir).resolve(),
+        overrides=list(hc.overrides.task),
+        hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve() if hc.output_subdir else None,
+        git_commit=_git_commit(launch_dir),
+    )
+
+
+def run_task(cfg: DictConfig) -> float:
+    """Validate, then run the pipeline; returns the final eval accuracy."""
+    # before validate(): checking `_target_`s imports them, and they import MindSpore
+    isa = cpu_isa.apply(getattr(cfg.runtime.cpu_isa, "value", cfg.runtime.cpu_isa))
+    log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
+    plain = validate(cfg)
+    from sporeflow.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
+
+    return run_pipeline(plain, _run_context())
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (ConfigError, ConfigCompositionException, MissingConfigException,
+            OverrideParseException, OmegaConfBaseException)
+
+
+def _describe(ex: BaseException) -> str:
+    text = str(ex).strip()
+    cause = ex.__cause__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in text:
+        text += "\n" + str(cause).strip()
+    return text
+
+
+def run_cli(hydra_main: Callable[[], object]) -> None:
+    """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
+    user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's exit(1)
+    try:
+        hydra_main()
+    except _config_errors() as ex:
+        if user_wants_traceback:
+            raise
+        print(f"Config error: {_describe(ex)}", file=sys.stderr)
+        print("(python train.py --help lists the groups and options; --cfg job shows the config)",
+              file=sys.stderr)
+        sys.exit(2)
+    except SporeflowError as ex:
+        if user_wants_traceback:
+            raise
+        print(f"Error: {_describe(ex)}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,68 @@
+"""What every image data set shares: splits, sharding, the transform chain, batching.
+
+A data-set class only says where its samples come from (`_source`); this base turns that into
+a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, batch.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import mindspore as ms
+import mindspore.dataset as mds
+from mindspore.dataset import transforms, vision
+
+SPLITS = ("train", "test")
+
+
+class ImageDataset(ABC):
+    """A split-able image classification data set; `create()` returns a MindSpore Dataset."""
+
+    native_size: int = 0  # side of the stored images; resized to image_size when different
+
+    def __init__(self, batch_size: int, image_size: int, num_classes: int, channels: int,
+                 mean: float | Sequence[float], std: float | Sequence[float],
+                 num_parallel_workers: int = 1, drop_remainder: bool = False):
+        self.batch_size = batch_size
+        self.image_size = image_size
+        self.num_classes = num_classes
+        self.channels = channels
+        self.mean = _per_channel(mean, channels)
+        self.std = _per_channel(std, channels)
+        self.num_parallel_workers = num_parallel_workers
+        self.drop_remainder = drop_remainder
+
+    @abstractmethod
+    def _source(self, split: str, shuffle: bool, num_shards: int | None,
+                shard_id: int | None) -> mds.Dataset:
+        """A dataset with columns `image` (HWC uint8) and `label`, for one split and shard."""
+
+    def create(self, split: str = "train", shuffle: bool | None = None,
+               num_shards: int | None = None, shard_id: int | None = None) -> mds.Dataset:
+        """The batched pipeline for `split`; shuffled by default for train only."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
+        shuffle = (split == "train") if shuffle is None else shuffle
+        data = self._source(split, shuffle, num_shards, shard_id)
+        data = data.map(self.image_ops(), input_columns="image",
+                        num_parallel_workers=self.num_parallel_workers)
+        data = data.map(transforms.TypeCast(ms.int32), input_columns="label")
+        return data.batch(self.batch_size, drop_remainder=self.drop_remainder)
+
+    def image_ops(self) -> list:
+        ops = []
+        if self.image_size != self.native_size:
+            ops.append(vision.Resize((self.image_size, self.image_size)))
+        ops += [vision.Rescale(1.0 / 255.0, 0.0),
+                vision.Normalize(mean=self.mean, std=self.std),
+                vision.HWC2CHW()]
+        return ops
+
+
+def _per_channel(value: float | Sequence[float], channels: int) -> list[float]:
+    if isinstance(value, (int, float)):
+        return [float(value)] * channels
+    values = [float(v) for v in value]
+    if len(values) != channels:
+        raise ValueError(f"{len(values)} normalisation values for {channels} channels")
+    return values

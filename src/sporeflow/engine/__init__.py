@@ -1,0 +1,1 @@
+"""Training math and its MindSpore callbacks: the stage runner, callbacks, (later) custom cells."""

@@ -1,0 +1,1 @@
+"""Networks by name. Any nn.Cell reachable by `_target_` works as well (see README)."""

@@ -1,0 +1,28 @@
+"""LeNet-5 as in MindSpore's model zoo: two 5x5 convs, three dense layers, 32x32 input."""
+from mindspore import nn
+from mindspore.common.initializer import Normal
+
+
+class LeNet5(nn.Cell):
+    def __init__(self, num_classes: int = 10, num_channel: int = 1, include_top: bool = True):
+        super().__init__()
+        self.include_top = include_top
+        self.conv1 = nn.Conv2d(num_channel, 6, 5, pad_mode="valid")
+        self.conv2 = nn.Conv2d(6, 16, 5, pad_mode="valid")
+        self.relu = nn.ReLU()
+        self.max_pool2d = nn.MaxPool2d(kernel_size=2, stride=2)
+        if include_top:
+            self.flatten = nn.Flatten()
+            self.fc1 = nn.Dense(16 * 5 * 5, 120, weight_init=Normal(0.02))
+            self.fc2 = nn.Dense(120, 84, weight_init=Normal(0.02))
+            self.fc3 = nn.Dense(84, num_classes, weight_init=Normal(0.02))
+
+    def construct(self, x):
+        x = self.max_pool2d(self.relu(self.conv1(x)))
+        x = self.max_pool2d(self.relu(self.conv2(x)))
+        if not self.include_top:
+            return x
+        x = self.flatten(x)
+        x = self.relu(self.fc1(x))
+        x = self.relu(self.fc2(x))
+        return self.fc3(x)

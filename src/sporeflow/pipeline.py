@@ -1,0 +1,64 @@
+"""Stages and their MLflow runs: what `python train.py` does once the config is valid.
+
+boost=none: one stage of plain training, one MLflow run. (dim_reduce adds stage 2 and
+baselines as child runs of a parent run; see issue 6.)
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.context import RunContext
+from sporeflow.engine.trainer import StageResult, train_stage
+from sporeflow.runtime import init_context
+from sporeflow.tracking import Tracker, TrackedRun, flatten
+
+log = logging.getLogger(__name__)
+
+
+def _run_name(cfg: DictConfig) -> str:
+    if cfg.tracking.run_name:
+        return cfg.tracking.run_name
+    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
+    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
+    return f"{model}-{data}"
+
+
+def _record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str) -> None:
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    run.log_params(flatten(container))
+    run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
+                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir)})
+    run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
+    run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
+    if ctx.hydra_dir is not None:
+        run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
+
+
+def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext) -> StageResult:
+    """Run one stage inside its own MLflow run; the run ends FAILED/KILLED if the stage raises."""
+    run = tracker.start_run(_run_name(cfg), tags={"stage": stage})
+    _record_config(run, cfg, ctx, stage)
+    try:
+        result = train_stage(stage, cfg, ctx.run_dir, run)
+    except KeyboardInterrupt:
+        run.end("KILLED")
+        raise
+    except BaseException:
+        run.end("FAILED")
+        raise
+    run.end("FINISHED")
+    return result
+
+
+def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
+    """Run every stage the config asks for; returns the final eval accuracy."""
+    init_context(cfg)
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
+    result = tracked_stage(tracker, "train", cfg, ctx)
+    summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+    print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
+          f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
+    return float(result.metrics.get("acc", float("nan")))

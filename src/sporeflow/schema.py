@@ -1,0 +1,190 @@
+"""Typed schemas for the composed config, and the validation that runs before any work.
+
+Two kinds of node (DESIGN.md "Config conventions"):
+- the framework's own nodes (parallel, boost, callbacks, tracking, runtime and the run-level
+  keys) are dataclasses registered in Hydra's ConfigStore: Hydra rejects unknown keys and
+  wrong types while composing;
+- user-swappable components (model, dataset, optimizer, loss) are `_target_` nodes: their keys
+  are checked here against the target's signature, so `optimizer.lrr` fails before training.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sporeflow.errors import ConfigError
+
+SCHEMA_NAME = "sporeflow_schema"
+COMPONENT_GROUPS = ("model", "dataset", "optimizer", "loss")
+
+
+class Mode(Enum):
+    graph = "graph"
+    pynative = "pynative"
+
+
+class DeviceTarget(Enum):
+    CPU = "CPU"
+    GPU = "GPU"
+    Ascend = "Ascend"
+
+
+class CpuIsa(Enum):
+    auto = "auto"
+    AVX2 = "AVX2"
+    AVX512_CORE = "AVX512_CORE"
+    native = "native"
+
+
+class ParallelMode(Enum):
+    standalone = "standalone"
+
+
+class BoostName(Enum):
+    none = "none"
+
+
+@dataclass
+class RuntimeConfig:
+    cpu_isa: CpuIsa = CpuIsa.auto
+    threads: int = 0
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None
+    experiment_name: str = "sporeflow"
+    run_name: Optional[str] = None
+
+
+@dataclass
+class ParallelConfig:
+    mode: ParallelMode = ParallelMode.standalone
+    workers: int = 1
+
+
+@dataclass
+class BoostConfig:
+    name: BoostName = BoostName.none
+
+
+@dataclass
+class CheckpointCallbackConfig:
+    every_n_epochs: int = 1
+    keep_last: int = 2
+
+
+@dataclass
+class CallbacksConfig:
+    progress_bar: bool = True
+    log_every_n_steps: int = 1
+    eval_every_n_epochs: int = 1
+    checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
+
+
+@dataclass
+class TrainConfig:
+    model: Dict[str, Any] = field(default_factory=dict)
+    dataset: Dict[str, Any] = field(default_factory=dict)
+    optimizer: Dict[str, Any] = field(default_factory=dict)
+    loss: Dict[str, Any] = field(default_factory=dict)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    boost: BoostConfig = field(default_factory=BoostConfig)
+    callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    epochs: int = 10
+    seed: int = 1
+    mode: Mode = Mode.graph
+    device_target: DeviceTarget = DeviceTarget.CPU
+    experiment: Optional[str] = None
+    resume: Any = False
+
+
+def register_configs() -> None:
+    """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)
+
+
+# Arguments sporeflow passes itself when it builds a component; a config must not set them.
+_SUPPLIED_AT_BUILD = {"optimizer": {"params", "steps_per_epoch", "epochs"}}
+
+
+def _import_target(path: str, key: str) -> Any:
+    module_name, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as ex:
+        raise ConfigError(f"{key}._target_: cannot import {path!r} ({ex})") from ex
+
+
+def _check_component(group: str, node: DictConfig) -> None:
+    """Fail on keys the target does not accept, and on required arguments that are missing."""
+    if "_target_" not in node:
+        raise ConfigError(f"{group}._target_ is missing: name the class or function that builds the {group}")
+    target = _import_target(node["_target_"], group)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return  # builtins without a signature: nothing to check against
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        accepted = None
+    else:
+        accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    supplied = _SUPPLIED_AT_BUILD.get(group, set())
+    keys = [k for k in node.keys() if not str(k).startswith("_")]
+    if accepted is not None:
+        allowed = [n for n in accepted if n not in supplied]
+        for key in keys:
+            if key not in allowed:
+                raise ConfigError(
+                    f"{group}.{key} is not a setting of {node['_target_']}; "
+                    f"allowed: {', '.join(allowed)}")
+    if not node.get("_partial_", False):
+        for name, p in params.items():
+            required = p.default is inspect.Parameter.empty and p.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            if required and name not in keys and name not in supplied:
+                raise ConfigError(f"{group}.{name} is required by {node['_target_']} but not set")
+
+
+def _check_ranges(cfg: DictConfig) -> None:
+    positive = {"epochs": cfg.epochs, "dataset.batch_size": cfg.dataset.get("batch_size", 1),
+                "callbacks.log_every_n_steps": cfg.callbacks.log_every_n_steps,
+                "callbacks.eval_every_n_epochs": cfg.callbacks.eval_every_n_epochs,
+                "callbacks.checkpoint.every_n_epochs": cfg.callbacks.checkpoint.every_n_epochs,
+                "callbacks.checkpoint.keep_last": cfg.callbacks.checkpoint.keep_last,
+                "parallel.workers": cfg.parallel.workers}
+    for key, value in positive.items():
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key}={value!r}: must be a whole number >= 1")
+    if cfg.runtime.threads < 0:
+        raise ConfigError(f"runtime.threads={cfg.runtime.threads}: must be >= 0 (0 = MindSpore's default)")
+    if cfg.resume not in (False, None, "false"):
+        raise ConfigError(f"resume={cfg.resume!r}: resuming is not available yet; allowed: false")
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check a composed config completely; returns it resolved (no interpolations left).
+
+    Raises ConfigError naming the full key path and what is allowed.
+    """
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as ex:
+        raise ConfigError(f"{getattr(ex, 'full_key', '') or 'config'}: {ex.msg if hasattr(ex, 'msg') else ex}") from ex
+    resolved.pop("hydra", None)
+    plain = OmegaConf.merge(OmegaConf.structured(TrainConfig), resolved)
+    for group in COMPONENT_GROUPS:
+        _check_component(group, plain[group])
+    _check_ranges(plain)
+    return plain

@@ -1,0 +1,198 @@
+"""MLflow tracking that can never cost a training run.
+
+Every MLflow call goes through `Tracker._call`: the first failure (unreachable server, locked
+database, bad URI) is logged once as a warning and tracking switches off for the rest of the
+process; training carries on. Only rank 0 constructs an enabled Tracker.
+
+Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
+artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+log = logging.getLogger(__name__)
+
+MAX_PARAM_LENGTH = 6000       # MLflow 3's limit on a param value
+BATCH_LIMIT = 1000            # metrics per log_batch call (MLflow's limit)
+PARAM_BATCH_LIMIT = 100
+
+
+def default_uri(launch_dir: Path) -> str:
+    return f"sqlite:///{Path(launch_dir).resolve() / 'mlflow.db'}"
+
+
+def resolve_uri(configured: str | None, launch_dir: Path) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(launch_dir)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; values cut to MLflow's limit."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(getattr(value, "value", value))[:MAX_PARAM_LENGTH]
+    return flat
+
+
+def _server_reachable(uri: str, timeout: float = 3.0) -> str | None:
+    """None when an http(s) tracking server answers; otherwise why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
+            return None if resp.status == 200 else f"HTTP {resp.status}"
+    except (urllib.error.URLError, OSError) as ex:
+        return str(getattr(ex, "reason", ex))
+
+
+class Tracker:
+    """Owns the MLflow client and the 'tracking still works' state shared by all its runs."""
+
+    def __init__(self, uri: str, experiment_name: str, enabled: bool = True,
+                 artifact_root: Path | None = None):
+        self.uri = uri
+        self.experiment_name = experiment_name
+        self.enabled = enabled
+        self.artifact_root = artifact_root
+        self._client = None
+        self._experiment_id: str | None = None
+
+    @classmethod
+    def from_config(cls, tracking_cfg: Any, launch_dir: Path, enabled: bool = True) -> "Tracker":
+        uri = resolve_uri(tracking_cfg.uri, launch_dir)
+        artifact_root = Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
+        return cls(uri, tracking_cfg.experiment_name, enabled and tracking_cfg.enabled, artifact_root)
+
+    def _disable(self, what: str, ex: BaseException) -> None:
+        log.warning("MLflow tracking disabled for this run (%s failed against %s: %s); "
+                    "training continues", what, self.uri, ex)
+        self.enabled = False
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        if not self.enabled:
+            return None
+        try:
+            return fn()
+        except Exception as ex:  # noqa: BLE001 - tracking must never end a run
+            self._disable(what, ex)
+            return None
+
+    def _connect(self) -> None:
+        if self._client is not None or not self.enabled:
+            return
+        if self.uri.startswith(("http://", "https://")):
+            problem = _server_reachable(self.uri)
+            if problem:
+                self._disable("connect", ConnectionError(problem))
+                return
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+        def connect():
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=self.uri)
+            found = client.get_experiment_by_name(self.experiment_name)
+            if found is None:
+                location = None
+                if self.artifact_root is not None:
+                    location = (self.artifact_root / self.experiment_name).as_uri()
+                exp_id = client.create_experiment(self.experiment_name, artifact_location=location)
+            else:
+                exp_id = found.experiment_id
+            self._client, self._experiment_id = client, exp_id
+
+        self._call("connect", connect)
+
+    def start_run(self, run_name: str, tags: Mapping[str, str] | None = None,
+                  parent: "TrackedRun | None" = None) -> "TrackedRun":
+        """A new MLflow run (a child of `parent` when given); a no-op run if tracking is off."""
+        self._connect()
+        tags = dict(tags or {})
+        if parent is not None and parent.run_id:
+            tags["mlflow.parentRunId"] = parent.run_id
+        run = self._call("create_run", lambda: self._client.create_run(
+            self._experiment_id, run_name=run_name, tags=tags))
+        return TrackedRun(self, run.info.run_id if run is not None else None)
+
+
+class TrackedRun:
+    """One MLflow run. Metrics are buffered and written in batches (one DB round trip each)."""
+
+    def __init__(self, tracker: Tracker, run_id: str | None):
+        self.tracker = tracker
+        self.run_id = run_id
+        self._pending: list = []
+
+    @property
+    def active(self) -> bool:
+        return self.run_id is not None and self.tracker.enabled
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        return self.tracker._call(what, fn) if self.run_id is not None else None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from_items = list(params.items())
+
+        def write():
+            from mlflow.entities import Param
+
+            for i in range(0, len(from_items), PARAM_BATCH_LIMIT):
+                chunk = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in from_items[i:i + PARAM_BATCH_LIMIT]]
+                self.tracker._client.log_batch(self.run_id, params=chunk)
+
+        self._call("log_params", write)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        def write():
+            from mlflow.entities import RunTag
+
+            self.tracker._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+        self._call("set_tags", write)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
+        if self.run_id is None:
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._pending += [Metric(k, float(v), now, int(step)) for k, v in metrics.items()]
+        if flush or len(self._pending) >= BATCH_LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+
+        def write():
+            for i in range(0, len(pending), BATCH_LIMIT):
+                self.tracker._client.log_batch(self.run_id, metrics=pending[i:i + BATCH_LIMIT])
+
+        if pending:
+            self._call("log_metrics", write)
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self._call("log_artifact", lambda: self.tracker._client.log_artifact(
+            self.run_id, str(path), artifact_path))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self._call("log_text", lambda: self.tracker._client.log_text(self.run_id, text, artifact_file))
+
+    def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+        for p in paths:
+            if Path(p).exists():
+                self.log_artifact(p, artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""
+        self.flush()
+        self._call("set_terminated", lambda: self.tracker._client.set_terminated(self.run_id, status))

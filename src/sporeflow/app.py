@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow import cpu_isa
 from sporeflow.context import RunContext
 from sporeflow.errors import ConfigError, SporeflowError
-from sporeflow.schema import validate
+from sporeflow.schema import allowed_keys, validate
 
 log = logging.getLogger("sporeflow")
 
@@ -67,10 +68,17 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 
 
 def _describe(ex: BaseException) -> str:
+    """Hydra's/OmegaConf's message, without the search-path dump, plus the allowed keys."""
     text = str(ex).strip()
     cause = ex.__cause__
     if cause is not None and str(cause).strip() and str(cause).strip() not in text:
         text += "\n" + str(cause).strip()
+    text = text.split("\nConfig search path:")[0]
+    full_key = getattr(cause, "full_key", None) or getattr(ex, "full_key", None)
+    if full_key and re.search(r"Key '[^']+' (is )?not in", text):
+        allowed = allowed_keys(str(full_key).rpartition(".")[0])
+        if allowed:
+            text += f"\nallowed keys under {str(full_key).rpartition('.')[0] or 'the top level'}: {', '.join(allowed)}"
     return text
 
 

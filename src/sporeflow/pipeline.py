@@ -6,6 +6,7 @@ baselines as child runs of a parent run; see issue 6.)
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from omegaconf import DictConfig, OmegaConf
@@ -30,7 +31,8 @@ def _record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     run.log_params(flatten(container))
     run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
-                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir)})
+                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir),
+                  "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")})
     run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
     if ctx.hydra_dir is not None:

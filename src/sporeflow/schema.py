@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Dict, Optional
 
@@ -106,6 +107,19 @@ class TrainConfig:
     device_target: DeviceTarget = DeviceTarget.CPU
     experiment: Optional[str] = None
     resume: Any = False
+
+
+def allowed_keys(path: str) -> list[str]:
+    """Keys the schema allows at a dotted path ("" = top level, "callbacks.checkpoint");
+    empty for component nodes, whose keys depend on their `_target_`."""
+    node: Any = TrainConfig
+    for part in [p for p in path.split(".") if p]:
+        types = {f.name: f.type for f in fields(node)} if is_dataclass(node) else {}
+        hints = typing.get_type_hints(node) if is_dataclass(node) else {}
+        if part not in types:
+            return []
+        node = hints.get(part)
+    return [f.name for f in fields(node)] if is_dataclass(node) else []
 
 
 def register_configs() -> None:

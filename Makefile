@@ -1,0 +1,39 @@
+# The README's two commands: `make train` and `make test`. Both create the virtualenv when it is
+# missing and (re)install when setup.cfg/pyproject.toml changed. VENV may point elsewhere
+# (CI keeps one per requirements hash outside the clone).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.sporeflow-installed
+PYTEST_ARGS ?=
+
+.PHONY: install train test test-all bench clean help
+
+help:
+	@echo "make train   - install if needed, then run the default job (python train.py)"
+	@echo "make test    - install if needed, then run the test suite"
+	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
+	@echo "make clean   - remove outputs/, multirun/ runs, mlflow.db, mlartifacts/"
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+	@# a reused venv may point its editable install at another checkout: re-point, no deps
+	$(PY) -m pip install --quiet --no-deps -e .
+
+train: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) train.py $(ARGS)
+
+test: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	@for b in bench/bench_*.py; do echo "== $$b"; PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf outputs mlflow.db mlartifacts .pytest_cache
+	find multirun -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -1,0 +1,85 @@
+"""Shared fixtures: Hydra compose against the real conf/, real subprocess runs of train.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from sporeflow.schema import register_configs
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+TRAIN = REPO / "train.py"
+
+# CI machines run other work too: keep MindSpore's CPU pool small and the fast conv path on.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+
+
+@pytest.fixture
+def compose_cfg():
+    """compose_cfg(["optimizer=sgd", ...]) -> the composed DictConfig, as train.py would see it."""
+    register_configs()
+
+    def _compose(overrides=()):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="train", overrides=list(overrides))
+
+    yield _compose
+    GlobalHydra.instance().clear()
+
+
+def run_train(args, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python train.py ARGS` in `cwd` (the launch dir), its Hydra run dir under cwd/run."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    cmd = [sys.executable, str(TRAIN), f"hydra.run.dir={cwd / 'run'}", "callbacks.progress_bar=false", *args]
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def write_idx(directory: Path, split: str, images, labels, gz: bool = True) -> None:
+    """Write images (N, 28, 28) uint8 and labels (N,) in the real IDX format (optionally gzipped)."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    prefix = "train" if split == "train" else "t10k"
+    images = np.asarray(images, dtype=np.uint8)
+    labels = np.asarray(labels, dtype=np.uint8)
+    blobs = {
+        f"{prefix}-images-idx3-ubyte": struct.pack(">IIII", 2051, *images.shape) + images.tobytes(),
+        f"{prefix}-labels-idx1-ubyte": struct.pack(">II", 2049, len(labels)) + labels.tobytes(),
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, blob in blobs.items():
+        if gz:
+            with gzip.open(directory / f"{name}.gz", "wb") as f:
+                f.write(blob)
+        else:
+            (directory / name).write_bytes(blob)
+
+
+@pytest.fixture
+def idx_dir(tmp_path):
+    """A small gzipped IDX data set: class k images are bright in band k (learnable, not random)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        labels = rng.integers(0, 10, n)
+        images = rng.integers(0, 40, (n, 28, 28))
+        for i, k in enumerate(labels):
+            images[i, 2 * k + 4: 2 * k + 6, :] = 250
+        return images, labels
+
+    root = tmp_path / "idx"
+    write_idx(root, "train", *make(256))
+    write_idx(root, "test", *make(64))
+    return root

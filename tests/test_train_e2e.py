@@ -1,0 +1,83 @@
+"""`python train.py` for real: checkpoints on disk, the MLflow run read back through MlflowClient."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import run_train
+
+pytestmark = pytest.mark.e2e
+
+
+def only_run(db_uri: str):
+    client = MlflowClient(db_uri)
+    exp = client.get_experiment_by_name("sporeflow")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    return client, runs[0]
+
+
+def test_default_job_trains_tracks_and_checkpoints(tmp_path):
+    proc = run_train(["epochs=4"], tmp_path, env={"MLFLOW_TRACKING_URI": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[sporeflow] train: acc=" in proc.stderr
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert (ckpts / "final.ckpt").stat().st_size > 1000
+    assert sorted(p.name for p in ckpts.glob("epoch_*.ckpt")) == ["epoch_0003.ckpt", "epoch_0004.ckpt"]
+
+    client, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["optimizer.lr"] == "0.02" and params["model.num_classes"] == "10"
+    assert params["mode"] == "graph" and params["dataset._target_"] == "sporeflow.data.digits.Digits"
+    assert run.data.tags["stage"] == "train"
+    assert run.data.tags["onednn_max_cpu_isa"] in ("AVX2", "")
+
+    steps_per_epoch = 45  # 1437 training images / batch 32, last batch kept
+    losses = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [m.step for m in losses] == list(range(1, 4 * steps_per_epoch + 1))
+    accs = client.get_metric_history(run.info.run_id, "eval/acc")
+    assert [m.step for m in accs] == [steps_per_epoch * e for e in (1, 2, 3, 4)]
+    assert accs[-1].value > 0.5           # chance is 0.1
+    assert losses[-1].value < losses[0].value
+    assert run.data.metrics["final/images_per_sec"] > 0
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
+    assert artifacts == {"checkpoints/final.ckpt"}
+    config_files = {a.path for a in client.list_artifacts(run.info.run_id, "config")}
+    assert {"config/config.yaml", "config/overrides.txt", "config/hydra"} <= config_files
+    text = client.download_artifacts(run.info.run_id, "config/overrides.txt", str(tmp_path))
+    assert "epochs=4" in open(text).read()
+
+
+def test_pynative_mode_runs_and_env_uri_overrides(tmp_path):
+    store = tmp_path / "elsewhere"
+    store.mkdir()
+    uri = f"sqlite:///{store}/other.db"
+    proc = run_train(["epochs=1", "mode=pynative"], tmp_path, env={"MLFLOW_TRACKING_URI": uri})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists()
+    _, run = only_run(uri)
+    assert run.data.params["mode"] == "pynative"
+    assert run.data.metrics["final/acc"] > 0.1
+
+
+def test_failing_run_is_marked_failed(tmp_path, idx_dir):
+    (idx_dir / "train-images-idx3-ubyte.gz").write_bytes(b"not gzip at all")
+    proc = run_train(["dataset=fashion_mnist", f"dataset.root={idx_dir}",
+                      f"dataset.cache_dir={tmp_path / 'cache'}"], tmp_path)
+    assert proc.returncode == 1
+    assert "cannot expand" in proc.stderr and "Traceback" not in proc.stderr
+    _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.info.status == "FAILED"
+
+
+def test_fashion_mnist_idx_job(tmp_path, idx_dir):
+    proc = run_train(["dataset=fashion_mnist", f"dataset.root={idx_dir}", "epochs=3",
+                      f"dataset.cache_dir={tmp_path / 'cache'}", "dataset.batch_size=32"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.data.metrics["final/acc"] > 0.5  # bands are easy; chance is 0.1

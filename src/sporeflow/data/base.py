@@ -12,6 +12,8 @@ import mindspore as ms
 import mindspore.dataset as mds
 from mindspore.dataset import transforms, vision
 
+from sporeflow.data.sampling import EpochSampler
+
 SPLITS = ("train", "test")
 
 
@@ -33,17 +35,26 @@ class ImageDataset(ABC):
         self.drop_remainder = drop_remainder
 
     @abstractmethod
-    def _source(self, split: str, shuffle: bool, num_shards: int | None,
-                shard_id: int | None) -> mds.Dataset:
-        """A dataset with columns `image` (HWC uint8) and `label`, for one split and shard."""
+    def num_rows(self, split: str) -> int:
+        """How many samples `split` holds (raises DataError when the split is missing or empty)."""
+
+    @abstractmethod
+    def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:
+        """A dataset with columns `image` (HWC uint8) and `label`, read in `sampler`'s order."""
 
     def create(self, split: str = "train", shuffle: bool | None = None,
-               num_shards: int | None = None, shard_id: int | None = None) -> mds.Dataset:
-        """The batched pipeline for `split`; shuffled by default for train only."""
+               num_shards: int | None = None, shard_id: int | None = None,
+               seed: int = 0, start_epoch: int = 0) -> mds.Dataset:
+        """The batched pipeline for `split`; shuffled by default for train only.
+
+        The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
+        sees the same batches as one that never stopped.
+        """
         if split not in SPLITS:
             raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
         shuffle = (split == "train") if shuffle is None else shuffle
-        data = self._source(split, shuffle, num_shards, shard_id)
+        sampler = EpochSampler(self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id)
+        data = self._source(split, sampler)
         data = data.map(self.image_ops(), input_columns="image",
                         num_parallel_workers=self.num_parallel_workers)
         data = data.map(transforms.TypeCast(ms.int32), input_columns="label")

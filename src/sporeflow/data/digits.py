@@ -5,12 +5,15 @@ any stored image; the train/test split is stratified and fixed (seed 0), whateve
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import mindspore.dataset as mds
 
 from sporeflow.data.base import ImageDataset
 
 
+@functools.lru_cache(maxsize=4)
 def load_digits_split(split: str, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """Images (N, 8, 8, 1) uint8 and labels (N,) int32 of one split."""
     from sklearn.datasets import load_digits
@@ -37,7 +40,9 @@ class Digits(ImageDataset):
             raise ValueError(f"dataset.test_fraction={test_fraction}: must be between 0 and 1")
         self.test_fraction = test_fraction
 
-    def _source(self, split, shuffle, num_shards, shard_id):
+    def num_rows(self, split):
+        return len(load_digits_split(split, self.test_fraction)[1])
+
+    def _source(self, split, sampler):
         images, labels = load_digits_split(split, self.test_fraction)
-        return mds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=shuffle,
-                                      num_shards=num_shards, shard_id=shard_id)
+        return mds.NumpySlicesDataset({"image": images, "label": labels}, sampler=sampler)

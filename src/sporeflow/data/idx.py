@@ -89,7 +89,7 @@ class IdxImages(ImageDataset):
         self.cache_dir = cache_dir
         self.num_samples = num_samples
 
-    def _source(self, split, shuffle, num_shards, shard_id):
+    def num_rows(self, split):
         directory = ensure_raw(self.root, self.cache_dir)
         images, labels = (directory / n for n in FILES[split])
         _, n_images = read_idx_header(images)
@@ -98,6 +98,8 @@ class IdxImages(ImageDataset):
             raise DataError(f"{images} has {n_images} images but {labels} has {n_labels} labels")
         if n_images == 0:
             raise DataError(f"the {split} split in {directory} is empty")
-        usage = "train" if split == "train" else "test"
-        return mds.MnistDataset(str(directory), usage=usage, num_samples=self.num_samples,
-                                shuffle=shuffle, num_shards=num_shards, shard_id=shard_id)
+        return min(n_images, self.num_samples) if self.num_samples else n_images
+
+    def _source(self, split, sampler):
+        directory = ensure_raw(self.root, self.cache_dir)
+        return mds.MnistDataset(str(directory), usage=split, sampler=sampler)

@@ -1,0 +1,44 @@
+"""A sampler whose order is a pure function of (seed, epoch): resumable and shard-consistent.
+
+MindSpore's built-in shuffle draws each epoch's order from one RNG stream, so a run resumed
+at epoch e (Model.train(initial_epoch=e)) replays epoch 1's order and cannot match an
+uninterrupted run. Here epoch e's permutation is RandomState(seed + e) whatever happened
+before; MindSpore calls __iter__ once per epoch on its copy of the sampler.
+Every rank draws the same permutation and takes every num_shards-th index from shard_id,
+padding by wrap-around so all shards have the same length (like DistributedSampler).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import mindspore.dataset as mds
+
+
+class EpochSampler(mds.Sampler):
+    def __init__(self, num_rows: int, seed: int, shuffle: bool = True, start_epoch: int = 0,
+                 num_shards: int | None = None, shard_id: int | None = None):
+        self.num_rows = num_rows
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = start_epoch
+        self.num_shards = num_shards or 1
+        self.shard_id = shard_id or 0
+        self.per_shard = math.ceil(num_rows / self.num_shards)
+        super().__init__(num_samples=self.per_shard)  # after the fields: it may ask len()
+
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        """The indices this shard reads in `epoch` (0-based)."""
+        order = (np.random.RandomState(self.seed + epoch).permutation(self.num_rows)
+                 if self.shuffle else np.arange(self.num_rows))
+        total = self.per_shard * self.num_shards
+        order = np.resize(order, total)  # wrap-around padding
+        return order[self.shard_id::self.num_shards]
+
+    def __iter__(self):
+        indices = self.epoch_indices(self.epoch)
+        self.epoch += 1
+        return iter(indices.tolist())
+
+    def __len__(self) -> int:
+        return self.per_shard

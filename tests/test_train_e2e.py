@@ -86,3 +86,23 @@ def test_fashion_mnist_idx_job(tmp_path, idx_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
     assert run.data.metrics["final/acc"] > 0.5  # bands are easy; chance is 0.1
+
+
+def test_train_step_features_inside_model_train(tmp_path):
+    """The custom cell under Model.train (GRAPH_MODE): EMA ranked and exported, accumulation."""
+    proc = run_train(["epochs=2", "train.accumulation_steps=2", "train.loss_scale=1024",
+                      "train.ema.enabled=true", "train.ema.decay=0.9", "train.ema.eval_with=ema"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    ema_acc = client.get_metric_history(run.info.run_id, "eval/acc_ema")
+    assert len(ema_acc) == 2
+    assert run.data.metrics["final/acc"] == ema_acc[-1].value  # the EMA weights are the export
+    ckpts = tmp_path / "run" / "checkpoints"
+    best = list(ckpts.glob("best_acc_ema_*_epoch_*.ckpt"))
+    assert len(best) == 1
+    import mindspore as ms
+    final = ms.load_checkpoint(str(ckpts / "final.ckpt"))
+    full = ms.load_checkpoint(str(ckpts / "epoch_0002.ckpt"))
+    assert (final["fc3.weight"].asnumpy() == full["ema.fc3.weight"].asnumpy()).all()
+    assert not (final["fc3.weight"].asnumpy() == full["fc3.weight"].asnumpy()).all()
+    assert int(full["micro_step"].asnumpy()) == 90 and int(full["global_step"].asnumpy()) == 45

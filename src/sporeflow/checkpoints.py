@@ -1,11 +1,18 @@
-"""Checkpoint files: atomic writes (a kill mid-save never leaves a truncated file) and pruning."""
+"""Checkpoint files: atomic writes (a kill mid-save never leaves a truncated file), pruning,
+and resume (newest complete checkpoint, exact-name restore, the run marker)."""
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import mindspore as ms
+
+from sporeflow.errors import SporeflowError
+
+log = logging.getLogger(__name__)
 
 
 def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None) -> Path:
@@ -31,3 +38,79 @@ def prune(directory: str | os.PathLike, pattern: str, keep: int) -> list[Path]:
     for f in doomed:
         f.unlink(missing_ok=True)
     return doomed
+
+
+class CheckpointError(SporeflowError):
+    """A checkpoint is missing, unreadable or does not fit the network."""
+
+
+RUN_MARKER = "sporeflow_run.json"
+
+
+def write_run_marker(run_dir: Path, **info: Any) -> None:
+    """Record what a resume needs to continue this run (MLflow run id, stage) in the run dir."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{RUN_MARKER}.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, run_dir / RUN_MARKER)
+
+
+def read_run_marker(run_dir: Path) -> dict:
+    path = Path(run_dir) / RUN_MARKER
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
+    """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
+    if resume is False or resume in ("false", "False", "", None):
+        return None
+    if resume is True or resume in ("true", "True"):
+        markers = sorted(Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"),
+                         key=lambda p: p.stat().st_mtime)
+        if not markers:
+            raise CheckpointError(f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
+                                  "give the run directory: resume=<run dir>")
+        return markers[-1].parent
+    run_dir = Path(str(resume)).expanduser()
+    if not (run_dir / "checkpoints").is_dir():
+        raise CheckpointError(f"resume={resume}: {run_dir / 'checkpoints'} does not exist")
+    return run_dir.resolve()
+
+
+def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:
+    """The newest `epoch_*.ckpt` that loads; a corrupt one is skipped with a warning."""
+    candidates = sorted(Path(directory).glob("epoch_*.ckpt"), reverse=True)
+    for path in candidates:
+        try:
+            return path, ms.load_checkpoint(str(path))
+        except (ValueError, RuntimeError, OSError) as ex:
+            log.warning("skipping unreadable checkpoint %s: %s", path, ex)
+    raise CheckpointError(f"no readable epoch_*.ckpt in {directory} "
+                          f"({len(candidates)} found, none loads)")
+
+
+def restore_exact(state: dict, *cells) -> list[str]:
+    """Copy checkpoint values into the cells' parameters, matched by exact name.
+
+    `load_param_into_net` matches names loosely (it strips prefixes), which let optimizer
+    moments overwrite network weights; here every parameter must find its own name.
+    Returns the checkpoint entries that were not used.
+    """
+    params = {}
+    for cell in cells:
+        for p in cell.get_parameters():
+            params.setdefault(p.name, p)
+    missing = [name for name in params if name not in state]
+    if missing:
+        raise CheckpointError(f"the checkpoint lacks {len(missing)} parameter(s) of this network, "
+                              f"e.g. {', '.join(missing[:5])}")
+    for name, param in params.items():
+        value = state[name]
+        if tuple(value.shape) != tuple(param.shape):
+            raise CheckpointError(f"parameter {name}: checkpoint shape {tuple(value.shape)} "
+                                  f"!= network shape {tuple(param.shape)}")
+        param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
+    return [name for name in state if name not in params]

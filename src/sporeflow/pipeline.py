@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from sporeflow.checkpoints import find_resume_dir, read_run_marker, write_run_marker
 from sporeflow.context import RunContext
 from sporeflow.engine.trainer import StageResult, train_stage
 from sporeflow.runtime import init_context
@@ -39,12 +41,23 @@ def _record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str
         run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
 
 
-def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext) -> StageResult:
-    """Run one stage inside its own MLflow run; the run ends FAILED/KILLED if the stage raises."""
-    run = tracker.start_run(_run_name(cfg), tags={"stage": stage})
-    _record_config(run, cfg, ctx, stage)
+def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
+                  resume_dir: Path | None = None) -> StageResult:
+    """Run one stage inside its own MLflow run; the run ends FAILED/KILLED if the stage raises.
+
+    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
+    """
+    stage_dir = resume_dir or ctx.run_dir
+    marker = read_run_marker(stage_dir) if resume_dir else {}
+    if marker.get("mlflow_run_id"):
+        run = tracker.resume_run(marker["mlflow_run_id"])
+        run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
+    else:
+        run = tracker.start_run(_run_name(cfg), tags={"stage": stage})
+        _record_config(run, cfg, ctx, stage)
+    write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
     try:
-        result = train_stage(stage, cfg, ctx.run_dir, run)
+        result = train_stage(stage, cfg, stage_dir, run, resume=resume_dir is not None)
     except KeyboardInterrupt:
         run.end("KILLED")
         raise
@@ -59,7 +72,8 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     """Run every stage the config asks for; returns the final eval accuracy."""
     init_context(cfg)
     tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
-    result = tracked_stage(tracker, "train", cfg, ctx)
+    resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+    result = tracked_stage(tracker, "train", cfg, ctx, resume_dir)
     summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
     print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
           f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)

@@ -47,6 +47,16 @@ class ParallelMode(Enum):
     standalone = "standalone"
 
 
+class EvalWith(Enum):
+    raw = "raw"
+    ema = "ema"
+
+
+class Monitor(Enum):
+    max = "max"
+    min = "min"
+
+
 class BoostName(Enum):
     none = "none"
 
@@ -83,11 +93,35 @@ class CheckpointCallbackConfig:
 
 
 @dataclass
+class BestCheckpointConfig:
+    monitor: str = "acc"          # an eval metric: acc | loss
+    mode: Monitor = Monitor.max
+    keep: int = 1                 # 0 = no best-k checkpoints
+
+
+@dataclass
+class EmaConfig:
+    enabled: bool = False
+    decay: float = 0.999
+    warmup: float = 0.0           # updates; decay * (1 - exp(-updates / warmup)); 0 = off
+    eval_with: EvalWith = EvalWith.raw
+
+
+@dataclass
+class TrainStepConfig:
+    loss_scale: float = 1.0
+    clip_grad_norm: float = 0.0   # 0 = off
+    accumulation_steps: int = 1
+    ema: EmaConfig = field(default_factory=EmaConfig)
+
+
+@dataclass
 class CallbacksConfig:
     progress_bar: bool = True
     log_every_n_steps: int = 1
     eval_every_n_epochs: int = 1
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
+    best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
 
 
 @dataclass
@@ -99,6 +133,7 @@ class TrainConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     boost: BoostConfig = field(default_factory=BoostConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    train: TrainStepConfig = field(default_factory=TrainStepConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     epochs: int = 10
@@ -183,8 +218,22 @@ def _check_ranges(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r}: must be a whole number >= 1")
     if cfg.runtime.threads < 0:
         raise ConfigError(f"runtime.threads={cfg.runtime.threads}: must be >= 0 (0 = MindSpore's default)")
-    if cfg.resume not in (False, None, "false"):
-        raise ConfigError(f"resume={cfg.resume!r}: resuming is not available yet; allowed: false")
+    if cfg.train.accumulation_steps < 1:
+        raise ConfigError(f"train.accumulation_steps={cfg.train.accumulation_steps}: must be >= 1")
+    if cfg.train.loss_scale <= 0:
+        raise ConfigError(f"train.loss_scale={cfg.train.loss_scale}: must be > 0")
+    if cfg.train.clip_grad_norm < 0:
+        raise ConfigError(f"train.clip_grad_norm={cfg.train.clip_grad_norm}: must be >= 0 (0 = off)")
+    if not 0.0 < cfg.train.ema.decay < 1.0:
+        raise ConfigError(f"train.ema.decay={cfg.train.ema.decay}: must be between 0 and 1")
+    if cfg.train.ema.eval_with.value == "ema" and not cfg.train.ema.enabled:
+        raise ConfigError("train.ema.eval_with=ema needs train.ema.enabled=true")
+    if cfg.callbacks.best.monitor not in ("acc", "loss"):
+        raise ConfigError(f"callbacks.best.monitor={cfg.callbacks.best.monitor!r}; allowed: acc, loss")
+    if cfg.callbacks.best.keep < 0:
+        raise ConfigError(f"callbacks.best.keep={cfg.callbacks.best.keep}: must be >= 0")
+    if not (isinstance(cfg.resume, bool) or isinstance(cfg.resume, str)):
+        raise ConfigError(f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory")
 
 
 def validate(cfg: DictConfig) -> DictConfig:

@@ -125,6 +125,13 @@ class Tracker:
         return TrackedRun(self, run.info.run_id if run is not None else None)
 
 
+    def resume_run(self, run_id: str) -> "TrackedRun":
+        """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
+        self._connect()
+        done = self._call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
+        return TrackedRun(self, run_id if done is not None or self.enabled else None)
+
+
 class TrackedRun:
     """One MLflow run. Metrics are buffered and written in batches (one DB round trip each)."""
 

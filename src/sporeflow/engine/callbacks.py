@@ -6,7 +6,9 @@ with step = global step. Callbacks that talk to people or MLflow are created on 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import numpy as np
 from mindspore.train import Callback
@@ -16,6 +18,14 @@ from sporeflow.checkpoints import prune, save_atomic
 from sporeflow.tracking import TrackedRun
 
 
+class StepOffset:
+    """Model.train(initial_epoch=e) restarts cur_step_num at 1; resumed runs add the steps done."""
+    step_offset: int = 0
+
+    def global_step(self, run_context) -> int:
+        return self.step_offset + run_context.original_args().cur_step_num
+
+
 def _loss_value(outputs) -> float:
     """The scalar loss from a train network's output (a Tensor, or a tuple starting with it)."""
     if isinstance(outputs, (tuple, list)):
@@ -23,7 +33,7 @@ def _loss_value(outputs) -> float:
     return float(np.asarray(outputs.asnumpy() if hasattr(outputs, "asnumpy") else outputs).mean())
 
 
-class Throughput(Callback):
+class Throughput(Callback, StepOffset):
     """Images per second per epoch, measured between step ends (so graph compilation in the
     first step of a stage is left out) and logged as `train/images_per_sec`."""
 
@@ -48,8 +58,7 @@ class Throughput(Callback):
             rate = self._images / self._seconds
             self.history.append(rate)
             if self.run is not None:
-                step = run_context.original_args().cur_step_num
-                self.run.log_metrics({"train/images_per_sec": rate}, step)
+                self.run.log_metrics({"train/images_per_sec": rate}, self.global_step(run_context))
         self._images, self._seconds = 0, 0.0
 
     def on_train_epoch_begin(self, run_context):
@@ -83,7 +92,7 @@ class ProgressBar(Callback):
         self.bar.close()
 
 
-class StepMetrics(Callback):
+class StepMetrics(Callback, StepOffset):
     """Per-step `train/loss` (every n steps) into the MLflow run, flushed at each epoch end."""
 
     def __init__(self, run: TrackedRun, every_n_steps: int = 1):
@@ -92,19 +101,21 @@ class StepMetrics(Callback):
         self.every = every_n_steps
 
     def on_train_step_end(self, run_context):
-        cb = run_context.original_args()
-        if cb.cur_step_num % self.every == 0:
-            self.run.log_metrics({"train/loss": _loss_value(cb.net_outputs)}, cb.cur_step_num)
+        step = self.global_step(run_context)
+        if step % self.every == 0:
+            self.run.log_metrics({"train/loss": _loss_value(run_context.original_args().net_outputs)}, step)
 
     def on_train_epoch_end(self, run_context):
         self.run.flush()
 
 
-class EvalEachEpoch(Callback):
-    """Evaluate on the test split every n epochs (and after the last); logs `eval/<metric>`."""
+class EvalEachEpoch(Callback, StepOffset):
+    """Evaluate on the test split every n epochs (and after the last); logs `eval/<metric>`,
+    and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
 
     def __init__(self, model, eval_data, epochs: int, every_n_epochs: int = 1,
-                 run: TrackedRun | None = None, progress: ProgressBar | None = None):
+                 run: TrackedRun | None = None, progress: ProgressBar | None = None,
+                 ema_swap: Callable[[], ContextManager] | None = None):
         super().__init__()
         self.model = model
         self.eval_data = eval_data
@@ -112,22 +123,66 @@ class EvalEachEpoch(Callback):
         self.every = every_n_epochs
         self.run = run
         self.progress = progress
+        self.ema_swap = ema_swap
         self.history: list[tuple[int, dict]] = []
 
+    def evaluate(self) -> dict:
+        result = {k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()}
+        if self.ema_swap is not None:
+            with self.ema_swap():
+                ema = self.model.eval(self.eval_data, dataset_sink_mode=False)
+            result.update({f"{k}_ema": float(v) for k, v in ema.items()})
+        return result
+
     def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        epoch = cb.cur_epoch_num
+        epoch = run_context.original_args().cur_epoch_num
         if epoch % self.every and epoch != self.epochs:
             return
-        result = {k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()}
+        result = self.evaluate()
         self.history.append((epoch, result))
         if self.run is not None:
-            self.run.log_metrics({f"eval/{k}": v for k, v in result.items()}, cb.cur_step_num, flush=True)
+            self.run.log_metrics({f"eval/{k}": v for k, v in result.items()},
+                                 self.global_step(run_context), flush=True)
         if self.progress is not None and "acc" in result:
             self.progress.last_acc = result["acc"]
 
 
-class CheckpointEachEpoch(Callback):
+class BestCheckpoints(Callback):
+    """Keep the `keep` best network checkpoints by an eval metric, as
+    `best_<metric>_<value>_epoch_NNNN.ckpt`; `swap` puts the ranked weights (EMA) in first."""
+
+    def __init__(self, evaluator: EvalEachEpoch, network, directory: Path, metric: str,
+                 mode: str = "max", keep: int = 1, swap: Callable[[], ContextManager] | None = None):
+        super().__init__()
+        self.evaluator = evaluator
+        self.network = network
+        self.directory = Path(directory)
+        self.metric = metric
+        self.sign = 1.0 if mode == "max" else -1.0
+        self.keep = keep
+        self.swap = swap or nullcontext
+        self.best: list[tuple[float, Path]] = []
+
+    def on_train_epoch_end(self, run_context):
+        if not self.evaluator.history:
+            return
+        epoch, result = self.evaluator.history[-1]
+        if epoch != run_context.original_args().cur_epoch_num or self.metric not in result:
+            return
+        value = result[self.metric]
+        if len(self.best) >= self.keep and self.sign * value <= self.sign * self.best[-1][0]:
+            return
+        path = self.directory / f"best_{self.metric}_{value:.4f}_epoch_{epoch:04d}.ckpt"
+        with self.swap():
+            save_atomic(self.network, path, append_dict={"epoch_num": epoch, self.metric: value})
+        self.best.append((value, path))
+        self.best.sort(key=lambda item: -self.sign * item[0])
+        for _, doomed in self.best[self.keep:]:
+            doomed.unlink(missing_ok=True)
+        self.best = self.best[:self.keep]
+
+
+class CheckpointEachEpoch(Callback, StepOffset):
     """Full train-network checkpoints (weights + optimizer state) every n epochs, last k kept.
 
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`.
@@ -146,6 +201,6 @@ class CheckpointEachEpoch(Callback):
             return
         path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
         save_atomic(cb.train_network, path,
-                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": cb.cur_step_num})
+                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.global_step(run_context)})
         self.saved.append(path)
         prune(self.directory, "epoch_*.ckpt", self.keep)

@@ -13,6 +13,8 @@ The cell returns the (unscaled) loss of the micro-batch.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
@@ -123,3 +125,16 @@ def build_train_step(network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer
                      accumulation_steps=train_cfg.accumulation_steps,
                      ema_decay=ema.decay if ema.enabled else 0.0, ema_warmup=ema.warmup,
                      grad_reducer=data_parallel_reducer(optimizer.parameters))
+
+
+@contextmanager
+def ema_weights_in(train_step: TrainStep):
+    """Temporarily put the EMA shadow weights into the network (for eval and export)."""
+    raw = [Tensor(p.asnumpy()) for p in train_step.weights]
+    for param, shadow in zip(train_step.weights, train_step.ema_weights):
+        param.set_data(Tensor(shadow.asnumpy()))
+    try:
+        yield
+    finally:
+        for param, value in zip(train_step.weights, raw):
+            param.set_data(value)

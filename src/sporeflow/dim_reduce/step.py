@@ -1,0 +1,185 @@
+"""DimReduceStep: the stage-2 train cell, in GRAPH_MODE.
+
+Per step, with P the k x M PCA basis (rows orthonormal) and g the batch gradient:
+  gk = P g;  H <- BFGS(H, y = gk - gk_prev, s = last accepted step) when y.s > 1e-20;
+  dk = -H gk;  dn = P^T dk;
+  line search on the same batch: r = 1, then r = rho; accept the first with
+      loss(w + r dn) < loss(w) + sigma r gk.dk,  else r = 0 (H and gk_prev roll back);
+  m = gamma m + (g - P^T gk);  w <- w - (alpha m - r dn)  [- alpha wd w, optional].
+
+It matches MindSpore 2.10's `mindspore.boost` DimReduce step for step (tests/test_dim_reduce_step.py)
+and differs where that one is wrong:
+  - it returns the loss (the built-in returns None without a FixedLossScaleManager(1.0));
+  - it is an ordinary cell: no process-wide AutoBoost singleton, no dependence on Model metrics;
+  - data parallel: gradients and losses are averaged by AllReduce / n (true division; the
+    built-in floor-divides the loss), so every rank takes the same decision and weights stay
+    bit-identical; each rank holds the whole basis (no row split, no marker-file handshake);
+  - BatchNorm statistics (every non-trainable parameter) touched by the trial forward passes
+    are restored: only the step's own forward pass updates them;
+  - optional decoupled weight decay on the out-of-subspace update (`weight_decay`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import dtype as mstype
+from mindspore.communication import get_group_size
+from mindspore.context import ParallelMode
+from mindspore.parallel._utils import _get_parallel_mode
+
+_assign = ops.MultitypeFuncGraph("assign")
+_project = ops.MultitypeFuncGraph("project")
+_back_project = ops.MultitypeFuncGraph("back_project")
+_trial = ops.MultitypeFuncGraph("trial")
+_residual_momentum = ops.MultitypeFuncGraph("residual_momentum")
+_final = ops.MultitypeFuncGraph("final")
+
+
+@_assign.register("Tensor", "Tensor")
+def _assign_value(target, value):
+    return ops.assign(target, value)
+
+
+@_project.register("Tensor", "Tensor")
+def _project_grad(p_slice, grad):
+    return ops.matmul(p_slice, ops.reshape(grad, (-1, 1)))
+
+
+@_back_project.register("Tensor", "Tensor", "Tensor")
+def _back_project_vec(vec_k, p_slice, like):
+    return ops.reshape(ops.matmul(ops.transpose(p_slice, (1, 0)), vec_k), ops.shape(like))
+
+
+@_trial.register("Tensor", "Tensor", "Tensor", "Tensor")
+def _trial_weight(r, weight, clone, dn):
+    return ops.assign(weight, clone - (-r * dn))
+
+
+@_residual_momentum.register("Float32", "Tensor", "Tensor", "Tensor")
+def _update_residual_momentum(gamma, momentum, grad, grad_proj):
+    new = gamma * momentum + grad - grad_proj
+    ops.assign(momentum, new)
+    return new
+
+
+@_final.register("Float32", "Float32", "Tensor", "Tensor", "Tensor", "Tensor")
+def _final_update(alpha, weight_decay, r, weight, momentum, dn):
+    delta = alpha * momentum - r * dn
+    if weight_decay > 0:
+        delta = delta + alpha * weight_decay * weight
+    return ops.assign(weight, weight - delta)
+
+
+def split_basis(basis: np.ndarray, weights) -> tuple:
+    """The k x M basis as one k x size(w) slice per weight, in the optimizer's weight order."""
+    slices, start = [], 0
+    for w in weights:
+        size = int(np.prod(w.shape)) if len(w.shape) else 1
+        slices.append(Tensor(np.ascontiguousarray(basis[:, start:start + size]), mstype.float32))
+        start += size
+    if start != basis.shape[1]:
+        raise ValueError(f"the PCA basis has {basis.shape[1]} columns but the network's trainable "
+                         f"weights hold {start} values")
+    return tuple(slices)
+
+
+class DimReduceStep(nn.Cell):
+    def __init__(self, network_with_loss: nn.Cell, weights, basis: np.ndarray, rho: float = 0.55,
+                 gamma: float = 0.9, alpha: float = 0.001, sigma: float = 0.4,
+                 weight_decay: float = 0.0):
+        super().__init__(auto_prefix=False)
+        self.network = network_with_loss
+        self.network.set_grad()
+        self.weights = ParameterTuple(weights)
+        self.basis = split_basis(basis, self.weights)
+        k = basis.shape[0]
+        self.n_component = k
+        self.rhos = (Tensor(1.0, mstype.float32), Tensor(float(rho), mstype.float32))
+        self.zero = Tensor(0.0, mstype.float32)
+        self.gamma, self.alpha, self.sigma = float(gamma), float(alpha), float(sigma)
+        self.weight_decay = float(weight_decay)
+        self.value_and_grad = ops.value_and_grad(self.network, grad_position=None, weights=self.weights)
+        self.hyper_map = ops.HyperMap()
+        self.eye = Tensor(np.eye(k), mstype.float32)
+        self.epsilon = 1e-20
+
+        self.h = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h")
+        self.h_back = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h_back")
+        self.gk_last = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last")
+        self.gk_last_back = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last_back")
+        self.has_last = Parameter(Tensor(False), name="dim_reduce.has_last")
+        self.sk = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.sk")
+        self.momentum = self.weights.clone(prefix="dim_reduce.m", init="zeros")
+        self.weights_clone = self.weights.clone(prefix="dim_reduce.w0", init="same")
+        stats = [p for p in network_with_loss.get_parameters() if not p.requires_grad]
+        self.stats = ParameterTuple(stats)
+        self.stats_clone = self.stats.clone(prefix="dim_reduce.stats0", init="same") if stats else None
+
+        self.parallel = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+        if self.parallel:
+            self.allreduce = ops.AllReduce()
+            self.world = float(get_group_size())
+
+    def _mean(self, value):
+        """Average across ranks with true division (the built-in floor-divides the loss)."""
+        return self.allreduce(value) / self.world if self.parallel else value
+
+    def _quasi_newton(self, gk):
+        if self.has_last:
+            yk = gk - self.gk_last
+            ys = ops.squeeze(ops.matmul(ops.transpose(yk, (1, 0)), self.sk))
+            if ys > self.epsilon:
+                p = 1.0 / ys
+                t = self.eye - ops.matmul(p * yk, ops.transpose(self.sk, (1, 0)))
+                new_h = ops.matmul(ops.matmul(ops.transpose(t, (1, 0)), self.h), t) + \
+                    ops.matmul(p * self.sk, ops.transpose(self.sk, (1, 0)))
+                ops.assign(self.h, new_h)
+        else:
+            ops.assign(self.has_last, Tensor(True))
+        ops.assign(self.gk_last, gk)
+        return -1 * ops.matmul(self.h, gk)
+
+    def _accepts(self, r, gk, dk, dn, old_loss, *inputs):
+        """Try w + r dn on the same batch; weights (and BN statistics) are restored after."""
+        moved = self.hyper_map(ops.partial(_trial, r), self.weights, self.weights_clone, dn)
+        old_loss = ops.depend(old_loss, moved)
+        new_loss = self._mean(ops.depend(self.network(*inputs), moved))
+        bound = old_loss + self.sigma * r * ops.squeeze(ops.matmul(ops.transpose(gk, (1, 0)), dk))
+        ok = bound > new_loss
+        if ok:
+            ops.assign(self.sk, r * dk)
+        restored = self.hyper_map(_assign, self.weights, ops.depend(self.weights_clone, bound))
+        return ops.depend(ok, restored)
+
+    def construct(self, *inputs):
+        # w0: the weights this step starts from (trials and the update are relative to it)
+        inputs = ops.depend(inputs, self.hyper_map(_assign, self.weights_clone, self.weights))
+        # one forward pass for loss and gradients: BatchNorm statistics move exactly once
+        loss, grads = self.value_and_grad(*inputs)
+        grads = self.hyper_map(self._mean, grads)
+        old_loss = self._mean(loss)
+        if self.stats_clone is not None:
+            old_loss = ops.depend(old_loss, self.hyper_map(_assign, self.stats_clone, self.stats))
+
+        gk = ops.addn(self.hyper_map(_project, self.basis, grads))
+        ops.assign(self.gk_last_back, self.gk_last)
+        ops.assign(self.h_back, self.h)
+        dk = self._quasi_newton(gk)
+        dn = self.hyper_map(ops.partial(_back_project, dk), self.basis, grads)
+        grad_proj = self.hyper_map(ops.partial(_back_project, gk), self.basis, grads)
+
+        r = self.zero
+        if self._accepts(self.rhos[0], gk, dk, dn, old_loss, *inputs):
+            r = self.rhos[0]
+        elif self._accepts(self.rhos[1], gk, dk, dn, old_loss, *inputs):
+            r = self.rhos[1]
+        else:
+            ops.assign(self.gk_last, self.gk_last_back)
+            ops.assign(self.h, self.h_back)
+        if self.stats_clone is not None:
+            r = ops.depend(r, self.hyper_map(_assign, self.stats, self.stats_clone))
+
+        momentum = self.hyper_map(ops.partial(_residual_momentum, self.gamma), self.momentum, grads, grad_proj)
+        done = self.hyper_map(ops.partial(_final, self.alpha, self.weight_decay, r),
+                              self.weights, momentum, dn)
+        return ops.depend(old_loss, done)

@@ -1,0 +1,61 @@
+"""Stage-1 weight snapshots: the trainable weights only, several per epoch, in MindSpore's
+.ckpt format (what the seed's `ModelCheckpoint(saved_network=net)` keeps), read back in order."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mindspore.train import Callback
+
+from sporeflow.checkpoints import save_atomic
+from sporeflow.errors import SporeflowError
+
+PATTERN = "snapshot_e*_s*.ckpt"
+
+
+class DimReduceError(SporeflowError):
+    """Snapshots or the PCA basis do not fit the request (too few, wrong network, missing)."""
+
+
+def snapshot_steps(steps_per_epoch: int, per_epoch: int) -> set[int]:
+    """Steps within an epoch (1-based) after which a snapshot is taken: evenly spaced, last = end."""
+    per_epoch = min(per_epoch, steps_per_epoch)
+    return {round((i + 1) * steps_per_epoch / per_epoch) for i in range(per_epoch)}
+
+
+def expected_count(epochs: int, start_epoch: int, per_epoch: int, steps_per_epoch: int | None = None) -> int:
+    per = min(per_epoch, steps_per_epoch) if steps_per_epoch else per_epoch
+    return max(0, epochs - start_epoch + 1) * per
+
+
+class SnapshotCallback(Callback):
+    """Saves the network's trainable weights `per_epoch` times an epoch from `start_epoch` on."""
+
+    def __init__(self, network, directory: Path, start_epoch: int, per_epoch: int, steps_per_epoch: int):
+        super().__init__()
+        self.params = network.trainable_params()
+        self.directory = Path(directory)
+        self.start_epoch = start_epoch
+        self.at = snapshot_steps(steps_per_epoch, per_epoch)
+        self.steps_per_epoch = steps_per_epoch
+        self.saved: list[Path] = []
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        if cb.cur_epoch_num < self.start_epoch:
+            return
+        in_epoch = (cb.cur_step_num - 1) % self.steps_per_epoch + 1
+        if in_epoch in self.at:
+            path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.ckpt"
+            save_atomic([{"name": p.name, "data": p} for p in self.params], path)
+            self.saved.append(path)
+
+
+def list_snapshots(directory: Path) -> list[Path]:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DimReduceError(f"snapshot folder {directory} does not exist; stage 1 writes it "
+                             "(boost.snapshot.*), or point boost.stage1_run at a finished stage-1 run")
+    found = sorted(directory.glob(PATTERN)) or sorted(directory.glob("*.ckpt"))
+    if not found:
+        raise DimReduceError(f"snapshot folder {directory} holds no .ckpt files")
+    return found

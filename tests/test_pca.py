@@ -1,0 +1,89 @@
+"""Streaming PCA against a dense numpy SVD; snapshots; clear errors."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+
+from dim_reduce_cases import TinyMLP
+from sporeflow.dim_reduce.pca import Layout, load_or_compute_basis, streaming_pca
+from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots, snapshot_steps
+
+
+def write_snapshots(directory, net, n, seed=0):
+    """n snapshots of net's trainable weights along a random low-dimensional trajectory."""
+    rng = np.random.default_rng(seed)
+    params = net.trainable_params()
+    directory.mkdir(parents=True, exist_ok=True)
+    base = [p.asnumpy() for p in params]
+    dirs = [[rng.normal(size=b.shape).astype(np.float32) for b in base] for _ in range(6)]
+    rows = []
+    for i in range(n):
+        c = rng.normal(size=6) * np.array([5, 3, 2, 1, 0.5, 0.2])
+        ws = [b + sum(ci * d[j] for ci, d in zip(c, dirs)) + 0.01 * rng.normal(size=b.shape).astype(np.float32)
+              for j, b in enumerate(base)]
+        ms.save_checkpoint([{"name": p.name, "data": Tensor(w.astype(np.float32))} for p, w in zip(params, ws)],
+                           str(directory / f"snapshot_e{i + 1:04d}_s00001.ckpt"))
+        rows.append(np.concatenate([w.ravel() for w in ws]))
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("chunk_mb", [256.0, 0.001])  # one block; one parameter per block
+def test_matches_dense_svd_up_to_sign(tmp_path, chunk_mb):
+    net = TinyMLP()
+    data = write_snapshots(tmp_path / "snaps", net, 12)
+    layout = Layout.of(net)
+    basis = streaming_pca(list_snapshots(tmp_path / "snaps"), layout, 5, chunk_mb=chunk_mb)
+    assert basis.dtype == np.float32 and basis.shape == (5, layout.total)
+    centred = data.astype(np.float64) - data.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    for got, want in zip(basis, vt[:5]):
+        assert abs(got @ want) == pytest.approx(1.0, abs=1e-4)
+    np.testing.assert_allclose(basis @ basis.T, np.eye(5), atol=1e-4)
+
+
+def test_basis_cached_by_fingerprint_outside_the_snapshot_folder(tmp_path):
+    net = TinyMLP()
+    write_snapshots(tmp_path / "snaps", net, 8)
+    before = sorted(p.name for p in (tmp_path / "snaps").iterdir())
+    paths = list_snapshots(tmp_path / "snaps")
+    basis, path = load_or_compute_basis(paths, Layout.of(net), 4, tmp_path / "cache")
+    assert path.parent == tmp_path / "cache" and path.name.startswith("pca_k4_")
+    mtime = path.stat().st_mtime_ns
+    again, path2 = load_or_compute_basis(paths, Layout.of(net), 4, tmp_path / "cache")
+    assert path2 == path and path.stat().st_mtime_ns == mtime
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(basis))
+    assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == before  # nothing written there
+    _, path3 = load_or_compute_basis(paths, Layout.of(net), 3, tmp_path / "cache")
+    assert path3 != path
+
+
+def test_too_few_snapshots_names_both_numbers(tmp_path):
+    net = TinyMLP()
+    write_snapshots(tmp_path / "snaps", net, 4)
+    with pytest.raises(DimReduceError, match="4 stage-1 snapshots .* n_component=4"):
+        streaming_pca(list_snapshots(tmp_path / "snaps"), Layout.of(net), 4)
+
+
+def test_snapshots_of_another_network_name_the_parameter(tmp_path):
+    write_snapshots(tmp_path / "snaps", TinyMLP(hidden=10), 6)
+    with pytest.raises(DimReduceError, match="fc1.weight.*shape"):
+        streaming_pca(list_snapshots(tmp_path / "snaps"), Layout.of(TinyMLP()), 3)
+    other = nn.Dense(16, 4)
+    with pytest.raises(DimReduceError, match="no parameter 'weight'"):
+        streaming_pca(list_snapshots(tmp_path / "snaps"), Layout.of(other), 3)
+
+
+def test_missing_or_empty_snapshot_folder(tmp_path):
+    with pytest.raises(DimReduceError, match="does not exist"):
+        list_snapshots(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DimReduceError, match="no .ckpt"):
+        list_snapshots(tmp_path / "empty")
+
+
+def test_snapshot_steps_evenly_spaced():
+    assert snapshot_steps(45, 2) == {22, 45}
+    assert snapshot_steps(45, 1) == {45}
+    assert snapshot_steps(3, 5) == {1, 2, 3}

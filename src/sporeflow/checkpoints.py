@@ -92,6 +92,14 @@ def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:
                           f"({len(candidates)} found, none loads)")
 
 
+def load_checkpoint_file(path: Path) -> dict:
+    """A checkpoint's parameters; a clear error for a missing or corrupt file."""
+    try:
+        return ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError) as ex:
+        raise CheckpointError(f"cannot read checkpoint {path}: {ex}") from ex
+
+
 def restore_exact(state: dict, *cells) -> list[str]:
     """Copy checkpoint values into the cells' parameters, matched by exact name.
 

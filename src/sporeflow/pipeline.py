@@ -1,24 +1,38 @@
 """Stages and their MLflow runs: what `python train.py` does once the config is valid.
 
-boost=none: one stage of plain training, one MLflow run. (dim_reduce adds stage 2 and
-baselines as child runs of a parent run; see issue 6.)
+boost=none:       one stage of plain training, one MLflow run.
+boost=dim_reduce: a parent run with child runs stage1 (plain training keeping snapshots;
+                  reused when a finished one has the same fingerprint), stage2 (PCA + the
+                  dimension-reduced steps), and the baselines (plain continuation, annealed
+                  continuation, snapshot mean) that measure what stage 2 gains.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.checkpoints import find_resume_dir, read_run_marker, write_run_marker
+from sporeflow.comparison import comparison_plot, gain, summary_table
+from sporeflow.components import build_model
 from sporeflow.context import RunContext
-from sporeflow.engine.trainer import StageResult, train_stage
+from sporeflow.dim_reduce.pca import Layout, check_count, load_or_compute_basis, read_weights
+from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
+from sporeflow.engine.trainer import StagePlan, StageResult, evaluate_weights, train_stage
 from sporeflow.runtime import init_context
 from sporeflow.tracking import Tracker, TrackedRun, flatten
 
 log = logging.getLogger(__name__)
+
+STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
+MAX_BASIS_ARTIFACT_MB = 100
 
 
 def _run_name(cfg: DictConfig) -> str:
@@ -41,23 +55,10 @@ def _record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str
         run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
 
 
-def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
-                  resume_dir: Path | None = None) -> StageResult:
-    """Run one stage inside its own MLflow run; the run ends FAILED/KILLED if the stage raises.
-
-    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
-    """
-    stage_dir = resume_dir or ctx.run_dir
-    marker = read_run_marker(stage_dir) if resume_dir else {}
-    if marker.get("mlflow_run_id"):
-        run = tracker.resume_run(marker["mlflow_run_id"])
-        run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
-    else:
-        run = tracker.start_run(_run_name(cfg), tags={"stage": stage})
-        _record_config(run, cfg, ctx, stage)
-    write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
+def _guarded(run: TrackedRun, fn):
+    """Run fn(); the MLflow run ends FINISHED, or KILLED/FAILED if fn raises."""
     try:
-        result = train_stage(stage, cfg, stage_dir, run, resume=resume_dir is not None)
+        result = fn()
     except KeyboardInterrupt:
         run.end("KILLED")
         raise
@@ -68,13 +69,185 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
     return result
 
 
+def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
+                  resume_dir: Path | None = None, parent: TrackedRun | None = None,
+                  plan: StagePlan = StagePlan(), stage_dir: Path | None = None,
+                  tags: dict | None = None) -> StageResult:
+    """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
+
+    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
+    """
+    stage_dir = resume_dir or stage_dir or ctx.run_dir
+    marker = read_run_marker(stage_dir) if resume_dir else {}
+    if marker.get("mlflow_run_id"):
+        run = tracker.resume_run(marker["mlflow_run_id"])
+        run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
+    else:
+        name = _run_name(cfg) if parent is None else stage
+        run = tracker.start_run(name, tags={"stage": stage}, parent=parent)
+        _record_config(run, cfg, ctx, stage)
+        run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
+    write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
+    return _guarded(run, lambda: train_stage(stage, cfg, stage_dir, run, resume=resume_dir is not None,
+                                             plan=plan))
+
+
 def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
-    """Run every stage the config asks for; returns the final eval accuracy."""
+    """Run every stage the config asks for; returns the final eval accuracy (stage 2's)."""
     init_context(cfg)
     tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
+    if cfg.boost.name.value == "dim_reduce":
+        return DimReducePipeline(cfg, ctx, tracker).run()
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
     result = tracked_stage(tracker, "train", cfg, ctx, resume_dir)
     summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
     print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
           f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
     return float(result.metrics.get("acc", float("nan")))
+
+
+def stage1_fingerprint(cfg: DictConfig) -> str:
+    """Identifies a stage-1 run by everything that shapes its weights and snapshots."""
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    key = {k: container[k] for k in STAGE1_KEYS}
+    key["snapshot"] = container["boost"]["snapshot"]
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Stage1:
+    run_dir: Path
+    metrics: dict
+    reused_from: str | None = None
+
+    @property
+    def weights(self) -> Path:
+        return self.run_dir / "checkpoints" / "final.ckpt"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.run_dir / "snapshots"
+
+
+class DimReducePipeline:
+    """stage 1 -> PCA -> stage 2 -> baselines -> comparison, under one parent MLflow run."""
+
+    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker):
+        self.cfg, self.ctx, self.tracker = cfg, ctx, tracker
+        self.boost = cfg.boost
+        self.results: dict[str, dict] = {}
+
+    def _derived(self, **updates) -> DictConfig:
+        derived = self.cfg.copy()
+        for key, value in updates.items():
+            OmegaConf.update(derived, key, value, merge=False)
+        return derived
+
+    def run(self) -> float:
+        self.parent = self.tracker.start_run(f"{_run_name(self.cfg)}-dim_reduce", tags={"stage": "pipeline"})
+        _record_config(self.parent, self.cfg, self.ctx, "pipeline")
+        return _guarded(self.parent, self._stages)
+
+    def _stages(self) -> float:
+        stage1 = self._stage1()
+        self.results["stage1"] = stage1.metrics
+        snapshots = list_snapshots(stage1.snapshots)
+        if self.boost.pca_mat_path is None:
+            check_count(len(snapshots), self.boost.n_component)
+        layout = Layout.of(build_model(self.cfg))
+        basis, basis_path = load_or_compute_basis(
+            snapshots, layout, self.boost.n_component, stage1.run_dir / "pca", self.boost.pca_mat_path,
+            self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar)
+        log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
+
+        stage2 = self._child("stage2", self._derived(epochs=self.boost.epochs),
+                             StagePlan(init_weights=stage1.weights, basis=np.asarray(basis)),
+                             {"pca_basis": str(basis_path), "n_snapshots": str(len(snapshots))},
+                             artifact=basis_path if basis_path.stat().st_size <= MAX_BASIS_ARTIFACT_MB * 2 ** 20 else None)
+        self.results["stage2"] = stage2.metrics
+        budget = self.boost.baseline_epochs or self.boost.epochs
+        for name in (b.value for b in self.boost.baselines):
+            if name == "baseline":
+                result = self._child(name, self._derived(epochs=budget), StagePlan(init_weights=stage1.weights))
+            elif name == "annealed":
+                lr = self.cfg.optimizer.lr * self.boost.anneal_factor
+                result = self._child(name, self._derived(epochs=budget, **{"optimizer.lr": lr}),
+                                     StagePlan(init_weights=stage1.weights))
+            else:
+                result = self._snapshot_mean(snapshots, layout, stage1)
+            self.results[name] = result.metrics
+        return self._compare()
+
+    def _child(self, stage: str, cfg: DictConfig, plan: StagePlan, tags: dict | None = None,
+               artifact: Path | None = None) -> StageResult:
+        stage_dir = self.ctx.run_dir / stage
+        result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
+                               stage_dir=stage_dir, tags=tags)
+        if artifact is not None:
+            self.parent.log_artifact(artifact, "pca")
+        return result
+
+    def _stage1(self) -> Stage1:
+        fingerprint = stage1_fingerprint(self.cfg)
+        reused = self._find_stage1(fingerprint)
+        if reused is not None:
+            log.info("reusing stage 1 from MLflow run %s (%s)", reused.reused_from, reused.run_dir)
+            self.parent.set_tags({"stage1_reused_from": reused.reused_from})
+            return reused
+        stage_dir = self.ctx.run_dir / "stage1"
+        result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=stage_dir / "snapshots"),
+                             {"stage1_fingerprint": fingerprint})
+        return Stage1(stage_dir, result.metrics)
+
+    def _find_stage1(self, fingerprint: str) -> Stage1 | None:
+        def usable(run) -> Stage1 | None:
+            found = Stage1(Path(run.data.tags.get("run_dir", "")),
+                           {k[len("final/"):]: v for k, v in run.data.metrics.items() if k.startswith("final/")},
+                           run.info.run_id)
+            return found if found.weights.is_file() and found.snapshots.is_dir() else None
+
+        if self.boost.stage1_run:
+            run = self.tracker.get_run(self.boost.stage1_run)
+            if run is None:
+                raise DimReduceError(f"boost.stage1_run={self.boost.stage1_run}: no such MLflow run in "
+                                     f"{self.tracker.uri}")
+            stage1 = usable(run)
+            if stage1 is None:
+                raise DimReduceError(f"boost.stage1_run={self.boost.stage1_run}: its run dir "
+                                     f"{run.data.tags.get('run_dir')} lacks checkpoints/final.ckpt or snapshots/")
+            return stage1
+        if not self.boost.reuse_stage1:
+            return None
+        for run in self.tracker.search_runs(
+                f"tags.stage1_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'"):
+            stage1 = usable(run)
+            if stage1 is not None:
+                return stage1
+        return None
+
+    def _snapshot_mean(self, snapshots, layout: Layout, stage1: Stage1) -> StageResult:
+        total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
+        for path in snapshots:  # one snapshot in memory at a time
+            for name, value in read_weights(path, layout).items():
+                total[name] += value
+        mean = {name: value / len(snapshots) for name, value in total.items()}
+        stage_dir = self.ctx.run_dir / "snapshot_mean"
+        run = self.tracker.start_run("snapshot_mean", tags={"stage": "snapshot_mean"}, parent=self.parent)
+        _record_config(run, self.cfg, self.ctx, "snapshot_mean")
+        run.set_tags({"run_dir": str(stage_dir), "n_snapshots": str(len(snapshots))})
+        return _guarded(run, lambda: evaluate_weights("snapshot_mean", self.cfg, mean, stage1.weights, run,
+                                                      stage_dir))
+
+    def _compare(self) -> float:
+        metrics = {f"{stage}/{k}": v for stage, result in self.results.items() for k, v in result.items()
+                   if k in ("acc", "loss")}
+        metrics["gain"] = gain(self.results)
+        self.parent.log_metrics(metrics, 0, flush=True)
+        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png")
+        if plot is not None:
+            self.parent.log_artifact(plot)
+        table = summary_table(self.results)
+        self.parent.log_text(table + "\n", "comparison.txt")
+        print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}",
+              file=sys.stderr)
+        return float(self.results["stage2"].get("acc", float("nan")))

@@ -14,7 +14,7 @@ import inspect
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -59,6 +59,13 @@ class Monitor(Enum):
 
 class BoostName(Enum):
     none = "none"
+    dim_reduce = "dim_reduce"
+
+
+class Baseline(Enum):
+    baseline = "baseline"            # plain training continued from stage 1, same budget
+    annealed = "annealed"            # the same at anneal_factor x LR
+    snapshot_mean = "snapshot_mean"  # the mean of the stage-1 snapshots, no training
 
 
 @dataclass
@@ -82,8 +89,29 @@ class ParallelConfig:
 
 
 @dataclass
+class SnapshotConfig:
+    start_epoch: int = 1          # first stage-1 epoch (1-based) that keeps snapshots
+    per_epoch: int = 1            # snapshots per epoch, evenly spaced, the last at epoch end
+
+
+@dataclass
 class BoostConfig:
     name: BoostName = BoostName.none
+    n_component: int = 32         # the tutorial's name (the built-in reads `n_components`)
+    rho: float = 0.55
+    gamma: float = 0.9
+    alpha: float = 0.001
+    sigma: float = 0.4
+    epochs: int = 2               # stage-2 epochs
+    weight_decay: float = 0.0     # decoupled decay on the out-of-subspace update
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    pca_mat_path: Optional[str] = None
+    pca_chunk_mb: float = 256.0
+    baselines: List[Baseline] = field(default_factory=lambda: list(Baseline))
+    baseline_epochs: Optional[int] = None   # null = boost.epochs
+    anneal_factor: float = 0.1
+    stage1_run: Optional[str] = None        # MLflow run id of a finished stage-1 run to reuse
+    reuse_stage1: bool = True               # reuse a finished stage 1 with the same fingerprint
 
 
 @dataclass
@@ -232,8 +260,32 @@ def _check_ranges(cfg: DictConfig) -> None:
         raise ConfigError(f"callbacks.best.monitor={cfg.callbacks.best.monitor!r}; allowed: acc, loss")
     if cfg.callbacks.best.keep < 0:
         raise ConfigError(f"callbacks.best.keep={cfg.callbacks.best.keep}: must be >= 0")
+    if cfg.boost.name.value == "dim_reduce":
+        _check_dim_reduce(cfg)
     if not (isinstance(cfg.resume, bool) or isinstance(cfg.resume, str)):
         raise ConfigError(f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory")
+
+
+def _check_dim_reduce(cfg: DictConfig) -> None:
+    boost = cfg.boost
+    for key in ("n_component", "epochs"):
+        if boost[key] < 1:
+            raise ConfigError(f"boost.{key}={boost[key]}: must be >= 1")
+    if not 0 < boost.rho < 1:
+        raise ConfigError(f"boost.rho={boost.rho}: must be between 0 and 1 (the second trial step)")
+    snap = boost.snapshot
+    if snap.per_epoch < 1 or not 1 <= snap.start_epoch <= cfg.epochs:
+        raise ConfigError(f"boost.snapshot: start_epoch={snap.start_epoch} must lie in 1..epochs={cfg.epochs} "
+                          f"and per_epoch={snap.per_epoch} must be >= 1")
+    expected = (cfg.epochs - snap.start_epoch + 1) * snap.per_epoch
+    if boost.stage1_run is None and boost.pca_mat_path is None and expected <= boost.n_component:
+        raise ConfigError(
+            f"boost=dim_reduce: stage 1 would keep {expected} snapshots ((epochs={cfg.epochs} - "
+            f"boost.snapshot.start_epoch={snap.start_epoch} + 1) x boost.snapshot.per_epoch={snap.per_epoch}), "
+            f"but boost.n_component={boost.n_component} needs more than {boost.n_component}")
+    if cfg.resume not in (False, "false"):
+        raise ConfigError("resume=... is not available for boost=dim_reduce pipelines yet; "
+                          "finished stage-1 runs are reused automatically (boost.reuse_stage1)")
 
 
 def validate(cfg: DictConfig) -> DictConfig:

@@ -125,6 +125,23 @@ class Tracker:
         return TrackedRun(self, run.info.run_id if run is not None else None)
 
 
+    def get_run(self, run_id: str):
+        """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreachable."""
+        self._connect()
+        if self._client is None:
+            return None
+        try:
+            return self._client.get_run(run_id)
+        except Exception:  # noqa: BLE001 - unknown id: the caller names it
+            return None
+
+    def search_runs(self, filter_string: str, max_results: int = 20) -> list:
+        """Runs of this experiment matching an MLflow filter, newest first ([] when tracking is off)."""
+        self._connect()
+        found = self._call("search_runs", lambda: self._client.search_runs(
+            [self._experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]))
+        return list(found or [])
+
     def resume_run(self, run_id: str) -> "TrackedRun":
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         self._connect()

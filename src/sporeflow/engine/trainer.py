@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from mindspore import Model, nn
+import numpy as np
+from mindspore import Model, Tensor, nn
 from omegaconf import DictConfig
 
-from sporeflow.checkpoints import newest_complete_checkpoint, restore_exact, save_atomic
+from sporeflow.checkpoints import load_checkpoint_file, newest_complete_checkpoint, restore_exact, save_atomic
+from sporeflow.dim_reduce.snapshots import SnapshotCallback
+from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.components import build_dataset, build_loss, build_model, build_optimizer
 from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar,
                                         StepMetrics, Throughput)
@@ -51,6 +54,14 @@ class Shard:
 
 
 @dataclass
+class StagePlan:
+    """What distinguishes one stage of a pipeline from plain training."""
+    init_weights: Path | None = None     # network weights to start from (stage 1's final.ckpt)
+    basis: object = None                 # k x M PCA basis: train with DimReduceStep
+    snapshot_dir: Path | None = None     # keep stage-1 weight snapshots here (boost.snapshot)
+
+
+@dataclass
 class Training:
     """The built pieces of a stage: what callbacks, resume and export need to reach."""
     network: nn.Cell
@@ -59,11 +70,24 @@ class Training:
     ema_swap: object = None            # callable -> context manager, when EMA is on
 
 
-def build_training(cfg: DictConfig) -> Training:
+def load_weights(network: nn.Cell, path: Path) -> None:
+    """Network weights from a checkpoint, every parameter matched by its exact name."""
+    restore_exact(load_checkpoint_file(path), network)
+
+
+def build_training(cfg: DictConfig, plan: StagePlan = StagePlan()) -> Training:
     network = build_model(cfg)
+    if plan.init_weights is not None:
+        load_weights(network, plan.init_weights)
     loss_fn = build_loss(cfg)
-    optimizer = build_optimizer(cfg, network.trainable_params())
     metrics = {"acc": nn.Accuracy(), "loss": nn.Loss()}
+    if plan.basis is not None:
+        b = cfg.boost
+        step = DimReduceStep(nn.WithLossCell(network, loss_fn), network.trainable_params(), plan.basis,
+                             rho=b.rho, gamma=b.gamma, alpha=b.alpha, sigma=b.sigma, weight_decay=b.weight_decay)
+        model = Model(step, eval_network=nn.WithEvalCell(network, loss_fn), metrics=metrics, eval_indexes=[0, 1, 2])
+        return Training(network, model, (step,))
+    optimizer = build_optimizer(cfg, network.trainable_params())
     if not needs_train_step(cfg.train):
         return Training(network, Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=metrics),
                         (network, optimizer))
@@ -75,10 +99,10 @@ def build_training(cfg: DictConfig) -> Training:
 
 
 def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
-                shard: Shard = Shard(), resume: bool = False) -> StageResult:
+                shard: Shard = Shard(), resume: bool = False, plan: StagePlan = StagePlan()) -> StageResult:
     """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to `out_dir/checkpoints`."""
     ckpt_dir = out_dir / "checkpoints"
-    training = build_training(cfg)
+    training = build_training(cfg, plan)
     start_epoch = 0
     if resume:
         path, state = newest_complete_checkpoint(ckpt_dir)
@@ -112,6 +136,10 @@ def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
         callbacks.append(BestCheckpoints(evaluator, training.network, ckpt_dir,
                                          best.monitor + ("_ema" if ema_ranked else ""), best.mode.value,
                                          best.keep, training.ema_swap if ema_ranked else None))
+    if plan.snapshot_dir is not None:
+        snap = cfg.boost.snapshot
+        callbacks.insert(0, SnapshotCallback(training.network, plan.snapshot_dir, snap.start_epoch,
+                                             snap.per_epoch, steps_per_epoch))
     callbacks = [cb for cb in callbacks if cb is not None]
     for cb in callbacks:
         if hasattr(cb, "step_offset"):
@@ -135,3 +163,41 @@ def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
     return StageResult(name, exported, weights, throughput.mean, evaluator.history)
+
+
+def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
+                     out_dir: Path) -> StageResult:
+    """A stage with no training: `base` weights overlaid with `weights` (name -> array),
+    BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
+    network = build_model(cfg)
+    load_weights(network, base)
+    for param in network.trainable_params():
+        param.set_data(Tensor(np.asarray(weights[param.name], dtype=np.float32)))
+    data = build_dataset(cfg)
+    if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
+        log.info("%s: BatchNorm statistics recomputed on the training split", name)
+    model = Model(network, loss_fn=build_loss(cfg), metrics={"acc": nn.Accuracy(), "loss": nn.Loss()})
+    result = {k: float(v) for k, v in model.eval(data.create("test"), dataset_sink_mode=False).items()}
+    path = save_atomic(network, out_dir / "checkpoints" / "final.ckpt")
+    run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
+    run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
+    return StageResult(name, result, path, float("nan"), [(0, result)])
+
+
+def recompute_batchnorm(network: nn.Cell, train_data, max_batches: int = 100) -> bool:
+    """Re-estimate BatchNorm moving statistics for averaged weights: reset them, then forward
+    passes in train mode (the layers' own momentum; after 100 batches at 0.9 the reset value
+    weighs 0.9**100 ~ 3e-5)."""
+    norms = [c for _, c in network.cells_and_names() if isinstance(c, nn.layer.normalization._BatchNorm)]
+    if not norms:
+        return False
+    for bn in norms:
+        bn.moving_mean.set_data(Tensor(np.zeros(bn.moving_mean.shape, np.float32)))
+        bn.moving_variance.set_data(Tensor(np.ones(bn.moving_variance.shape, np.float32)))
+    network.set_train(True)
+    for i, (images, _) in enumerate(train_data.create_tuple_iterator(num_epochs=1)):
+        if i >= max_batches:
+            break
+        network(images)
+    network.set_train(False)
+    return True

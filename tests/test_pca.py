@@ -79,7 +79,7 @@ def test_missing_or_empty_snapshot_folder(tmp_path):
     with pytest.raises(DimReduceError, match="does not exist"):
         list_snapshots(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DimReduceError, match="no .ckpt"):
+    with pytest.raises(DimReduceError, match="holds no snapshot_"):
         list_snapshots(tmp_path / "empty")
 
 
@@ -87,3 +87,33 @@ def test_snapshot_steps_evenly_spaced():
     assert snapshot_steps(45, 2) == {22, 45}
     assert snapshot_steps(45, 1) == {45}
     assert snapshot_steps(3, 5) == {1, 2, 3}
+
+
+def as_npy_snapshots(data, net, directory):
+    """The flat .npy + layout.json form SnapshotCallback writes."""
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    params = net.trainable_params()
+    (directory / "layout.json").write_text(json.dumps(
+        {"names": [p.name for p in params], "shapes": [list(p.shape) for p in params]}))
+    for i, row in enumerate(data):
+        np.save(directory / f"snapshot_e{i + 1:04d}_s00001.npy", row.astype(np.float32))
+
+
+def test_npy_snapshots_give_the_same_basis_as_ckpt(tmp_path):
+    net = TinyMLP()
+    data = write_snapshots(tmp_path / "ckpt", net, 10)
+    as_npy_snapshots(data, net, tmp_path / "npy")
+    layout = Layout.of(net)
+    from_ckpt = streaming_pca(list_snapshots(tmp_path / "ckpt"), layout, 4)
+    paths = list_snapshots(tmp_path / "npy")
+    assert all(p.suffix == ".npy" for p in paths)
+    np.testing.assert_allclose(streaming_pca(paths, layout, 4, chunk_mb=0.001), from_ckpt, atol=1e-5)
+
+
+def test_npy_snapshots_of_another_network_name_the_parameter(tmp_path):
+    small = TinyMLP(hidden=10)
+    as_npy_snapshots(np.zeros((6, sum(p.size for p in small.trainable_params()))), small, tmp_path / "npy")
+    with pytest.raises(DimReduceError, match="'fc1.weight' has shape"):
+        streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(TinyMLP()), 3)

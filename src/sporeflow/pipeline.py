@@ -23,7 +23,7 @@ from sporeflow.checkpoints import find_resume_dir, read_run_marker, write_run_ma
 from sporeflow.comparison import comparison_plot, gain, summary_table
 from sporeflow.components import build_model
 from sporeflow.context import RunContext
-from sporeflow.dim_reduce.pca import Layout, check_count, load_or_compute_basis, read_weights
+from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.engine.trainer import StagePlan, StageResult, evaluate_weights, train_stage
 from sporeflow.runtime import init_context
@@ -155,6 +155,8 @@ class DimReducePipeline:
         if self.boost.pca_mat_path is None:
             check_count(len(snapshots), self.boost.n_component)
         layout = Layout.of(build_model(self.cfg))
+        if snapshots[0].suffix == ".npy":
+            check_npy_layout(stage1.snapshots, layout)
         basis, basis_path = load_or_compute_basis(
             snapshots, layout, self.boost.n_component, stage1.run_dir / "pca", self.boost.pca_mat_path,
             self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar)
@@ -228,7 +230,7 @@ class DimReducePipeline:
     def _snapshot_mean(self, snapshots, layout: Layout, stage1: Stage1) -> StageResult:
         total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
         for path in snapshots:  # one snapshot in memory at a time
-            for name, value in read_weights(path, layout).items():
+            for name, value in read_all(path, layout).items():
                 total[name] += value
         mean = {name: value / len(snapshots) for name, value in total.items()}
         stage_dir = self.ctx.run_dir / "snapshot_mean"

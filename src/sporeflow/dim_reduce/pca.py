@@ -5,7 +5,8 @@ overhead), e.g. 30+ GB for ResNet-50 with 40 snapshots. Here the snapshots are r
 parameters by group, each group's N x g block centred and folded into the N x N Gram matrix;
 its top-k eigenvectors give the basis rows  p_j = v_j^T Xc / sqrt(lambda_j)  (orthonormal),
 written group by group into a float32 .npy (memory-mapped). Peak memory: one block of at most
-`chunk_mb` (one parameter when a parameter is larger), N x N, and the snapshot being read.
+`chunk_mb` (large parameters are split across blocks), N x N, and the snapshot being read;
+each snapshot file is read twice per block (Gram pass, projection pass).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import mindspore as ms
 import numpy as np
 from tqdm.auto import tqdm
 
-from sporeflow.dim_reduce.snapshots import DimReduceError
+from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,45 @@ class Layout:
         return sum(self.sizes)
 
 
+def check_npy_layout(directory: Path, layout: Layout) -> None:
+    """.npy snapshots carry no names: compare the layout.json written beside them."""
+    recorded = read_layout(directory)
+    if recorded is None:
+        raise DimReduceError(f"{directory} has .npy snapshots but no {LAYOUT_FILE}")
+    names, shapes = recorded["names"], [tuple(s) for s in recorded["shapes"]]
+    for name, shape in zip(layout.names, layout.shapes):
+        if name not in names:
+            raise DimReduceError(f"snapshots in {directory} have no parameter {name!r}: "
+                                 "they were saved from another network")
+        if shapes[names.index(name)] != shape:
+            raise DimReduceError(f"snapshots in {directory}: parameter {name!r} has shape "
+                                 f"{shapes[names.index(name)]}, the network's is {shape}: "
+                                 "they were saved from another network")
+    if tuple(names) != layout.names:
+        raise DimReduceError(f"snapshots in {directory} hold parameters {names[:3]}... in another "
+                             f"order or number than this network's {list(layout.names[:3])}...")
+
+
+def read_segments(path: Path, layout: Layout, segments) -> list[np.ndarray]:
+    """Slices (param index, start, end) of one snapshot's flat weight vector."""
+    if path.suffix == ".npy":
+        flat = np.load(path, mmap_mode="r")
+        if flat.shape != (layout.total,):
+            raise DimReduceError(f"snapshot {path.name} holds {flat.shape} values, expected ({layout.total},)")
+        offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
+        return [np.asarray(flat[offsets[i] + a:offsets[i] + b]) for i, a, b in segments]
+    weights = read_weights(path, layout, sorted({layout.names[i] for i, _, _ in segments}))
+    return [weights[layout.names[i]].ravel()[a:b] for i, a, b in segments]
+
+
+def read_all(path: Path, layout: Layout) -> dict[str, np.ndarray]:
+    """Every weight of one snapshot, by name."""
+    parts = read_segments(path, layout, [(i, 0, s) for i, s in enumerate(layout.sizes)])
+    return {n: part.reshape(shape) for n, shape, part in zip(layout.names, layout.shapes, parts)}
+
+
 def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray]:
-    """The named weights of one snapshot, checked against the layout (name and shape)."""
+    """The named weights of one .ckpt snapshot, checked against the layout (name and shape)."""
     wanted = set(layout.names if names is None else names)
     try:
         state = ms.load_checkpoint(str(path), choice_func=lambda n: n in wanted)
@@ -66,27 +104,38 @@ def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray
     return out
 
 
-def _groups(layout: Layout, n: int, chunk_mb: float) -> list[list[int]]:
-    """Consecutive parameter indices whose N x size float64 block fits in chunk_mb."""
-    budget = chunk_mb * 2 ** 20 / (8 * n)
-    groups, current, size = [], [], 0
-    for i, s in enumerate(layout.sizes):
-        if current and size + s > budget:
-            groups.append(current)
-            current, size = [], 0
-        current.append(i)
-        size += s
+Segment = tuple  # (parameter index, first flat element, end): one slice of one parameter
+
+
+def _groups(layout: Layout, n: int, chunk_mb: float) -> list[list[Segment]]:
+    """Consecutive slices of the flat weight vector whose N x width float64 block fits in
+    chunk_mb; a parameter larger than that is split across blocks."""
+    budget = max(1, int(chunk_mb * 2 ** 20 / (8 * n)))
+    groups, current, width = [], [], 0
+    for i, size in enumerate(layout.sizes):
+        start = 0
+        while start < size:
+            take = min(size - start, budget - width)
+            current.append((i, start, start + take))
+            width += take
+            start += take
+            if width == budget:
+                groups.append(current)
+                current, width = [], 0
     return groups + [current] if current else groups
 
 
-def _block(paths, layout: Layout, group: list[int]) -> np.ndarray:
-    names = [layout.names[i] for i in group]
-    rows = []
-    for p in paths:
-        weights = read_weights(p, layout, names)
-        rows.append(np.concatenate([weights[n].ravel() for n in names]).astype(np.float64))
-    block = np.stack(rows)
-    return block - block.mean(axis=0)
+def _block(paths, layout: Layout, group: list[Segment]) -> np.ndarray:
+    """The centred N x width float64 block of one group, filled in place row by row."""
+    width = sum(end - start for _, start, end in group)
+    block = np.empty((len(paths), width))
+    for row, p in enumerate(paths):
+        col = 0
+        for part in read_segments(p, layout, group):
+            block[row, col:col + len(part)] = part
+            col += len(part)
+    block -= block.mean(axis=0)
+    return block
 
 
 def check_count(n_snapshots: int, n_component: int) -> None:
@@ -112,8 +161,10 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     paths = [Path(p) for p in paths]
     n = len(paths)
     check_count(n, n_component)
+    for folder in {p.parent for p in paths if p.suffix == ".npy"}:
+        check_npy_layout(folder, layout)
     groups = _groups(layout, n, chunk_mb)
-    offsets = np.concatenate([[0], np.cumsum(layout.sizes)])
+    offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
     bar = tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress)
 
     gram = np.zeros((n, n))
@@ -140,7 +191,9 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
         basis = np.empty((n_component, layout.total), dtype=np.float32)
     for group in groups:
         block = _block(paths, layout, group)
-        basis[:, offsets[group[0]]:offsets[group[-1] + 1]] = coef.T @ block
+        first, last = group[0], group[-1]
+        basis[:, offsets[first[0]] + first[1]:offsets[last[0]] + last[2]] = coef.T @ block
+        del block
         bar.update(n)
     bar.close()
     if out_path is not None:

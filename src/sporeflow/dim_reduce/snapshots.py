@@ -1,15 +1,24 @@
-"""Stage-1 weight snapshots: the trainable weights only, several per epoch, in MindSpore's
-.ckpt format (what the seed's `ModelCheckpoint(saved_network=net)` keeps), read back in order."""
+"""Stage-1 weight snapshots: the trainable weights only, several per epoch.
+
+sporeflow writes each snapshot as one flat float32 .npy (the weights concatenated in the
+optimizer's order) with the names and shapes in `layout.json` beside them: the streaming PCA
+then reads just the slice it needs through a memory map (MindSpore's load_checkpoint keeps
+~5 MB of process memory per file read). A folder of MindSpore .ckpt files (what the seed's
+`ModelCheckpoint(saved_network=net)` keeps) is read as well.
+"""
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
+import numpy as np
 from mindspore.train import Callback
 
-from sporeflow.checkpoints import save_atomic
 from sporeflow.errors import SporeflowError
 
-PATTERN = "snapshot_e*_s*.ckpt"
+PATTERN = "snapshot_e*_s*.npy"
+LAYOUT_FILE = "layout.json"
 
 
 class DimReduceError(SporeflowError):
@@ -45,9 +54,28 @@ class SnapshotCallback(Callback):
             return
         in_epoch = (cb.cur_step_num - 1) % self.steps_per_epoch + 1
         if in_epoch in self.at:
-            path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.ckpt"
-            save_atomic([{"name": p.name, "data": p} for p in self.params], path)
+            path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.npy"
+            flat = np.concatenate([p.asnumpy().astype(np.float32).ravel() for p in self.params])
+            _write_atomic(path, lambda f: np.save(f, flat))
             self.saved.append(path)
+
+    def on_train_begin(self, run_context):
+        layout = {"names": [p.name for p in self.params], "shapes": [list(p.shape) for p in self.params]}
+        _write_atomic(self.directory / LAYOUT_FILE, lambda f: f.write(json.dumps(layout).encode()))
+
+
+def _write_atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def read_layout(directory: Path) -> dict | None:
+    """The names/shapes sporeflow recorded beside .npy snapshots (None for .ckpt folders)."""
+    path = Path(directory) / LAYOUT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def list_snapshots(directory: Path) -> list[Path]:
@@ -57,5 +85,5 @@ def list_snapshots(directory: Path) -> list[Path]:
                              "(boost.snapshot.*), or point boost.stage1_run at a finished stage-1 run")
     found = sorted(directory.glob(PATTERN)) or sorted(directory.glob("*.ckpt"))
     if not found:
-        raise DimReduceError(f"snapshot folder {directory} holds no .ckpt files")
+        raise DimReduceError(f"snapshot folder {directory} holds no snapshot_*.npy or .ckpt files")
     return found

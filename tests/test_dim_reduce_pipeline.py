@@ -1,0 +1,92 @@
+"""`python train.py boost=dim_reduce` end to end: stages, MLflow parent/child runs, stage-1 reuse."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import TRAIN, run_train
+
+pytestmark = pytest.mark.e2e
+
+SMALL = ["epochs=3", "boost=dim_reduce", "boost.snapshot.start_epoch=1", "boost.snapshot.per_epoch=4",
+         "boost.n_component=8", "boost.epochs=1"]
+
+
+def runs_by_stage(db):
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("sporeflow")
+    runs = client.search_runs([exp.experiment_id])
+    by_stage = {}
+    for run in runs:
+        by_stage.setdefault(run.data.tags["stage"], []).append(run)
+    return client, by_stage
+
+
+def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
+    proc = run_train(SMALL, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean", "gain"):
+        assert stage in proc.stderr
+
+    client, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    (parent,) = by_stage["pipeline"]
+    for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean"):
+        (child,) = by_stage[stage]
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+        assert 0.1 < parent.data.metrics[f"{stage}/acc"] <= 1.0
+        assert f"{stage}/loss" in parent.data.metrics
+    best_baseline = max(parent.data.metrics[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
+    assert parent.data.metrics["gain"] == pytest.approx(parent.data.metrics["stage2/acc"] - best_baseline)
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"comparison.png", "comparison.txt", "pca"} <= artifacts
+    (stage2,) = by_stage["stage2"]
+    assert stage2.data.tags["n_snapshots"] == str(3 * 4)
+    assert stage2.data.params["boost.n_component"] == "8"
+
+    run_dir = tmp_path / "run"
+    assert len(list((run_dir / "stage1" / "snapshots").glob("snapshot_*.npy"))) == 12
+    assert (run_dir / "stage2" / "checkpoints" / "final.ckpt").is_file()
+    # the annealed baseline really used the annealed learning rate
+    (annealed,) = by_stage["annealed"]
+    assert float(annealed.data.params["optimizer.lr"]) == pytest.approx(0.1 * 0.02)
+
+
+def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
+    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, "boost.rho=0.4,0.7", "boost.baselines=[baseline]",
+           f"hydra.sweep.dir={tmp_path / 'multirun'}", "callbacks.progress_bar=false"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    assert len(by_stage["pipeline"]) == 2 and len(by_stage["stage2"]) == 2
+    assert len(by_stage["stage1"]) == 1, "the sweep should train stage 1 once"
+    reused = [p for p in by_stage["pipeline"] if "stage1_reused_from" in p.data.tags]
+    assert len(reused) == 1 and reused[0].data.tags["stage1_reused_from"] == by_stage["stage1"][0].info.run_id
+    assert sorted(r.data.params["boost.rho"] for r in by_stage["stage2"]) == ["0.4", "0.7"]
+
+    proc = run_train(SMALL + ["boost.reuse_stage1=false", "boost.baselines=[]"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    assert len(by_stage["stage1"]) == 2
+
+
+@pytest.mark.parametrize("override,expected", [
+    (["boost.n_component=32"], ["12 snapshots", "n_component=32"]),
+    (["boost.n_components=8"], ["n_components", "allowed keys under boost", "n_component"]),
+    (["boost.baselines=[plain]"], ["plain", "baseline, annealed, snapshot_mean"]),
+])
+def test_bad_dim_reduce_config_exits_2_before_training(tmp_path, override, expected):
+    proc = run_train(SMALL + override, tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    for text in expected:
+        assert text in proc.stderr
+    assert not (tmp_path / "run" / "stage1").exists()
+
+
+def test_unknown_stage1_run_is_a_clear_error(tmp_path):
+    proc = run_train(SMALL + ["boost.stage1_run=0123456789abcdef"], tmp_path)
+    assert proc.returncode == 1
+    assert "boost.stage1_run=0123456789abcdef: no such MLflow run" in proc.stderr

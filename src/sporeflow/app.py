@@ -17,7 +17,7 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow import cpu_isa
+from sporeflow import cpu_isa, launch
 from sporeflow.context import RunContext
 from sporeflow.errors import ConfigError, SporeflowError
 from sporeflow.schema import allowed_keys, validate
@@ -45,6 +45,7 @@ def _run_context() -> RunContext:
         overrides=list(hc.overrides.task),
         hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve() if hc.output_subdir else None,
         git_commit=_git_commit(launch_dir),
+        entry_script=Path(sys.argv[0]).resolve(),
     )
 
 
@@ -54,9 +55,15 @@ def run_task(cfg: DictConfig) -> float:
     isa = cpu_isa.apply(getattr(cfg.runtime.cpu_isa, "value", cfg.runtime.cpu_isa))
     log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
     plain = validate(cfg)
+    ctx = _run_context()
+    if launch.needs_launch(plain):
+        return launch.launch(plain, ctx)
     from sporeflow.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
-    return run_pipeline(plain, _run_context())
+    acc = run_pipeline(plain, ctx)
+    if launch.under_msrun() and os.environ.get("RANK_ID", "0") == "0":
+        launch.write_result(ctx, acc)
+    return acc
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:

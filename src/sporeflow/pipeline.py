@@ -26,7 +26,7 @@ from sporeflow.context import RunContext
 from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.engine.trainer import StagePlan, StageResult, evaluate_weights, train_stage
-from sporeflow.runtime import init_context
+from sporeflow.runtime import Shard, barrier, init_context
 from sporeflow.tracking import Tracker, TrackedRun, flatten
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def _guarded(run: TrackedRun, fn):
 def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
                   resume_dir: Path | None = None, parent: TrackedRun | None = None,
                   plan: StagePlan = StagePlan(), stage_dir: Path | None = None,
-                  tags: dict | None = None) -> StageResult:
+                  tags: dict | None = None, shard: Shard = Shard()) -> StageResult:
     """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
 
     Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
@@ -87,19 +87,22 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
         run = tracker.start_run(name, tags={"stage": stage}, parent=parent)
         _record_config(run, cfg, ctx, stage)
         run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
-    write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
-    return _guarded(run, lambda: train_stage(stage, cfg, stage_dir, run, resume=resume_dir is not None,
-                                             plan=plan))
+    if shard.is_main:
+        write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
+    return _guarded(run, lambda: train_stage(stage, cfg, stage_dir, run, shard=shard,
+                                             resume=resume_dir is not None, plan=plan))
 
 
 def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     """Run every stage the config asks for; returns the final eval accuracy (stage 2's)."""
-    init_context(cfg)
-    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
+    shard = init_context(cfg)
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, enabled=shard.is_main)  # rank 0 alone
     if cfg.boost.name.value == "dim_reduce":
-        return DimReducePipeline(cfg, ctx, tracker).run()
+        return DimReducePipeline(cfg, ctx, tracker, shard).run()
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
-    result = tracked_stage(tracker, "train", cfg, ctx, resume_dir)
+    result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, shard=shard)
+    if not shard.is_main:
+        return float(result.metrics.get("acc", float("nan")))
     summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
     print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
           f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
@@ -120,9 +123,12 @@ class Stage1:
     metrics: dict
     reused_from: str | None = None
 
+    rank: int = 0
+
     @property
     def weights(self) -> Path:
-        return self.run_dir / "checkpoints" / "final.ckpt"
+        per_rank = self.run_dir / "checkpoints" / f"rank_{self.rank}" / "final.ckpt"
+        return per_rank if per_rank.is_file() else self.run_dir / "checkpoints" / "final.ckpt"
 
     @property
     def snapshots(self) -> Path:
@@ -132,8 +138,8 @@ class Stage1:
 class DimReducePipeline:
     """stage 1 -> PCA -> stage 2 -> baselines -> comparison, under one parent MLflow run."""
 
-    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker):
-        self.cfg, self.ctx, self.tracker = cfg, ctx, tracker
+    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, shard: Shard = Shard()):
+        self.cfg, self.ctx, self.tracker, self.shard = cfg, ctx, tracker, shard
         self.boost = cfg.boost
         self.results: dict[str, dict] = {}
 
@@ -146,20 +152,29 @@ class DimReducePipeline:
     def run(self) -> float:
         self.parent = self.tracker.start_run(f"{_run_name(self.cfg)}-dim_reduce", tags={"stage": "pipeline"})
         _record_config(self.parent, self.cfg, self.ctx, "pipeline")
+        if self.shard.is_main:
+            write_run_marker(self.ctx.run_dir, mlflow_run_id=self.parent.run_id, tracking_uri=self.tracker.uri,
+                             stage="pipeline")
         return _guarded(self.parent, self._stages)
 
     def _stages(self) -> float:
         stage1 = self._stage1()
         self.results["stage1"] = stage1.metrics
+        barrier(self.shard)  # rank 0 has written every snapshot
         snapshots = list_snapshots(stage1.snapshots)
         if self.boost.pca_mat_path is None:
             check_count(len(snapshots), self.boost.n_component)
         layout = Layout.of(build_model(self.cfg))
         if snapshots[0].suffix == ".npy":
             check_npy_layout(stage1.snapshots, layout)
-        basis, basis_path = load_or_compute_basis(
+        compute = lambda: load_or_compute_basis(  # noqa: E731
             snapshots, layout, self.boost.n_component, stage1.run_dir / "pca", self.boost.pca_mat_path,
-            self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar)
+            self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.shard.is_main)
+        if self.shard.is_main:  # rank 0 computes (or finds) the basis, the others read its file
+            basis, basis_path = compute()
+        barrier(self.shard)
+        if not self.shard.is_main:
+            basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
 
         stage2 = self._child("stage2", self._derived(epochs=self.boost.epochs),
@@ -184,7 +199,7 @@ class DimReducePipeline:
                artifact: Path | None = None) -> StageResult:
         stage_dir = self.ctx.run_dir / stage
         result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
-                               stage_dir=stage_dir, tags=tags)
+                               stage_dir=stage_dir, tags=tags, shard=self.shard)
         if artifact is not None:
             self.parent.log_artifact(artifact, "pca")
         return result
@@ -197,15 +212,16 @@ class DimReducePipeline:
             self.parent.set_tags({"stage1_reused_from": reused.reused_from})
             return reused
         stage_dir = self.ctx.run_dir / "stage1"
-        result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=stage_dir / "snapshots"),
+        snapshots = stage_dir / "snapshots" if self.shard.is_main else None  # weights agree across ranks
+        result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=snapshots),
                              {"stage1_fingerprint": fingerprint})
-        return Stage1(stage_dir, result.metrics)
+        return Stage1(stage_dir, result.metrics, rank=self.shard.rank)
 
     def _find_stage1(self, fingerprint: str) -> Stage1 | None:
         def usable(run) -> Stage1 | None:
             found = Stage1(Path(run.data.tags.get("run_dir", "")),
                            {k[len("final/"):]: v for k, v in run.data.metrics.items() if k.startswith("final/")},
-                           run.info.run_id)
+                           run.info.run_id, self.shard.rank)
             return found if found.weights.is_file() and found.snapshots.is_dir() else None
 
         if self.boost.stage1_run:

@@ -1,22 +1,62 @@
-"""MindSpore process state: execution mode, device, seeds, CPU threads."""
+"""MindSpore process state: execution mode, device, seeds, CPU threads, the parallel context."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import mindspore as ms
 import numpy as np
 from omegaconf import DictConfig
 
 _MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
+_PARALLEL = {"data": ms.ParallelMode.DATA_PARALLEL, "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
+             "auto": ms.ParallelMode.AUTO_PARALLEL}
 
 
-def init_context(cfg: DictConfig) -> None:
-    """Set mode and device (the non-deprecated `ms.set_device`) and seed every RNG a run uses."""
+@dataclass
+class Shard:
+    """This process's place in the data-parallel world (rank 0 of 1 when stand-alone)."""
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def dataset_args(self) -> dict:
+        return {"num_shards": self.size, "shard_id": self.rank} if self.size > 1 else {}
+
+
+def init_context(cfg: DictConfig) -> Shard:
+    """Set mode and device (the non-deprecated `ms.set_device`), seed every RNG a run uses, and,
+    for a parallel job running under msrun, join the cluster and set MindSpore's parallel context."""
     ms.set_context(mode=_MODES[cfg.mode.value])
     ms.set_device(cfg.device_target.value)
     if cfg.runtime.threads and cfg.device_target.value == "CPU":
         ms.device_context.cpu.op_tuning.threads_num(cfg.runtime.threads)
     seed_everything(cfg.seed)
+    if cfg.parallel.mode.value == "standalone":
+        return Shard()
+    return init_parallel(cfg.parallel)
+
+
+def init_parallel(par: DictConfig) -> Shard:
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()  # on CPU: the mccl backend; msrun's scheduler process waits in here
+    mode = par.mode.value
+    kwargs = dict(parallel_mode=_PARALLEL[mode], gradients_mean=par.gradients_mean,
+                  device_num=par.device_num, parameter_broadcast=par.parameter_broadcast)
+    if par.all_reduce_fusion_config:
+        kwargs["all_reduce_fusion_config"] = list(par.all_reduce_fusion_config)
+    if mode == "auto":
+        kwargs["search_mode"] = par.search_mode.value
+    strategy = par.strategy_ckpt_config
+    if strategy.save_file or strategy.load_file:
+        kwargs["strategy_ckpt_config"] = {"save_file": strategy.save_file, "load_file": strategy.load_file,
+                                          "only_trainable_params": strategy.only_trainable_params}
+    ms.set_auto_parallel_context(**kwargs)
+    return Shard(get_rank(), get_group_size())
 
 
 def seed_everything(seed: int) -> None:
@@ -24,3 +64,12 @@ def seed_everything(seed: int) -> None:
     ms.dataset.config.set_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+def barrier(shard: Shard) -> None:
+    """Wait until every rank gets here (no-op stand-alone): an AllReduce of one number."""
+    if shard.size == 1:
+        return
+    from mindspore import Tensor, ops
+
+    ops.AllReduce()(Tensor(np.ones(1, np.float32))).asnumpy()

@@ -45,6 +45,15 @@ class CpuIsa(Enum):
 
 class ParallelMode(Enum):
     standalone = "standalone"
+    data = "data"                 # DATA_PARALLEL
+    semi_auto = "semi_auto"       # SEMI_AUTO_PARALLEL: operator shard strategies from parallel.shard
+    auto = "auto"                 # AUTO_PARALLEL: strategies searched (parallel.search_mode)
+
+
+class SearchMode(Enum):
+    sharding_propagation = "sharding_propagation"
+    recursive_programming = "recursive_programming"
+    dynamic_programming = "dynamic_programming"
 
 
 class EvalWith(Enum):
@@ -83,9 +92,29 @@ class TrackingConfig:
 
 
 @dataclass
+class StrategyCkptConfig:
+    load_file: str = ""
+    save_file: str = ""
+    only_trainable_params: bool = True
+
+
+@dataclass
 class ParallelConfig:
     mode: ParallelMode = ParallelMode.standalone
-    workers: int = 1
+    workers: int = 1              # processes in the whole job (MindSpore's device_num)
+    device_num: int = 1           # interpolated from workers in the group files
+    gradients_mean: bool = True
+    parameter_broadcast: bool = False
+    all_reduce_fusion_config: List[int] = field(default_factory=list)
+    strategy_ckpt_config: StrategyCkptConfig = field(default_factory=StrategyCkptConfig)
+    integrated_save: bool = True
+    search_mode: SearchMode = SearchMode.sharding_propagation
+    shard: Dict[str, Any] = field(default_factory=dict)   # cell path -> MatMul strategy
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0          # 0 = a free port
+    cluster_time_out: int = 120   # seconds msrun waits for all workers to join
 
 
 @dataclass
@@ -260,10 +289,35 @@ def _check_ranges(cfg: DictConfig) -> None:
         raise ConfigError(f"callbacks.best.monitor={cfg.callbacks.best.monitor!r}; allowed: acc, loss")
     if cfg.callbacks.best.keep < 0:
         raise ConfigError(f"callbacks.best.keep={cfg.callbacks.best.keep}: must be >= 0")
+    _check_parallel(cfg)
     if cfg.boost.name.value == "dim_reduce":
         _check_dim_reduce(cfg)
     if not (isinstance(cfg.resume, bool) or isinstance(cfg.resume, str)):
         raise ConfigError(f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory")
+
+
+def _check_parallel(cfg: DictConfig) -> None:
+    par = cfg.parallel
+    mode = par.mode.value
+    if mode == "standalone" and par.workers != 1:
+        raise ConfigError(f"parallel.mode=standalone runs one process, not parallel.workers={par.workers}; "
+                          "for data parallel use parallel=data2|data4|data8 or parallel.mode=data")
+    if par.device_num != par.workers:
+        raise ConfigError(f"parallel.device_num={par.device_num} must equal parallel.workers={par.workers}")
+    if par.nodes < 1 or par.workers % par.nodes:
+        raise ConfigError(f"parallel.workers={par.workers} must be a multiple of parallel.nodes={par.nodes}")
+    if not 0 <= par.node_rank < par.nodes:
+        raise ConfigError(f"parallel.node_rank={par.node_rank} must lie in 0..{par.nodes - 1}")
+    if mode in ("semi_auto", "auto") and cfg.device_target.value == "CPU":
+        name = {"semi_auto": "SEMI_AUTO_PARALLEL", "auto": "AUTO_PARALLEL"}[mode]
+        raise ConfigError(
+            f"parallel.mode={mode} ({name}) cannot run with device_target=CPU: MindSpore's CPU backend "
+            "refuses it at graph compile ('currently only support Ascend/GPU backend'). On this machine "
+            "use data parallel (parallel=data2|data4|data8), or run with device_target=Ascend|GPU where "
+            "those devices exist")
+    if mode == "semi_auto" and not par.shard:
+        raise ConfigError("parallel.mode=semi_auto needs operator strategies in parallel.shard "
+                          "(cell path -> [[a, b], [c, d]] for each MatMul)")
 
 
 def _check_dim_reduce(cfg: DictConfig) -> None:

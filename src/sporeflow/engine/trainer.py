@@ -25,6 +25,7 @@ from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, Ev
                                         StepMetrics, Throughput)
 from sporeflow.engine.train_step import build_train_step, ema_weights_in, needs_train_step
 from sporeflow.errors import DataError
+from sporeflow.runtime import Shard
 from sporeflow.tracking import TrackedRun
 
 log = logging.getLogger(__name__)
@@ -37,20 +38,6 @@ class StageResult:
     checkpoint: Path                   # network weights after the stage (EMA if eval_with=ema)
     images_per_sec: float
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
-
-
-@dataclass
-class Shard:
-    """This process's place in the data-parallel world (rank 0 of 1 when stand-alone)."""
-    rank: int = 0
-    size: int = 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def dataset_args(self) -> dict:
-        return {"num_shards": self.size, "shard_id": self.rank} if self.size > 1 else {}
 
 
 @dataclass
@@ -100,8 +87,9 @@ def build_training(cfg: DictConfig, plan: StagePlan = StagePlan()) -> Training:
 
 def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
                 shard: Shard = Shard(), resume: bool = False, plan: StagePlan = StagePlan()) -> StageResult:
-    """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to `out_dir/checkpoints`."""
-    ckpt_dir = out_dir / "checkpoints"
+    """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to `out_dir/checkpoints`
+    (`checkpoints/rank_<r>` in a parallel job)."""
+    ckpt_dir = out_dir / "checkpoints" if shard.size == 1 else out_dir / "checkpoints" / f"rank_{shard.rank}"
     training = build_training(cfg, plan)
     start_epoch = 0
     if resume:

@@ -1,0 +1,111 @@
+"""Process topology: how many workers a config asks for, and re-running this command under
+MindSpore's `msrun` when it asks for more than one.
+
+The launcher (the process the user started) does no training: it re-runs the same job
+(same overrides, same Hydra run dir) as `msrun --worker_num=N ... train.py`, waits, and on a
+worker failure marks the MLflow run FAILED and shows the failing rank's last log lines.
+Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
+process, MS_SCHED, runs the script up to `init()` too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sporeflow.context import RunContext
+from sporeflow.errors import SporeflowError
+
+RESULT_FILE = "sporeflow_result.json"
+LOG_TAIL = 25
+
+
+class LaunchError(SporeflowError):
+    """msrun or one of its workers failed; the message names the rank and its error."""
+
+
+def under_msrun() -> bool:
+    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
+
+
+def needs_launch(cfg: DictConfig) -> bool:
+    return cfg.parallel.workers > 1 and not under_msrun()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
+    """CPU kernel threads each worker may use so that N workers do not oversubscribe C cores."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_workers))
+
+
+def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str], Path]:
+    par = cfg.parallel
+    local = par.workers // par.nodes
+    log_dir = ctx.run_dir / "msrun_logs"
+    overrides = [o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))]
+    threads = cfg.runtime.threads or threads_per_worker(local)
+    cmd = ["msrun", f"--worker_num={par.workers}", f"--local_worker_num={local}",
+           f"--master_addr={par.master_addr}", f"--master_port={port}", f"--node_rank={par.node_rank}",
+           f"--log_dir={log_dir}", "--join=True", f"--cluster_time_out={par.cluster_time_out}",
+           str(ctx.entry_script), *overrides, f"hydra.run.dir={ctx.run_dir}", f"runtime.threads={threads}"]
+    return cmd, log_dir
+
+
+def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
+    """(log name, last lines) of the first worker log that shows a Python error."""
+    for log in sorted(log_dir.glob("worker_*.log"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+        lines = log.read_text(errors="replace").splitlines()
+        if any(l.startswith("Traceback") or "Error:" in l for l in lines):
+            return log.name, lines[-LOG_TAIL:]
+    return None
+
+
+def launch(cfg: DictConfig, ctx: RunContext) -> float:
+    """Run the job under msrun; returns rank 0's final accuracy."""
+    if shutil.which("msrun") is None:
+        raise LaunchError("msrun is not on PATH: activate the virtualenv that has MindSpore")
+    port = cfg.parallel.master_port or free_port()
+    cmd, log_dir = msrun_command(cfg, ctx, port)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
+    env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
+    print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; logs in {log_dir}", file=sys.stderr)
+    proc = subprocess.run(cmd, cwd=ctx.launch_dir, env=env)
+    result_path = ctx.run_dir / RESULT_FILE
+    if proc.returncode != 0 or not result_path.is_file():
+        failed = failing_rank(log_dir)
+        _mark_failed(cfg, ctx)
+        if failed:
+            name, tail = failed
+            raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
+        raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
+    return float(json.loads(result_path.read_text()).get("acc", float("nan")))
+
+
+def _mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
+    """Rank 0 wrote its MLflow run id into the run marker; a failed job must not stay RUNNING."""
+    from sporeflow.checkpoints import read_run_marker
+    from sporeflow.tracking import Tracker
+
+    run_id = read_run_marker(ctx.run_dir).get("mlflow_run_id")
+    if run_id:
+        tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
+        tracker.resume_run(run_id).end("FAILED")
+
+
+def write_result(ctx: RunContext, acc: float) -> None:
+    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))

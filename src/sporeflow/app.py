@@ -20,7 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow import cpu_isa, launch
 from sporeflow.context import RunContext
 from sporeflow.errors import ConfigError, SporeflowError
+from sporeflow.components import build_model
 from sporeflow.schema import allowed_keys, validate
+from sporeflow.strategies import check_parallel_plan
 
 log = logging.getLogger("sporeflow")
 
@@ -55,13 +57,14 @@ def run_task(cfg: DictConfig) -> float:
     isa = cpu_isa.apply(getattr(cfg.runtime.cpu_isa, "value", cfg.runtime.cpu_isa))
     log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
     plain = validate(cfg)
+    check_parallel_plan(plain, lambda: build_model(plain))
     ctx = _run_context()
     if launch.needs_launch(plain):
         return launch.launch(plain, ctx)
     from sporeflow.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     acc = run_pipeline(plain, ctx)
-    if launch.under_msrun() and os.environ.get("RANK_ID", "0") == "0":
+    if launch.under_msrun():
         launch.write_result(ctx, acc)
     return acc
 

@@ -78,11 +78,13 @@ def launch(cfg: DictConfig, ctx: RunContext) -> float:
     """Run the job under msrun; returns rank 0's final accuracy."""
     if shutil.which("msrun") is None:
         raise LaunchError("msrun is not on PATH: activate the virtualenv that has MindSpore")
+    _prepare_tracking(cfg, ctx)
     port = cfg.parallel.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
     env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
+    env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only (msrun echoes worker logs)
     print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; logs in {log_dir}", file=sys.stderr)
     proc = subprocess.run(cmd, cwd=ctx.launch_dir, env=env)
     result_path = ctx.run_dir / RESULT_FILE
@@ -94,6 +96,14 @@ def launch(cfg: DictConfig, ctx: RunContext) -> float:
             raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
         raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
     return float(json.loads(result_path.read_text()).get("acc", float("nan")))
+
+
+def _prepare_tracking(cfg: DictConfig, ctx: RunContext) -> None:
+    """Create the MLflow store and experiment here, so a worker killed mid-way can never leave a
+    half-migrated database behind (and rank 0 does not pay the migration)."""
+    from sporeflow.tracking import Tracker
+
+    Tracker.from_config(cfg.tracking, ctx.launch_dir).connect()
 
 
 def _mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
@@ -108,4 +118,8 @@ def _mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
 
 
 def write_result(ctx: RunContext, acc: float) -> None:
-    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))
+    """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state)."""
+    from mindspore.communication import get_rank
+
+    if get_rank() == 0:
+        (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))

@@ -109,7 +109,7 @@ class ParallelConfig:
     strategy_ckpt_config: StrategyCkptConfig = field(default_factory=StrategyCkptConfig)
     integrated_save: bool = True
     search_mode: SearchMode = SearchMode.sharding_propagation
-    shard: Dict[str, Any] = field(default_factory=dict)   # cell path -> MatMul strategy
+    shard: Dict[str, Any] = field(default_factory=dict)   # layer (cell path) -> MatMul strategy
     nodes: int = 1
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
@@ -308,16 +308,9 @@ def _check_parallel(cfg: DictConfig) -> None:
         raise ConfigError(f"parallel.workers={par.workers} must be a multiple of parallel.nodes={par.nodes}")
     if not 0 <= par.node_rank < par.nodes:
         raise ConfigError(f"parallel.node_rank={par.node_rank} must lie in 0..{par.nodes - 1}")
-    if mode in ("semi_auto", "auto") and cfg.device_target.value == "CPU":
-        name = {"semi_auto": "SEMI_AUTO_PARALLEL", "auto": "AUTO_PARALLEL"}[mode]
-        raise ConfigError(
-            f"parallel.mode={mode} ({name}) cannot run with device_target=CPU: MindSpore's CPU backend "
-            "refuses it at graph compile ('currently only support Ascend/GPU backend'). On this machine "
-            "use data parallel (parallel=data2|data4|data8), or run with device_target=Ascend|GPU where "
-            "those devices exist")
     if mode == "semi_auto" and not par.shard:
         raise ConfigError("parallel.mode=semi_auto needs operator strategies in parallel.shard "
-                          "(cell path -> [[a, b], [c, d]] for each MatMul)")
+                          "(layer -> [[a, b], [c, d]] for its MatMul)")
 
 
 def _check_dim_reduce(cfg: DictConfig) -> None:

@@ -86,6 +86,10 @@ class Tracker:
             self._disable(what, ex)
             return None
 
+    def connect(self) -> None:
+        """Open the store and create the experiment if needed (first use does it anyway)."""
+        self._connect()
+
     def _connect(self) -> None:
         if self._client is not None or not self.enabled:
             return

@@ -26,6 +26,7 @@ from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, Ev
 from sporeflow.engine.train_step import build_train_step, ema_weights_in, needs_train_step
 from sporeflow.errors import DataError
 from sporeflow.runtime import Shard
+from sporeflow.strategies import apply_strategies
 from sporeflow.tracking import TrackedRun
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def load_weights(network: nn.Cell, path: Path) -> None:
 
 def build_training(cfg: DictConfig, plan: StagePlan = StagePlan()) -> Training:
     network = build_model(cfg)
+    if cfg.parallel.mode.value == "semi_auto":
+        apply_strategies(network, cfg.parallel.shard)
     if plan.init_weights is not None:
         load_weights(network, plan.init_weights)
     loss_fn = build_loss(cfg)

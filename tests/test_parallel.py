@@ -1,0 +1,103 @@
+"""Parallel training with real msrun worker processes; refusals and strategy checks."""
+from __future__ import annotations
+
+import time
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import REPO, run_train
+from sporeflow.errors import ConfigError
+from sporeflow.launch import threads_per_worker
+from sporeflow.strategies import check_strategy
+
+pytestmark = pytest.mark.e2e
+DROP = ["+dataset.drop_remainder=true", "epochs=2"]
+
+
+def weights(path):
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+
+
+def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
+    par, solo = tmp_path / "par", tmp_path / "solo"
+    par.mkdir()
+    solo.mkdir()
+    proc = run_train(DROP + ["parallel=data2", "dataset.batch_size=16"], par, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_train(DROP + ["dataset.batch_size=32"], solo)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    ranks = [weights(par / "run" / "checkpoints" / f"rank_{r}" / "final.ckpt") for r in (0, 1)]
+    alone = weights(solo / "run" / "checkpoints" / "final.ckpt")
+    assert ranks[0].keys() == alone.keys()
+    for key in alone:
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)  # bit-identical
+        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+    client = MlflowClient(f"sqlite:///{par}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # rank 0 alone tracked
+    assert runs[0].data.params["parallel.workers"] == "2"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+    assert steps == list(range(1, 2 * 44 + 1))
+    assert (par / "run" / "msrun_logs" / "worker_1.log").is_file()
+
+
+def test_data8_starts_eight_workers_and_finishes(tmp_path):
+    proc = run_train(["parallel=data8", "epochs=1", "dataset.batch_size=8"], tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [f"rank_{r}" for r in range(8)]
+    assert len(list((tmp_path / "run" / "msrun_logs").glob("worker_*.log"))) == 8
+
+
+def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
+    start = time.time()
+    proc = run_train(["parallel=data2", "epochs=1", "model._target_=failing_models.FailOnRank"], tmp_path,
+                     env={"PYTHONPATH": str(REPO / "tests")}, timeout=600)
+    assert time.time() - start < 300
+    assert proc.returncode == 1
+    assert "worker_1.log failed" in proc.stderr
+    assert "deliberate failure while building the network on rank 1" in proc.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("sporeflow")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    assert all(r.info.status == "FAILED" for r in runs)
+
+
+@pytest.mark.parametrize("option", ["semi_auto8", "auto8"])
+def test_semi_and_auto_parallel_refused_on_cpu_before_launch(tmp_path, option):
+    extra = ["model=mlp", "dataset.image_size=28"] if option == "semi_auto8" else []
+    proc = run_train([f"parallel={option}", *extra], tmp_path)
+    assert proc.returncode == 2
+    assert "cannot run with device_target=CPU" in proc.stderr and "parallel=data2|data4|data8" in proc.stderr
+    assert not (tmp_path / "run" / "msrun_logs").exists()
+
+
+def test_bad_strategy_names_the_layer_before_launch(tmp_path):
+    proc = run_train(["parallel=semi_auto8", "model=mlp", "dataset.image_size=28", "device_target=Ascend",
+                      "parallel.shard.layer1=[[2,2],[1,2]]"], tmp_path)
+    assert proc.returncode == 2
+    assert "parallel.shard.layer1=[[2, 2], [1, 2]]" in proc.stderr and "reduction dimension" in proc.stderr
+    proc = run_train(["parallel=semi_auto8", "model=mlp", "device_target=Ascend",
+                      "+parallel.shard.layer9=[[2,1],[1,2]]"], tmp_path)
+    assert proc.returncode == 2 and "shardable layers: layer1, layer2, layer3" in proc.stderr
+
+
+def test_strategy_rules():
+    check_strategy("layer1", [[2, 1], [1, 2]], (784, 512), 32, 8)   # the seed's
+    check_strategy("layer3", [[2, 2], [2, 1]], (512, 10), 32, 8)
+    with pytest.raises(ConfigError, match="divide parallel.device_num=8"):
+        check_strategy("layer1", [[3, 1], [1, 1]], (784, 512), 33, 8)
+    with pytest.raises(ConfigError, match="output features 10, not divisible by 4"):
+        check_strategy("layer3", [[2, 1], [1, 4]], (512, 10), 32, 8)
+    with pytest.raises(ConfigError, match="batch .* 30, not divisible by 4"):
+        check_strategy("layer1", [[4, 1], [1, 2]], (784, 512), 30, 8)
+
+
+def test_thread_budget_divides_cores():
+    assert threads_per_worker(8, cores=2) == 1
+    assert threads_per_worker(2, cores=8) == 4
+    assert threads_per_worker(1, cores=2) == 2

@@ -101,3 +101,21 @@ def test_thread_budget_divides_cores():
     assert threads_per_worker(8, cores=2) == 1
     assert threads_per_worker(2, cores=8) == 4
     assert threads_per_worker(1, cores=2) == 2
+
+
+def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
+    """Stage 2 averages gradients and trial losses by true division: every rank takes the same
+    line-search decisions and the weights never drift apart (the built-in hangs, then NaNs)."""
+    proc = run_train(["parallel=data2", "epochs=3", "boost=dim_reduce", "boost.snapshot.start_epoch=1",
+                      "boost.snapshot.per_epoch=4", "boost.n_component=8", "boost.epochs=1",
+                      "boost.baselines=[baseline]"], tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count("dim_reduce pipeline (") == 1  # rank 0 alone reports
+    stage2 = tmp_path / "run" / "stage2" / "checkpoints"
+    ranks = [weights(stage2 / f"rank_{r}" / "final.ckpt") for r in (0, 1)]
+    for key, value in ranks[0].items():
+        assert np.isfinite(value).all(), key
+        np.testing.assert_array_equal(value, ranks[1][key], err_msg=key)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert sorted(r.data.tags["stage"] for r in runs) == ["baseline", "pipeline", "stage1", "stage2"]

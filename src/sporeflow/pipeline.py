@@ -96,7 +96,7 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
 def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     """Run every stage the config asks for; returns the final eval accuracy (stage 2's)."""
     shard = init_context(cfg)
-    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, enabled=shard.is_main)  # rank 0 alone
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=not shard.is_main)  # rank 0 writes
     if cfg.boost.name.value == "dim_reduce":
         return DimReducePipeline(cfg, ctx, tracker, shard).run()
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
@@ -206,7 +206,8 @@ class DimReducePipeline:
 
     def _stage1(self) -> Stage1:
         fingerprint = stage1_fingerprint(self.cfg)
-        reused = self._find_stage1(fingerprint)
+        reused = self._find_stage1(fingerprint)  # every rank looks up the same store...
+        barrier(self.shard)                       # ...before rank 0 can add a run to it
         if reused is not None:
             log.info("reusing stage 1 from MLflow run %s (%s)", reused.reused_from, reused.run_dir)
             self.parent.set_tags({"stage1_reused_from": reused.reused_from})
@@ -261,11 +262,12 @@ class DimReducePipeline:
                    if k in ("acc", "loss")}
         metrics["gain"] = gain(self.results)
         self.parent.log_metrics(metrics, 0, flush=True)
-        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png")
+        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png") if self.shard.is_main else None
         if plot is not None:
             self.parent.log_artifact(plot)
         table = summary_table(self.results)
         self.parent.log_text(table + "\n", "comparison.txt")
-        print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}",
-              file=sys.stderr)
+        if self.shard.is_main:
+            print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}",
+                  file=sys.stderr)
         return float(self.results["stage2"].get("acc", float("nan")))

@@ -58,27 +58,28 @@ class Tracker:
     """Owns the MLflow client and the 'tracking still works' state shared by all its runs."""
 
     def __init__(self, uri: str, experiment_name: str, enabled: bool = True,
-                 artifact_root: Path | None = None):
+                 artifact_root: Path | None = None, read_only: bool = False):
         self.uri = uri
         self.experiment_name = experiment_name
         self.enabled = enabled
+        self.read_only = read_only  # ranks > 0: may look runs up (stage-1 reuse), never write
         self.artifact_root = artifact_root
         self._client = None
         self._experiment_id: str | None = None
 
     @classmethod
-    def from_config(cls, tracking_cfg: Any, launch_dir: Path, enabled: bool = True) -> "Tracker":
+    def from_config(cls, tracking_cfg: Any, launch_dir: Path, read_only: bool = False) -> "Tracker":
         uri = resolve_uri(tracking_cfg.uri, launch_dir)
         artifact_root = Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
-        return cls(uri, tracking_cfg.experiment_name, enabled and tracking_cfg.enabled, artifact_root)
+        return cls(uri, tracking_cfg.experiment_name, tracking_cfg.enabled, artifact_root, read_only)
 
     def _disable(self, what: str, ex: BaseException) -> None:
         log.warning("MLflow tracking disabled for this run (%s failed against %s: %s); "
                     "training continues", what, self.uri, ex)
         self.enabled = False
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        if not self.enabled:
+    def _call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
+        if not self.enabled or (write and self.read_only):
             return None
         try:
             return fn()
@@ -106,6 +107,8 @@ class Tracker:
 
             client = MlflowClient(tracking_uri=self.uri)
             found = client.get_experiment_by_name(self.experiment_name)
+            if found is None and self.read_only:
+                return
             if found is None:
                 location = None
                 if self.artifact_root is not None:
@@ -115,7 +118,7 @@ class Tracker:
                 exp_id = found.experiment_id
             self._client, self._experiment_id = client, exp_id
 
-        self._call("connect", connect)
+        self._call("connect", connect, write=False)
 
     def start_run(self, run_name: str, tags: Mapping[str, str] | None = None,
                   parent: "TrackedRun | None" = None) -> "TrackedRun":
@@ -142,8 +145,11 @@ class Tracker:
     def search_runs(self, filter_string: str, max_results: int = 20) -> list:
         """Runs of this experiment matching an MLflow filter, newest first ([] when tracking is off)."""
         self._connect()
+        if self._client is None:
+            return []
         found = self._call("search_runs", lambda: self._client.search_runs(
-            [self._experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]))
+            [self._experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]),
+            write=False)
         return list(found or [])
 
     def resume_run(self, run_id: str) -> "TrackedRun":

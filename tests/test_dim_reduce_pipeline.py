@@ -1,8 +1,10 @@
 """`python train.py boost=dim_reduce` end to end: stages, MLflow parent/child runs, stage-1 reuse."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -46,6 +48,12 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     (stage2,) = by_stage["stage2"]
     assert stage2.data.tags["n_snapshots"] == str(3 * 4)
     assert stage2.data.params["boost.n_component"] == "8"
+
+    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare"], cwd=tmp_path,
+                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith(parent.info.run_id))
+    assert f"{parent.data.metrics['stage2/acc']:.4f}" in row and f"{parent.data.metrics['gain']:+.4f}" in row
 
     run_dir = tmp_path / "run"
     assert len(list((run_dir / "stage1" / "snapshots").glob("snapshot_*.npy"))) == 12

@@ -8,7 +8,7 @@ from conftest import CONF, REPO, run_train
 from sporeflow.errors import ConfigError
 from sporeflow.schema import allowed_keys, validate
 
-GROUPS = ["model", "dataset", "optimizer", "parallel", "boost", "callbacks", "experiment"]
+GROUPS = ["model", "dataset", "optimizer", "loss", "parallel", "boost", "callbacks", "experiment"]
 
 
 def options(group):

@@ -35,6 +35,12 @@ def build_loss(cfg: DictConfig):
     return _build("loss", cfg.loss)
 
 
-def build_optimizer(cfg: DictConfig, params: list):
+def build_optimizer(cfg: DictConfig, params: list, steps_per_epoch: int | None = None):
+    """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count."""
     factory = _build("optimizer", cfg.optimizer)
-    return factory(params) if callable(factory) and cfg.optimizer.get("_partial_", False) else factory
+    if not (callable(factory) and cfg.optimizer.get("_partial_", False)):
+        return factory
+    try:
+        return factory(params, steps_per_epoch=steps_per_epoch, epochs=cfg.epochs)
+    except (ValueError, TypeError) as ex:  # e.g. a bad schedule name or key
+        raise ConfigError(f"optimizer ({cfg.optimizer._target_}): {ex}") from ex

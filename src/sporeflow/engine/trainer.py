@@ -63,7 +63,7 @@ def load_weights(network: nn.Cell, path: Path) -> None:
     restore_exact(load_checkpoint_file(path), network)
 
 
-def build_training(cfg: DictConfig, plan: StagePlan = StagePlan()) -> Training:
+def build_training(cfg: DictConfig, plan: StagePlan = StagePlan(), steps_per_epoch: int | None = None) -> Training:
     network = build_model(cfg)
     if cfg.parallel.mode.value == "semi_auto":
         apply_strategies(network, cfg.parallel.shard)
@@ -77,7 +77,7 @@ def build_training(cfg: DictConfig, plan: StagePlan = StagePlan()) -> Training:
                              rho=b.rho, gamma=b.gamma, alpha=b.alpha, sigma=b.sigma, weight_decay=b.weight_decay)
         model = Model(step, eval_network=nn.WithEvalCell(network, loss_fn), metrics=metrics, eval_indexes=[0, 1, 2])
         return Training(network, model, (step,))
-    optimizer = build_optimizer(cfg, network.trainable_params())
+    optimizer = build_optimizer(cfg, network.trainable_params(), steps_per_epoch)
     if not needs_train_step(cfg.train):
         return Training(network, Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=metrics),
                         (network, optimizer))
@@ -93,11 +93,9 @@ def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
     """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to `out_dir/checkpoints`
     (`checkpoints/rank_<r>` in a parallel job)."""
     ckpt_dir = out_dir / "checkpoints" if shard.size == 1 else out_dir / "checkpoints" / f"rank_{shard.rank}"
-    training = build_training(cfg, plan)
-    start_epoch = 0
+    start_epoch, state = 0, None
     if resume:
         path, state = newest_complete_checkpoint(ckpt_dir)
-        restore_exact(state, *training.state_cells)
         start_epoch = int(state["epoch_num"].asnumpy())
         log.info("resuming %s from %s (epoch %d)", name, path, start_epoch)
 
@@ -110,6 +108,9 @@ def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
                         f"{cfg.dataset.batch_size} (drop_remainder={getattr(data, 'drop_remainder', False)})")
     log.info("stage %s: epochs %d..%d x %d steps of batch %d", name, start_epoch + 1, cfg.epochs,
              steps_per_epoch, cfg.dataset.batch_size)
+    training = build_training(cfg, plan, steps_per_epoch)
+    if state is not None:
+        restore_exact(state, *training.state_cells)
 
     main_run = run if shard.is_main else None
     ema_ranked = cfg.train.ema.eval_with.value == "ema"

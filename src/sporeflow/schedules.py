@@ -1,0 +1,40 @@
+"""Per-step learning-rate schedules (the seeds' `get_lr`), as numpy arrays MindSpore optimizers
+index by their global step: a resumed run, whose global_step is restored, continues at the
+right point of the schedule by construction."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+NAMES = ("constant", "linear", "cosine", "step")
+
+
+def learning_rates(name: str, lr_max: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 0,
+                   lr_init: float = 0.0, lr_end: float = 0.0, step_epochs=(), gamma: float = 0.1) -> np.ndarray:
+    """float32 array of epochs * steps_per_epoch rates.
+
+    warmup: linear from lr_init to lr_max over warmup_epochs; then
+    constant: lr_max; linear: down to lr_end at the last step; cosine: half cosine to lr_end;
+    step: lr_max * gamma ** (number of step_epochs boundaries passed).
+    """
+    if name not in NAMES:
+        raise ValueError(f"optimizer.schedule.name={name!r}; allowed: {', '.join(NAMES)}")
+    total = epochs * steps_per_epoch
+    warmup = int(round(warmup_epochs * steps_per_epoch))
+    rates = np.empty(total, dtype=np.float64)
+    for i in range(total):
+        if i < warmup:
+            rates[i] = lr_init + (lr_max - lr_init) * (i + 1) / warmup
+            continue
+        progress = (i - warmup) / max(1, total - warmup)
+        if name == "constant":
+            rates[i] = lr_max
+        elif name == "linear":
+            rates[i] = lr_end + (lr_max - lr_end) * (1.0 - progress)
+        elif name == "cosine":
+            rates[i] = lr_end + (lr_max - lr_end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        else:
+            passed = sum(1 for e in step_epochs if i >= e * steps_per_epoch)
+            rates[i] = lr_max * gamma ** passed
+    return rates.astype(np.float32)

@@ -136,3 +136,49 @@ def test_debian_fashion_mnist_package_reads(tmp_path):
     assert images.shape == (100, 1, 32, 32)
     assert set(labels) <= set(range(10)) and len(set(labels)) > 5
     assert (tmp_path / "fm" / "train-images-idx3-ubyte").stat().st_size == 16 + 60000 * 784
+
+
+def write_cifar_bin(root, n_train_files=5, records=10_000, seed=0):
+    """Full-size CIFAR-10 .bin files (Cifar10Dataset rejects smaller ones): label byte + CHW bytes.
+    Class k has its red channel at 20 * k, so labels can be checked against pixels."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for name in [f"data_batch_{i}.bin" for i in range(1, n_train_files + 1)] + ["test_batch.bin"]:
+        labels = rng.integers(0, 10, records).astype(np.uint8)
+        pixels = rng.integers(0, 256, (records, 3, 32, 32)).astype(np.uint8)
+        pixels[:, 0] = (labels * 20)[:, None, None]
+        (root / name).write_bytes(np.concatenate([labels[:, None], pixels.reshape(records, -1)], axis=1).tobytes())
+
+
+def test_cifar10_reads_binary_records_and_augments(tmp_path):
+    from sporeflow.data.cifar import Cifar10
+
+    root = tmp_path / "cifar-10-batches-bin"
+    write_cifar_bin(root)
+    data = Cifar10(root=str(root), batch_size=50, mean=(0, 0, 0), std=(1, 1, 1))
+    assert data.num_rows("train") == 50_000 and data.num_rows("test") == 10_000
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (50, 3, 32, 32)
+    np.testing.assert_allclose(images[:, 0].mean(axis=(1, 2)), labels * 20 / 255, atol=1e-6)
+    train_images, _ = next(data.create("train", seed=1).create_tuple_iterator(output_numpy=True))
+    assert (train_images == 0).all(axis=1).any()  # RandomCrop's zero padding shows up
+
+
+def test_cifar10_layout_errors(tmp_path):
+    from sporeflow.data.cifar import Cifar10
+
+    with pytest.raises(DataError, match="cifar-10-batches-bin folder"):
+        Cifar10(root=str(tmp_path / "nope")).create("train")
+    root = tmp_path / "partial"
+    root.mkdir()
+    (root / "test_batch.bin").write_bytes(b"\0" * 3073)
+    with pytest.raises(DataError, match="lacks data_batch_1.bin"):
+        Cifar10(root=str(root)).create("train")
+
+
+def test_synthetic_any_shape():
+    from sporeflow.data.synthetic import Synthetic
+
+    data = Synthetic(batch_size=4, image_size=224, channels=3, num_samples=8, test_samples=4)
+    images, labels = batches(data.create("train"))[0]
+    assert images.shape == (4, 3, 224, 224) and labels.dtype == np.int32

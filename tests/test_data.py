@@ -182,3 +182,35 @@ def test_synthetic_any_shape():
     data = Synthetic(batch_size=4, image_size=224, channels=3, num_samples=8, test_samples=4)
     images, labels = batches(data.create("train"))[0]
     assert images.shape == (4, 3, 224, 224) and labels.dtype == np.int32
+
+
+def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
+    from PIL import Image
+
+    from sporeflow.data.image_folder import ImageFolder
+
+    colours = {"n01": (250, 0, 0), "n02": (0, 250, 0), "n03": (0, 0, 250)}
+    for split, count in (("train", 4), ("val", 2)):
+        for cls, rgb in colours.items():
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (300 + 10 * i, 260), rgb).save(tmp_path / split / cls / f"{i}.JPEG", quality=95)
+    data = ImageFolder(root=str(tmp_path), batch_size=6, image_size=224, num_classes=3,
+                       mean=(0, 0, 0), std=(1, 1, 1))
+    assert data.num_rows("train") == 12 and data.num_rows("test") == 6
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (6, 3, 224, 224)
+    for image, label in zip(images, labels):  # class k is the image whose channel k is bright
+        assert image.mean(axis=(1, 2)).argmax() == label
+    train_images, _ = batches(data.create("train", seed=0))[0]
+    assert train_images.shape == (6, 3, 224, 224)
+
+
+def test_image_folder_layout_errors(tmp_path):
+    from sporeflow.data.image_folder import ImageFolder
+
+    with pytest.raises(DataError, match="lacks train/"):
+        ImageFolder(root=str(tmp_path)).create("train")
+    (tmp_path / "train" / "n01").mkdir(parents=True)
+    with pytest.raises(DataError, match="holds no images"):
+        ImageFolder(root=str(tmp_path)).create("train")

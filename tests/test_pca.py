@@ -117,3 +117,12 @@ def test_npy_snapshots_of_another_network_name_the_parameter(tmp_path):
     as_npy_snapshots(np.zeros((6, sum(p.size for p in small.trainable_params()))), small, tmp_path / "npy")
     with pytest.raises(DimReduceError, match="'fc1.weight' has shape"):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(TinyMLP()), 3)
+
+
+def test_diverged_snapshots_are_named(tmp_path):
+    net = TinyMLP()
+    data = write_snapshots(tmp_path / "ckpt", net, 6)
+    data[3, 5] = np.nan
+    as_npy_snapshots(data, net, tmp_path / "npy")
+    with pytest.raises(DimReduceError, match="snapshot_e0004_s00001.npy holds NaN"):
+        streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(net), 3)

@@ -162,3 +162,23 @@ def test_loss_scale_alone_is_invisible():
     (w0, b0), _, hist = run_cell(cell, net, data)
     _, ref = reference(w0, b0, data)
     assert_matches(hist, ref)
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_amp_levels_train_and_keep_parameter_names(level, tmp_path):
+    from sporeflow.checkpoints import save_atomic
+    from sporeflow.engine.precision import apply_amp
+    from sporeflow.models.resnet import resnet18
+
+    net = resnet18(num_classes=10)
+    names = [p.name for p in net.get_parameters()]
+    amp_net = apply_amp(net, level, keep_batchnorm_fp32=True)
+    step = nn.TrainOneStepCell(nn.WithLossCell(amp_net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                               nn.Momentum(amp_net.trainable_params(), 0.01, 0.9))
+    step.set_train()
+    x = Tensor(np.random.randn(2, 3, 32, 32).astype(np.float32))
+    loss = step(x, Tensor(np.array([1, 2], np.int32)))
+    assert np.isfinite(loss.asnumpy())
+    assert amp_net(x).dtype == ms.float32                 # outputs come back as float32
+    saved = ms.load_checkpoint(str(save_atomic(amp_net, tmp_path / "amp.ckpt")))
+    assert sorted(saved) == sorted(names)

@@ -56,6 +56,13 @@ class SearchMode(Enum):
     dynamic_programming = "dynamic_programming"
 
 
+class AmpLevel(Enum):
+    O0 = "O0"
+    O1 = "O1"
+    O2 = "O2"
+    O3 = "O3"
+
+
 class EvalWith(Enum):
     raw = "raw"
     ema = "ema"
@@ -170,6 +177,8 @@ class TrainStepConfig:
     clip_grad_norm: float = 0.0   # 0 = off
     accumulation_steps: int = 1
     ema: EmaConfig = field(default_factory=EmaConfig)
+    amp_level: AmpLevel = AmpLevel.O0
+    keep_batchnorm_fp32: bool = True
 
 
 @dataclass

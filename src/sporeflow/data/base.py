@@ -55,11 +55,15 @@ class ImageDataset(ABC):
         shuffle = (split == "train") if shuffle is None else shuffle
         sampler = EpochSampler(self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id)
         data = self._source(split, sampler)
-        ops = (self.augment_ops() if split == "train" else []) + self.image_ops()
+        ops = self.decode_ops(split) + (self.augment_ops() if split == "train" else []) + self.image_ops()
         data = data.map(ops, input_columns="image",
                         num_parallel_workers=self.num_parallel_workers)
         data = data.map(transforms.TypeCast(ms.int32), input_columns="label")
         return data.batch(self.batch_size, drop_remainder=self.drop_remainder)
+
+    def decode_ops(self, split: str) -> list:
+        """Ops that turn stored bytes into an HWC uint8 image (none: sources yield arrays)."""
+        return []
 
     def augment_ops(self) -> list:
         """Random transforms for the training split only (none by default)."""

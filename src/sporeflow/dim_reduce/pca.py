@@ -134,6 +134,9 @@ def _block(paths, layout: Layout, group: list[Segment]) -> np.ndarray:
         for part in read_segments(p, layout, group):
             block[row, col:col + len(part)] = part
             col += len(part)
+        if not np.isfinite(block[row]).all():
+            raise DimReduceError(f"snapshot {p.name} holds NaN or infinite weights: stage 1 diverged "
+                                 "(lower optimizer.lr, or start snapshots later)")
     block -= block.mean(axis=0)
     return block
 

@@ -23,6 +23,7 @@ from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.components import build_dataset, build_loss, build_model, build_optimizer
 from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar,
                                         StepMetrics, Throughput)
+from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import build_train_step, ema_weights_in, needs_train_step
 from sporeflow.errors import DataError
 from sporeflow.runtime import Shard
@@ -69,6 +70,7 @@ def build_training(cfg: DictConfig, plan: StagePlan = StagePlan(), steps_per_epo
         apply_strategies(network, cfg.parallel.shard)
     if plan.init_weights is not None:
         load_weights(network, plan.init_weights)
+    network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
     loss_fn = build_loss(cfg)
     metrics = {"acc": nn.Accuracy(), "loss": nn.Loss()}
     if plan.basis is not None:

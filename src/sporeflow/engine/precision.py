@@ -1,0 +1,25 @@
+"""Mixed precision (`train.amp_level`): MindSpore's auto_mixed_precision levels O0-O3.
+
+O2 keeps BatchNorm in float32 by itself; O3 casts everything to float16 unless
+`train.keep_batchnorm_fp32` is on. Parameter names do not change, so checkpoints of an AMP run
+load into a float32 network and back.
+"""
+from __future__ import annotations
+
+import mindspore as ms
+from mindspore import dtype as mstype
+from mindspore import nn
+
+LEVELS = ("O0", "O1", "O2", "O3")
+
+
+def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) -> nn.Cell:
+    """The network to train and evaluate at `level` (the same cell for O0)."""
+    if level == "O0":
+        return network
+    wrapped = ms.amp.auto_mixed_precision(network, level)
+    if level == "O3" and keep_batchnorm_fp32:
+        for _, cell in network.cells_and_names():
+            if isinstance(cell, nn.layer.normalization._BatchNorm):  # noqa: SLF001 - MindSpore's base class
+                cell.to_float(mstype.float32)
+    return wrapped

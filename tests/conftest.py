@@ -20,6 +20,17 @@ TRAIN = REPO / "train.py"
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 
+def graph_mode_on_cpu() -> None:
+    """GRAPH_MODE on the CPU; the device can be set once per process, before the first kernel."""
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        ms.set_device("CPU")
+    except RuntimeError:  # already running on the default device, which is the CPU here
+        pass
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(["optimizer=sgd", ...]) -> the composed DictConfig, as train.py would see it."""
@@ -90,3 +101,29 @@ def idx_dir(tmp_path):
     write_idx(root, "train", *make(256))
     write_idx(root, "test", *make(64))
     return root
+
+
+def write_cifar_bin(root, n_train_files=5, records=10_000, seed=0):
+    """Full-size CIFAR-10 .bin files (Cifar10Dataset rejects smaller ones): label byte + CHW bytes.
+    Class k has its red channel at 20 * k, so labels can be checked against pixels."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for name in [f"data_batch_{i}.bin" for i in range(1, n_train_files + 1)] + ["test_batch.bin"]:
+        labels = rng.integers(0, 10, records).astype(np.uint8)
+        pixels = rng.integers(0, 256, (records, 3, 32, 32)).astype(np.uint8)
+        pixels[:, 0] = (labels * 20)[:, None, None]
+        (root / name).write_bytes(np.concatenate([labels[:, None], pixels.reshape(records, -1)], axis=1).tobytes())
+
+
+def write_jpeg_tree(root: Path, train: int, val: int) -> None:
+    """An ImageNet-style tree of 3 classes; class k's images are bright in channel k."""
+    from PIL import Image
+
+    colours = {"n01": (250, 0, 0), "n02": (0, 250, 0), "n03": (0, 0, 250)}
+    for split, count in (("train", train), ("val", val)):
+        for cls, rgb in colours.items():
+            (root / split / cls).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (300 + 10 * i, 260), rgb).save(root / split / cls / f"{i}.JPEG", quality=95)

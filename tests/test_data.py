@@ -6,7 +6,7 @@ import gzip
 import numpy as np
 import pytest
 
-from conftest import write_idx
+from conftest import write_cifar_bin, write_idx, write_jpeg_tree
 from sporeflow.data.digits import Digits, load_digits_split
 from sporeflow.data.idx import IdxImages, ensure_raw
 from sporeflow.data.sampling import EpochSampler
@@ -138,18 +138,6 @@ def test_debian_fashion_mnist_package_reads(tmp_path):
     assert (tmp_path / "fm" / "train-images-idx3-ubyte").stat().st_size == 16 + 60000 * 784
 
 
-def write_cifar_bin(root, n_train_files=5, records=10_000, seed=0):
-    """Full-size CIFAR-10 .bin files (Cifar10Dataset rejects smaller ones): label byte + CHW bytes.
-    Class k has its red channel at 20 * k, so labels can be checked against pixels."""
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    for name in [f"data_batch_{i}.bin" for i in range(1, n_train_files + 1)] + ["test_batch.bin"]:
-        labels = rng.integers(0, 10, records).astype(np.uint8)
-        pixels = rng.integers(0, 256, (records, 3, 32, 32)).astype(np.uint8)
-        pixels[:, 0] = (labels * 20)[:, None, None]
-        (root / name).write_bytes(np.concatenate([labels[:, None], pixels.reshape(records, -1)], axis=1).tobytes())
-
-
 def test_cifar10_reads_binary_records_and_augments(tmp_path):
     from sporeflow.data.cifar import Cifar10
 
@@ -185,16 +173,9 @@ def test_synthetic_any_shape():
 
 
 def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
-    from PIL import Image
-
     from sporeflow.data.image_folder import ImageFolder
 
-    colours = {"n01": (250, 0, 0), "n02": (0, 250, 0), "n03": (0, 0, 250)}
-    for split, count in (("train", 4), ("val", 2)):
-        for cls, rgb in colours.items():
-            (tmp_path / split / cls).mkdir(parents=True)
-            for i in range(count):
-                Image.new("RGB", (300 + 10 * i, 260), rgb).save(tmp_path / split / cls / f"{i}.JPEG", quality=95)
+    write_jpeg_tree(tmp_path, train=4, val=2)
     data = ImageFolder(root=str(tmp_path), batch_size=6, image_size=224, num_classes=3,
                        mean=(0, 0, 0), std=(1, 1, 1))
     assert data.num_rows("train") == 12 and data.num_rows("test") == 6

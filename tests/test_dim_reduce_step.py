@@ -11,6 +11,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, nn
 
+from conftest import graph_mode_on_cpu
+
 from dim_reduce_cases import build_net, make_case
 from sporeflow.dim_reduce.step import DimReduceStep
 
@@ -19,8 +21,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(autouse=True)
 def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    graph_mode_on_cpu()
 
 
 def loss_cell(net):

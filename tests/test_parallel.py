@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -119,3 +120,20 @@ def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert sorted(r.data.tags["stage"] for r in runs) == ["baseline", "pipeline", "stage1", "stage2"]
+
+
+def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
+    from sporeflow.context import RunContext
+    from sporeflow.launch import msrun_command
+    from sporeflow.schema import validate
+
+    cfg = validate(compose_cfg(["parallel=data8", "parallel.nodes=2", "parallel.node_rank=1",
+                                "parallel.master_addr=10.0.0.5", "epochs=3"]))
+    ctx = RunContext(run_dir=tmp_path / "run", launch_dir=tmp_path, entry_script=Path("/x/train.py"),
+                     overrides=["parallel=data8", "epochs=3", "hydra.run.dir=elsewhere"])
+    cmd, log_dir = msrun_command(cfg, ctx, 29500)
+    assert cmd[:7] == ["msrun", "--worker_num=8", "--local_worker_num=4", "--master_addr=10.0.0.5",
+                       "--master_port=29500", "--node_rank=1", f"--log_dir={tmp_path / 'run' / 'msrun_logs'}"]
+    assert "/x/train.py" in cmd and "epochs=3" in cmd and "hydra.run.dir=elsewhere" not in cmd
+    assert f"hydra.run.dir={tmp_path / 'run'}" in cmd
+    assert cmd[-1] == f"runtime.threads={threads_per_worker(4)}"

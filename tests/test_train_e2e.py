@@ -106,3 +106,24 @@ def test_train_step_features_inside_model_train(tmp_path):
     assert (final["fc3.weight"].asnumpy() == full["ema.fc3.weight"].asnumpy()).all()
     assert not (final["fc3.weight"].asnumpy() == full["fc3.weight"].asnumpy()).all()
     assert int(full["micro_step"].asnumpy()) == 90 and int(full["global_step"].asnumpy()) == 45
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "cifar10", "imagenet"])
+def test_each_dataset_trains_a_real_epoch(tmp_path, idx_dir, dataset):
+    from conftest import write_cifar_bin, write_jpeg_tree
+
+    if dataset == "mnist":
+        args = [f"dataset.root={idx_dir}", f"dataset.cache_dir={tmp_path / 'cache'}"]
+    elif dataset == "cifar10":
+        write_cifar_bin(tmp_path / "cifar")
+        args = [f"dataset.root={tmp_path / 'cifar'}", "dataset.num_samples=256"]
+    else:
+        write_jpeg_tree(tmp_path / "imagenet", train=6, val=2)
+        args = [f"dataset.root={tmp_path / 'imagenet'}", "dataset.image_size=32", "dataset.num_classes=3",
+                "dataset.batch_size=6"]
+    proc = run_train([f"dataset={dataset}", "epochs=1", *args], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.data.params["dataset._target_"].endswith({"mnist": "IdxImages", "cifar10": "Cifar10",
+                                                         "imagenet": "ImageFolder"}[dataset])
+    assert run.data.metrics["final/images_per_sec"] > 0 and 0 <= run.data.metrics["final/acc"] <= 1

@@ -6,6 +6,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, nn
 
+from conftest import graph_mode_on_cpu
+
 from sporeflow.engine.train_step import TrainStep
 
 N_IN, N_OUT, BATCH = 6, 4, 8
@@ -14,8 +16,7 @@ LR, MOMENTUM = 0.5, 0.9
 
 @pytest.fixture(autouse=True)
 def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    graph_mode_on_cpu()
 
 
 def batches(n, batch=BATCH, seed=0):
@@ -165,7 +166,8 @@ def test_loss_scale_alone_is_invisible():
 
 
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
-def test_amp_levels_train_and_keep_parameter_names(level, tmp_path):
+def test_amp_levels_train_and_keep_parameter_names(level, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     from sporeflow.checkpoints import save_atomic
     from sporeflow.engine.precision import apply_amp
     from sporeflow.models.resnet import resnet18
@@ -182,3 +184,4 @@ def test_amp_levels_train_and_keep_parameter_names(level, tmp_path):
     assert amp_net(x).dtype == ms.float32                 # outputs come back as float32
     saved = ms.load_checkpoint(str(save_atomic(amp_net, tmp_path / "amp.ckpt")))
     assert sorted(saved) == sorted(names)
+    assert not (tmp_path / "rewritten_network").exists()  # MindSpore's rewrite dump kept out of cwd

@@ -15,13 +15,17 @@ from sporeflow.errors import SporeflowError
 log = logging.getLogger(__name__)
 
 
-def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None) -> Path:
-    """Save a Cell or parameter list to `path` via a temp file in the same directory + rename."""
+def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None,
+                integrated_save: bool = True) -> Path:
+    """Save a Cell or parameter list to `path` via a temp file in the same directory + rename.
+
+    integrated_save=False keeps each rank's slices of sharded parameters (semi/auto parallel);
+    `sporeflow merge-ckpt` joins them later."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        ms.save_checkpoint(obj, str(tmp), append_dict=append_dict)
+        ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
         # MindSpore appends ".ckpt" to names not ending in it
         written = tmp if tmp.exists() else tmp.with_name(tmp.name + ".ckpt")
         os.replace(written, path)

@@ -22,11 +22,13 @@ class Cifar10(ImageDataset):
 
     def __init__(self, root: str, batch_size: int = 32, image_size: int = 32, num_classes: int = 10,
                  channels: int = 3, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616),
-                 augment: bool = True, num_parallel_workers: int = 1, drop_remainder: bool = False):
+                 augment: bool = True, num_samples: int | None = None, num_parallel_workers: int = 1,
+                 drop_remainder: bool = False):
         super().__init__(batch_size, image_size, num_classes, channels, mean, std,
                          num_parallel_workers, drop_remainder)
         self.root = Path(root).expanduser()
         self.augment = augment
+        self.num_samples = num_samples
 
     def _files(self, split: str) -> list[Path]:
         if not self.root.is_dir():
@@ -47,7 +49,7 @@ class Cifar10(ImageDataset):
         total = sum(sizes) // RECORD
         if total == 0:
             raise DataError(f"the {split} split in {self.root} is empty")
-        return total
+        return min(total, self.num_samples) if self.num_samples else total
 
     def _source(self, split, sampler):
         self._files(split)

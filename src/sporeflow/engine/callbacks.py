@@ -188,8 +188,9 @@ class CheckpointEachEpoch(Callback, StepOffset):
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`.
     """
 
-    def __init__(self, directory: Path, every_n_epochs: int = 1, keep_last: int = 2):
+    def __init__(self, directory: Path, every_n_epochs: int = 1, keep_last: int = 2, integrated_save: bool = True):
         super().__init__()
+        self.integrated_save = integrated_save
         self.directory = Path(directory)
         self.every = every_n_epochs
         self.keep = keep_last
@@ -201,6 +202,7 @@ class CheckpointEachEpoch(Callback, StepOffset):
             return
         path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
         save_atomic(cb.train_network, path,
-                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.global_step(run_context)})
+                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.global_step(run_context)},
+                    integrated_save=self.integrated_save)
         self.saved.append(path)
         prune(self.directory, "epoch_*.ckpt", self.keep)

@@ -6,6 +6,9 @@ load into a float32 network and back.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import mindspore as ms
 from mindspore import dtype as mstype
 from mindspore import nn
@@ -17,7 +20,16 @@ def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) ->
     """The network to train and evaluate at `level` (the same cell for O0)."""
     if level == "O0":
         return network
-    wrapped = ms.amp.auto_mixed_precision(network, level)
+    # MindSpore's rewrite writes the rewritten network's source to ./rewritten_network/, imports
+    # it and reads it again at graph compile: keep it in a cache dir, not the launch directory
+    here = os.getcwd()
+    scratch = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sporeflow" / "amp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.chdir(scratch)
+    try:
+        wrapped = ms.amp.auto_mixed_precision(network, level)
+    finally:
+        os.chdir(here)
     if level == "O3" and keep_batchnorm_fp32:
         for _, cell in network.cells_and_names():
             if isinstance(cell, nn.layer.normalization._BatchNorm):  # noqa: SLF001 - MindSpore's base class

@@ -124,7 +124,7 @@ def train_stage(name: str, cfg: DictConfig, out_dir: Path, run: TrackedRun,
     callbacks = [throughput, progress, StepMetrics(run, cfg.callbacks.log_every_n_steps) if main_run else None,
                  evaluator,
                  CheckpointEachEpoch(ckpt_dir, cfg.callbacks.checkpoint.every_n_epochs,
-                                     cfg.callbacks.checkpoint.keep_last)]
+                                     cfg.callbacks.checkpoint.keep_last, cfg.parallel.integrated_save)]
     best = cfg.callbacks.best
     if best.keep:
         callbacks.append(BestCheckpoints(evaluator, training.network, ckpt_dir,

@@ -16,12 +16,13 @@ REDUCED = {
                          "dataset.num_samples=16", "dataset.test_samples=8"],
     "mnist_semi_auto": ["device_target=CPU", "parallel=standalone", "dataset.num_samples=256"],
     "resnet50_imagenet_stage1": ["parallel=standalone", "dataset=synthetic", "dataset.batch_size=4",
-                                 "dataset.num_samples=8", "dataset.test_samples=4", "dataset.num_classes=10", "optimizer.lr=0.05"],
+                                 "dataset.num_samples=8", "dataset.test_samples=4", "dataset.num_classes=10", "optimizer.lr=0.01",
+                                 "train.amp_level=O0"],
     "resnet50_imagenet_dim_reduce": ["epochs=2", "parallel=standalone", "dataset=synthetic", "dataset.batch_size=4",
                                      "dataset.num_samples=8", "dataset.test_samples=4", "dataset.num_classes=10",
                                      "boost.snapshot.start_epoch=1", "boost.snapshot.per_epoch=2",
                                      "boost.n_component=3", "boost.epochs=1", "boost.baselines=[baseline]",
-                                     "boost.baseline_epochs=1", "optimizer.lr=0.05"],
+                                     "boost.baseline_epochs=1", "optimizer.lr=0.01", "train.amp_level=O0"],
 }
 PRESETS = sorted(p.stem for p in (REPO / "experiments").glob("*.yaml"))
 

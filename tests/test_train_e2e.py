@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -127,3 +129,15 @@ def test_each_dataset_trains_a_real_epoch(tmp_path, idx_dir, dataset):
     assert run.data.params["dataset._target_"].endswith({"mnist": "IdxImages", "cifar10": "Cifar10",
                                                          "imagenet": "ImageFolder"}[dataset])
     assert run.data.metrics["final/images_per_sec"] > 0 and 0 <= run.data.metrics["final/acc"] <= 1
+
+
+def test_dynamic_loss_scale_with_mixed_precision(tmp_path):
+    proc = run_train(["epochs=2", "train.amp_level=O2", "train.loss_scale_manager=dynamic",
+                      "train.loss_scale=65536", "train.loss_scale_window=20"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.data.metrics["final/acc"] > 0.3
+    import mindspore as ms
+    state = ms.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "epoch_0002.ckpt"))
+    scale = float(state["loss_scale"].asnumpy())
+    assert scale != 65536 and np.log2(scale).is_integer()  # it adapted (float16 overflows shrink it)

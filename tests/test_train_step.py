@@ -185,3 +185,25 @@ def test_amp_levels_train_and_keep_parameter_names(level, tmp_path, monkeypatch)
     saved = ms.load_checkpoint(str(save_atomic(amp_net, tmp_path / "amp.ckpt")))
     assert sorted(saved) == sorted(names)
     assert not (tmp_path / "rewritten_network").exists()  # MindSpore's rewrite dump kept out of cwd
+
+
+def test_dynamic_loss_scale_skips_overflow_and_shrinks():
+    net, cell = make_cell(loss_scale=2.0 ** 120, dynamic_scale=True, scale_factor=2.0 ** 20, scale_window=100)
+    data = [(x * 1000, y) for x, y in batches(7)]
+    w0, b0 = net.weight.asnumpy().copy(), net.bias.asnumpy().copy()
+    cell(Tensor(data[0][0]), Tensor(data[0][1]))       # gradients x 2^120 overflow float32
+    np.testing.assert_array_equal(net.weight.asnumpy(), w0)  # the update was skipped
+    assert float(cell.scale.asnumpy()) == 2.0 ** 100
+    for x, y in data[1:]:
+        cell(Tensor(x), Tensor(y))
+    _, ref = reference(w0, b0, data[1:])                # then exactly the plain updates
+    np.testing.assert_allclose(net.weight.asnumpy(), ref[-1][0], rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_loss_scale_grows_after_a_window_of_finite_steps():
+    _, cell = make_cell(loss_scale=1.0, dynamic_scale=True, scale_factor=2.0, scale_window=3)
+    scales = []
+    for x, y in batches(7):
+        cell(Tensor(x), Tensor(y))
+        scales.append(float(cell.scale.asnumpy()))
+    assert scales == [1, 1, 2, 2, 2, 4, 4]

@@ -63,6 +63,11 @@ class AmpLevel(Enum):
     O3 = "O3"
 
 
+class LossScaleManager(Enum):
+    fixed = "fixed"
+    dynamic = "dynamic"
+
+
 class EvalWith(Enum):
     raw = "raw"
     ema = "ema"
@@ -173,7 +178,10 @@ class EmaConfig:
 
 @dataclass
 class TrainStepConfig:
-    loss_scale: float = 1.0
+    loss_scale: float = 1.0       # the fixed scale, or the dynamic scale's start
+    loss_scale_manager: LossScaleManager = LossScaleManager.fixed
+    loss_scale_factor: float = 2.0
+    loss_scale_window: int = 1000
     clip_grad_norm: float = 0.0   # 0 = off
     accumulation_steps: int = 1
     ema: EmaConfig = field(default_factory=EmaConfig)
@@ -286,6 +294,11 @@ def _check_ranges(cfg: DictConfig) -> None:
         raise ConfigError(f"runtime.threads={cfg.runtime.threads}: must be >= 0 (0 = MindSpore's default)")
     if cfg.train.accumulation_steps < 1:
         raise ConfigError(f"train.accumulation_steps={cfg.train.accumulation_steps}: must be >= 1")
+    if cfg.train.loss_scale_manager.value == "dynamic" and cfg.train.accumulation_steps > 1:
+        raise ConfigError("train.loss_scale_manager=dynamic with train.accumulation_steps > 1 is not supported; "
+                          "use loss_scale_manager=fixed or accumulation_steps=1")
+    if cfg.train.loss_scale_factor <= 1 or cfg.train.loss_scale_window < 1:
+        raise ConfigError("train.loss_scale_factor must be > 1 and train.loss_scale_window >= 1")
     if cfg.train.loss_scale <= 0:
         raise ConfigError(f"train.loss_scale={cfg.train.loss_scale}: must be > 0")
     if cfg.train.clip_grad_norm < 0:

@@ -16,11 +16,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from mindspore import Parameter, Tensor, nn, ops
+from mindspore import amp as ms_amp
 from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 _scale = ops.MultitypeFuncGraph("scale")
+_unscale = ops.MultitypeFuncGraph("unscale")
 _accumulate = ops.MultitypeFuncGraph("accumulate")
 _zero = ops.MultitypeFuncGraph("zero")
 _ema = ops.MultitypeFuncGraph("ema")
@@ -29,6 +31,11 @@ _ema = ops.MultitypeFuncGraph("ema")
 @_scale.register("Tensor", "Tensor")
 def _scale_grad(factor, grad):
     return grad * ops.cast(factor, grad.dtype)
+
+
+@_unscale.register("Tensor", "Tensor")
+def _unscale_grad(scale, grad):
+    return grad / ops.cast(scale, grad.dtype)
 
 
 @_accumulate.register("Tensor", "Tensor")
@@ -56,7 +63,8 @@ def data_parallel_reducer(weights) -> nn.Cell | None:
 class TrainStep(nn.Cell):
     def __init__(self, network_with_loss: nn.Cell, optimizer: nn.Optimizer, loss_scale: float = 1.0,
                  clip_grad_norm: float = 0.0, accumulation_steps: int = 1, ema_decay: float = 0.0,
-                 ema_warmup: float = 0.0, grad_reducer: nn.Cell | None = None):
+                 ema_warmup: float = 0.0, grad_reducer: nn.Cell | None = None, dynamic_scale: bool = False,
+                 scale_factor: float = 2.0, scale_window: int = 1000):
         super().__init__(auto_prefix=False)
         self.network = network_with_loss
         self.network.set_grad()
@@ -70,6 +78,14 @@ class TrainStep(nn.Cell):
         self.clip_norm = float(clip_grad_norm)
         self.k = int(accumulation_steps)
         self.reducer = grad_reducer
+        self.dynamic = dynamic_scale
+        if dynamic_scale:
+            if accumulation_steps > 1:
+                raise ValueError("a dynamic loss scale with accumulation_steps > 1 is not supported")
+            self.scale = Parameter(Tensor(float(loss_scale), mstype.float32), name="loss_scale", requires_grad=False)
+            self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False)
+            self.scale_factor = float(scale_factor)
+            self.scale_window = int(scale_window)
         if self.k > 1:
             self.accum = self.weights.clone(prefix="accum_grad", init="zeros")
             self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
@@ -96,8 +112,29 @@ class TrainStep(nn.Cell):
             done = ops.depend(done, self.hyper_map(ops.partial(_ema, decay), self.ema_weights, self.weights))
         return done
 
+    def _dynamic_step(self, loss, *inputs):
+        """Dynamic loss scale: skip the update and shrink the scale when a gradient overflows;
+        grow it after `scale_window` finite steps in a row."""
+        scale = self.scale * 1.0
+        sens = ops.fill(loss.dtype, loss.shape, 1.0) * scale
+        grads = self.grad(self.network, self.weights)(*inputs, sens)
+        grads = self.hyper_map(ops.partial(_unscale, scale), grads)  # divide: 1/scale may be denormal
+        if ms_amp.all_finite(grads):
+            loss = ops.depend(loss, self._update(grads))
+            good = self.good_steps + 1
+            if good >= self.scale_window:
+                loss = ops.depend(loss, ops.assign(self.scale, scale * self.scale_factor))
+                good = good * 0
+            loss = ops.depend(loss, ops.assign(self.good_steps, good))
+        else:
+            loss = ops.depend(loss, ops.assign(self.scale, ops.maximum(scale / self.scale_factor, 1.0)))
+            loss = ops.depend(loss, ops.assign(self.good_steps, self.good_steps * 0))
+        return loss
+
     def construct(self, *inputs):
         loss = self.network(*inputs)
+        if self.dynamic:
+            return self._dynamic_step(loss, *inputs)
         sens = ops.fill(loss.dtype, loss.shape, self.loss_scale)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.hyper_map(ops.partial(_scale, self.grad_factor), grads)
@@ -114,7 +151,8 @@ class TrainStep(nn.Cell):
 
 def needs_train_step(train_cfg) -> bool:
     """False when every feature is off: then plain mindspore.Model(net, loss, opt) is used."""
-    return (train_cfg.loss_scale != 1.0 or train_cfg.clip_grad_norm > 0
+    return (train_cfg.loss_scale != 1.0 or train_cfg.loss_scale_manager.value == "dynamic"
+            or train_cfg.clip_grad_norm > 0
             or train_cfg.accumulation_steps > 1 or train_cfg.ema.enabled)
 
 
@@ -124,7 +162,9 @@ def build_train_step(network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer
                      clip_grad_norm=train_cfg.clip_grad_norm,
                      accumulation_steps=train_cfg.accumulation_steps,
                      ema_decay=ema.decay if ema.enabled else 0.0, ema_warmup=ema.warmup,
-                     grad_reducer=data_parallel_reducer(optimizer.parameters))
+                     grad_reducer=data_parallel_reducer(optimizer.parameters),
+                     dynamic_scale=train_cfg.loss_scale_manager.value == "dynamic",
+                     scale_factor=train_cfg.loss_scale_factor, scale_window=train_cfg.loss_scale_window)
 
 
 @contextmanager

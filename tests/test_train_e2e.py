@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 import pytest
 from mlflow.tracking import MlflowClient
 

@@ -18,6 +18,13 @@ def _bn(channels: int, zero_init: bool = False) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, momentum=0.9, gamma_init="zeros" if zero_init else "ones")
 
 
+def _add_shortcut(block: nn.Cell, in_ch: int, out: int, stride: int) -> None:
+    """A strided 1x1 conv + BN on the residual path when the block changes the shape."""
+    block.down = stride != 1 or in_ch != out
+    if block.down:
+        block.down_sample = nn.SequentialCell([_conv(in_ch, out, 1, stride), _bn(out)])
+
+
 class BasicBlock(nn.Cell):
     expansion = 1
 
@@ -27,9 +34,7 @@ class BasicBlock(nn.Cell):
         self.conv1, self.bn1 = _conv(in_ch, channels, 3, stride), _bn(channels)
         self.conv2, self.bn2 = _conv(channels, out, 3), _bn(out)
         self.relu = nn.ReLU()
-        self.down = stride != 1 or in_ch != out
-        if self.down:
-            self.down_sample = nn.SequentialCell([_conv(in_ch, out, 1, stride), _bn(out)])
+        _add_shortcut(self, in_ch, out, stride)
 
     def construct(self, x):
         identity = self.down_sample(x) if self.down else x
@@ -48,9 +53,7 @@ class Bottleneck(nn.Cell):
         self.conv2, self.bn2 = _conv(channels, channels, 3, stride), _bn(channels)
         self.conv3, self.bn3 = _conv(channels, out, 1), _bn(out)
         self.relu = nn.ReLU()
-        self.down = stride != 1 or in_ch != out
-        if self.down:
-            self.down_sample = nn.SequentialCell([_conv(in_ch, out, 1, stride), _bn(out)])
+        _add_shortcut(self, in_ch, out, stride)
 
     def construct(self, x):
         identity = self.down_sample(x) if self.down else x

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import mindspore as ms
 import mindspore.dataset as mds
-from mindspore import Model, Tensor, nn
+from mindspore import Model, nn
 from mindspore.train import Callback, FixedLossScaleManager
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

@@ -1,7 +1,6 @@
 """The `sporeflow` console script, run as a real subprocess."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,7 +1,6 @@
 """`python train.py` for real: checkpoints on disk, the MLflow run read back through MlflowClient."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest

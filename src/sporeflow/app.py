@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sporeflow import cpu_isa, launch
 from sporeflow.context import RunContext

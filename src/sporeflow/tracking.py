@@ -88,10 +88,7 @@ class Tracker:
             return None
 
     def connect(self) -> None:
-        """Open the store and create the experiment if needed (first use does it anyway)."""
-        self._connect()
-
-    def _connect(self) -> None:
+        """Open the store and create the experiment if needed (done once, on first use)."""
         if self._client is not None or not self.enabled:
             return
         if self.uri.startswith(("http://", "https://")):
@@ -102,7 +99,7 @@ class Tracker:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
-        def connect():
+        def open_store():
             from mlflow.tracking import MlflowClient
 
             client = MlflowClient(tracking_uri=self.uri)
@@ -118,12 +115,12 @@ class Tracker:
                 exp_id = found.experiment_id
             self._client, self._experiment_id = client, exp_id
 
-        self._call("connect", connect, write=False)
+        self._call("connect", open_store, write=False)
 
     def start_run(self, run_name: str, tags: Mapping[str, str] | None = None,
                   parent: "TrackedRun | None" = None) -> "TrackedRun":
         """A new MLflow run (a child of `parent` when given); a no-op run if tracking is off."""
-        self._connect()
+        self.connect()
         tags = dict(tags or {})
         if parent is not None and parent.run_id:
             tags["mlflow.parentRunId"] = parent.run_id
@@ -134,7 +131,7 @@ class Tracker:
 
     def get_run(self, run_id: str):
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreachable."""
-        self._connect()
+        self.connect()
         if self._client is None:
             return None
         try:
@@ -144,7 +141,7 @@ class Tracker:
 
     def search_runs(self, filter_string: str, max_results: int = 20) -> list:
         """Runs of this experiment matching an MLflow filter, newest first ([] when tracking is off)."""
-        self._connect()
+        self.connect()
         if self._client is None:
             return []
         found = self._call("search_runs", lambda: self._client.search_runs(
@@ -154,9 +151,9 @@ class Tracker:
 
     def resume_run(self, run_id: str) -> "TrackedRun":
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
-        self._connect()
-        done = self._call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
-        return TrackedRun(self, run_id if done is not None or self.enabled else None)
+        self.connect()
+        self._call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
+        return TrackedRun(self, run_id if self.enabled else None)
 
 
 class TrackedRun:
@@ -166,10 +163,6 @@ class TrackedRun:
         self.tracker = tracker
         self.run_id = run_id
         self._pending: list = []
-
-    @property
-    def active(self) -> bool:
-        return self.run_id is not None and self.tracker.enabled
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         return self.tracker._call(what, fn) if self.run_id is not None else None

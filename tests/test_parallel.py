@@ -70,20 +70,18 @@ def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
 
 @pytest.mark.parametrize("option", ["semi_auto8", "auto8"])
 def test_semi_and_auto_parallel_refused_on_cpu_before_launch(tmp_path, option):
-    extra = ["model=mlp", "dataset.image_size=28"] if option == "semi_auto8" else []
-    proc = run_train([f"parallel={option}", *extra], tmp_path)
+    """With the default model too: the parallel group holds no model's layer names."""
+    proc = run_train([f"parallel={option}"], tmp_path)
     assert proc.returncode == 2
     assert "cannot run with device_target=CPU" in proc.stderr and "parallel=data2|data4|data8" in proc.stderr
     assert not (tmp_path / "run" / "msrun_logs").exists()
 
 
 def test_bad_strategy_names_the_layer_before_launch(tmp_path):
-    proc = run_train(["parallel=semi_auto8", "model=mlp", "dataset.image_size=28", "device_target=Ascend",
-                      "parallel.shard.layer1=[[2,2],[1,2]]"], tmp_path)
+    proc = run_train(["experiment=mnist_semi_auto", "parallel.shard.layer1=[[2,2],[1,2]]"], tmp_path)
     assert proc.returncode == 2
     assert "parallel.shard.layer1=[[2, 2], [1, 2]]" in proc.stderr and "reduction dimension" in proc.stderr
-    proc = run_train(["parallel=semi_auto8", "model=mlp", "device_target=Ascend",
-                      "+parallel.shard.layer9=[[2,1],[1,2]]"], tmp_path)
+    proc = run_train(["experiment=mnist_semi_auto", "+parallel.shard.layer9=[[2,1],[1,2]]"], tmp_path)
     assert proc.returncode == 2 and "shardable layers: layer1, layer2, layer3" in proc.stderr
 
 

@@ -60,8 +60,11 @@ def run_task(cfg: DictConfig) -> float:
     check_parallel_plan(plain, lambda: build_model(plain))
     ctx = _run_context()
     if launch.needs_launch(plain):
-        return launch.launch(plain, ctx)
-    from sporeflow.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
+        from sporeflow.stages import runs
+
+        return launch.launch(plain, ctx, before_start=lambda: runs.prepare_store(plain, ctx),
+                             on_failure=lambda: runs.mark_failed(plain, ctx))
+    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     acc = run_pipeline(plain, ctx)
     if launch.under_msrun():

@@ -11,28 +11,20 @@ from typing import Any
 import mindspore as ms
 
 from sporeflow.errors import SporeflowError
+from sporeflow.files import atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 
 def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None,
                 integrated_save: bool = True) -> Path:
-    """Save a Cell or parameter list to `path` via a temp file in the same directory + rename.
+    """Save a Cell or parameter list to `path` atomically (sporeflow.files).
 
     integrated_save=False keeps each rank's slices of sharded parameters (semi/auto parallel);
     `sporeflow merge-ckpt` joins them later."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
-        # MindSpore appends ".ckpt" to names not ending in it
-        written = tmp if tmp.exists() else tmp.with_name(tmp.name + ".ckpt")
-        os.replace(written, path)
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + ".ckpt")):
-            leftover.unlink(missing_ok=True)
-    return path
+    return Path(path)
 
 
 def prune(directory: str | os.PathLike, pattern: str, keep: int) -> list[Path]:
@@ -44,6 +36,19 @@ def prune(directory: str | os.PathLike, pattern: str, keep: int) -> list[Path]:
     return doomed
 
 
+def checkpoint_dir(stage_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
+    """Where a stage's checkpoints go: `<stage dir>/checkpoints`, `.../rank_<r>` in a parallel job."""
+    base = Path(stage_dir) / "checkpoints"
+    return base if world_size == 1 else base / f"rank_{rank}"
+
+
+def final_weights(stage_dir: Path, rank: int = 0) -> Path:
+    """A finished stage's `final.ckpt` for this rank: its own rank's file when the stage ran in
+    parallel, else the stand-alone one (so a stand-alone stage 1 serves a parallel job too)."""
+    per_rank = checkpoint_dir(stage_dir, rank, world_size=2) / "final.ckpt"
+    return per_rank if per_rank.is_file() else checkpoint_dir(stage_dir) / "final.ckpt"
+
+
 class CheckpointError(SporeflowError):
     """A checkpoint is missing, unreadable or does not fit the network."""
 
@@ -53,10 +58,7 @@ RUN_MARKER = "sporeflow_run.json"
 
 def write_run_marker(run_dir: Path, **info: Any) -> None:
     """Record what a resume needs to continue this run (MLflow run id, stage) in the run dir."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RUN_MARKER}.tmp"
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, run_dir / RUN_MARKER)
+    write_text_atomic(Path(run_dir) / RUN_MARKER, json.dumps(info, indent=2))
 
 
 def read_run_marker(run_dir: Path) -> dict:
@@ -102,6 +104,11 @@ def load_checkpoint_file(path: Path) -> dict:
         return ms.load_checkpoint(str(path))
     except (ValueError, RuntimeError, OSError) as ex:
         raise CheckpointError(f"cannot read checkpoint {path}: {ex}") from ex
+
+
+def load_weights(network, path: Path) -> None:
+    """Network weights from a checkpoint file, every parameter matched by its exact name."""
+    restore_exact(load_checkpoint_file(path), network)
 
 
 def restore_exact(state: dict, *cells) -> list[str]:

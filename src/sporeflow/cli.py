@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-STAGES = ("stage1", "stage2", "baseline", "annealed", "snapshot_mean")
+from sporeflow.schema import Baseline
+
+STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -45,6 +46,8 @@ def merge_ckpt(args: argparse.Namespace) -> int:
     """Sliced per-rank checkpoints + the strategy file -> one full checkpoint."""
     import mindspore as ms
 
+    from sporeflow.files import atomic_path
+
     src, strategy, out = Path(args.src), Path(args.strategy), Path(args.out)
     if not strategy.is_file():
         print(f"--strategy {strategy} does not exist (MindSpore writes it where "
@@ -61,9 +64,8 @@ def merge_ckpt(args: argparse.Namespace) -> int:
             print(f"merge failed: {ex}", file=sys.stderr)
             return 1
         merged = next(Path(tmp, "rank_0").glob("*.ckpt"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(merged), out.with_name(f".{out.name}.tmp"))
-        os.replace(out.with_name(f".{out.name}.tmp"), out)
+        with atomic_path(out) as partial:
+            shutil.move(str(merged), partial)
     print(f"merged {len(ranks)} ranks into {out}")
     return 0
 

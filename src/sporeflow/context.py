@@ -14,7 +14,3 @@ class RunContext:
     hydra_dir: Optional[Path] = None   # <run_dir>/.hydra with config.yaml and overrides.yaml
     git_commit: Optional[str] = None
     entry_script: Optional[Path] = None  # train.py: what msrun re-runs for a parallel job
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.run_dir / "checkpoints"

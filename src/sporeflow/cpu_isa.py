@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 
+from sporeflow.schema import CpuIsa
+
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "AVX2", "AVX512_CORE", "native")
+CHOICES = tuple(choice.value for choice in CpuIsa)
 ENV_VAR = "ONEDNN_MAX_CPU_ISA"
 
 

@@ -3,7 +3,8 @@ MindSpore's `msrun` when it asks for more than one.
 
 The launcher (the process the user started) does no training: it re-runs the same job
 (same overrides, same Hydra run dir) as `msrun --worker_num=N ... train.py`, waits, and on a
-worker failure marks the MLflow run FAILED and shows the failing rank's last log lines.
+worker failure calls the caller's `on_failure` (the entry marks the MLflow run FAILED) and
+shows the failing rank's last log lines. Nothing here knows about tracking.
 Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
 process, MS_SCHED, runs the script up to `init()` too).
 """
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
@@ -74,11 +76,15 @@ def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
     return None
 
 
-def launch(cfg: DictConfig, ctx: RunContext) -> float:
-    """Run the job under msrun; returns rank 0's final accuracy."""
+def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,
+           on_failure: Callable[[], None] = lambda: None) -> float:
+    """Run the job under msrun; returns rank 0's final accuracy.
+
+    `before_start` runs once before any worker exists, `on_failure` once when the job failed
+    (before the LaunchError is raised)."""
     if shutil.which("msrun") is None:
         raise LaunchError("msrun is not on PATH: activate the virtualenv that has MindSpore")
-    _prepare_tracking(cfg, ctx)
+    before_start()
     port = cfg.parallel.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
     env = dict(os.environ)
@@ -90,31 +96,12 @@ def launch(cfg: DictConfig, ctx: RunContext) -> float:
     result_path = ctx.run_dir / RESULT_FILE
     if proc.returncode != 0 or not result_path.is_file():
         failed = failing_rank(log_dir)
-        _mark_failed(cfg, ctx)
+        on_failure()
         if failed:
             name, tail = failed
             raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
         raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
     return float(json.loads(result_path.read_text()).get("acc", float("nan")))
-
-
-def _prepare_tracking(cfg: DictConfig, ctx: RunContext) -> None:
-    """Create the MLflow store and experiment here, so a worker killed mid-way can never leave a
-    half-migrated database behind (and rank 0 does not pay the migration)."""
-    from sporeflow.tracking import Tracker
-
-    Tracker.from_config(cfg.tracking, ctx.launch_dir).connect()
-
-
-def _mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
-    """Rank 0 wrote its MLflow run id into the run marker; a failed job must not stay RUNNING."""
-    from sporeflow.checkpoints import read_run_marker
-    from sporeflow.tracking import Tracker
-
-    run_id = read_run_marker(ctx.run_dir).get("mlflow_run_id")
-    if run_id:
-        tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
-        tracker.resume_run(run_id).end("FAILED")
 
 
 def write_result(ctx: RunContext, acc: float) -> None:

@@ -13,21 +13,23 @@ _PARALLEL = {"data": ms.ParallelMode.DATA_PARALLEL, "semi_auto": ms.ParallelMode
              "auto": ms.ParallelMode.AUTO_PARALLEL}
 
 
-@dataclass
-class Shard:
-    """This process's place in the data-parallel world (rank 0 of 1 when stand-alone)."""
+@dataclass(frozen=True)
+class Worker:
+    """This process's place in the job: rank `rank` of `world_size` (0 of 1 when stand-alone).
+    Rank 0 is the main worker: the only one that reports (MLflow, console)."""
     rank: int = 0
-    size: int = 1
+    world_size: int = 1
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     def dataset_args(self) -> dict:
-        return {"num_shards": self.size, "shard_id": self.rank} if self.size > 1 else {}
+        """The data-set sharding that gives this worker its own part of every epoch."""
+        return {"num_shards": self.world_size, "shard_id": self.rank} if self.world_size > 1 else {}
 
 
-def init_context(cfg: DictConfig) -> Shard:
+def init_context(cfg: DictConfig) -> Worker:
     """Set mode and device (the non-deprecated `ms.set_device`), seed every RNG a run uses, and,
     for a parallel job running under msrun, join the cluster and set MindSpore's parallel context."""
     ms.set_context(mode=_MODES[cfg.mode.value])
@@ -36,11 +38,11 @@ def init_context(cfg: DictConfig) -> Shard:
         ms.device_context.cpu.op_tuning.threads_num(cfg.runtime.threads)
     seed_everything(cfg.seed)
     if cfg.parallel.mode.value == "standalone":
-        return Shard()
+        return Worker()
     return init_parallel(cfg.parallel)
 
 
-def init_parallel(par: DictConfig) -> Shard:
+def init_parallel(par: DictConfig) -> Worker:
     from mindspore.communication import get_group_size, get_rank, init
 
     init()  # on CPU: the mccl backend; msrun's scheduler process waits in here
@@ -56,7 +58,7 @@ def init_parallel(par: DictConfig) -> Shard:
         kwargs["strategy_ckpt_config"] = {"save_file": strategy.save_file, "load_file": strategy.load_file,
                                           "only_trainable_params": strategy.only_trainable_params}
     ms.set_auto_parallel_context(**kwargs)
-    return Shard(get_rank(), get_group_size())
+    return Worker(get_rank(), get_group_size())
 
 
 def seed_everything(seed: int) -> None:
@@ -66,9 +68,9 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def barrier(shard: Shard) -> None:
+def barrier(worker: Worker) -> None:
     """Wait until every rank gets here (no-op stand-alone): an AllReduce of one number."""
-    if shard.size == 1:
+    if worker.world_size == 1:
         return
     from mindspore import Tensor, ops
 

@@ -1,6 +1,6 @@
 """Typed schemas for the composed config, and the validation that runs before any work.
 
-Two kinds of node (DESIGN.md "Config conventions"):
+Two kinds of node (docs/architecture.md, "Config"):
 - the framework's own nodes (parallel, boost, callbacks, tracking, runtime and the run-level
   keys) are dataclasses registered in Hydra's ConfigStore: Hydra rejects unknown keys and
   wrong types while composing;
@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sporeflow import schedules
 from sporeflow.errors import ConfigError
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -199,7 +200,7 @@ class CallbacksConfig:
 
 
 @dataclass
-class TrainConfig:
+class RunConfig:
     model: Dict[str, Any] = field(default_factory=dict)
     dataset: Dict[str, Any] = field(default_factory=dict)
     optimizer: Dict[str, Any] = field(default_factory=dict)
@@ -221,7 +222,7 @@ class TrainConfig:
 def allowed_keys(path: str) -> list[str]:
     """Keys the schema allows at a dotted path ("" = top level, "callbacks.checkpoint");
     empty for component nodes, whose keys depend on their `_target_`."""
-    node: Any = TrainConfig
+    node: Any = RunConfig
     for part in [p for p in path.split(".") if p]:
         types = {f.name: f.type for f in fields(node)} if is_dataclass(node) else {}
         hints = typing.get_type_hints(node) if is_dataclass(node) else {}
@@ -235,7 +236,7 @@ def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainConfig)
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
 
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.
@@ -278,6 +279,21 @@ def _check_component(group: str, node: DictConfig) -> None:
                 inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
             if required and name not in keys and name not in supplied:
                 raise ConfigError(f"{group}.{name} is required by {node['_target_']} but not set")
+
+
+def _check_schedule(node: DictConfig) -> None:
+    """optimizer.schedule: a known name and only the keys schedules.learning_rates takes."""
+    schedule = node.get("schedule")
+    if not schedule:
+        return
+    name = schedule.get("name", "constant")
+    if name not in schedules.NAMES:
+        raise ConfigError(f"optimizer.schedule.name={name!r}; allowed: {', '.join(schedules.NAMES)}")
+    allowed = [p for p in inspect.signature(schedules.learning_rates).parameters
+               if p not in ("lr_max", "steps_per_epoch", "epochs")]
+    for key in schedule:
+        if key not in allowed:
+            raise ConfigError(f"optimizer.schedule.{key} is not a schedule setting; allowed: {', '.join(allowed)}")
 
 
 def _check_ranges(cfg: DictConfig) -> None:
@@ -330,9 +346,6 @@ def _check_parallel(cfg: DictConfig) -> None:
         raise ConfigError(f"parallel.workers={par.workers} must be a multiple of parallel.nodes={par.nodes}")
     if not 0 <= par.node_rank < par.nodes:
         raise ConfigError(f"parallel.node_rank={par.node_rank} must lie in 0..{par.nodes - 1}")
-    if mode == "semi_auto" and not par.shard:
-        raise ConfigError("parallel.mode=semi_auto needs operator strategies in parallel.shard "
-                          "(layer -> [[a, b], [c, d]] for its MatMul)")
 
 
 def _check_dim_reduce(cfg: DictConfig) -> None:
@@ -367,8 +380,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     except OmegaConfBaseException as ex:
         raise ConfigError(f"{getattr(ex, 'full_key', '') or 'config'}: {ex.msg if hasattr(ex, 'msg') else ex}") from ex
     resolved.pop("hydra", None)
-    plain = OmegaConf.merge(OmegaConf.structured(TrainConfig), resolved)
+    plain = OmegaConf.merge(OmegaConf.structured(RunConfig), resolved)
     for group in COMPONENT_GROUPS:
         _check_component(group, plain[group])
+    _check_schedule(plain.optimizer)
     _check_ranges(plain)
     return plain

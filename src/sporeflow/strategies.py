@@ -42,7 +42,7 @@ def check_parallel_plan(cfg: DictConfig, build_network) -> None:
     """Strategies first (so a bad one is caught on any machine), then what the device can run."""
     par = cfg.parallel
     mode = par.mode.value
-    if par.shard:
+    if par.shard and mode == "semi_auto":  # strategies mean nothing to the other modes
         network = build_network()
         cells = _matmul_cells(network)
         for layer, strategy in par.shard.items():

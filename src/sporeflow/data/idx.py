@@ -16,6 +16,7 @@ import mindspore.dataset as mds
 
 from sporeflow.data.base import ImageDataset
 from sporeflow.errors import DataError
+from sporeflow.files import atomic_path
 
 FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -52,14 +53,11 @@ def ensure_raw(root: str | os.PathLike, cache_dir: str | os.PathLike | None) -> 
         source = root / name if (root / name).is_file() else root / f"{name}.gz"
         if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
             continue
-        tmp = cache / f".{name}.{os.getpid()}.tmp"
         opener = gzip.open if source.suffix == ".gz" else open
         try:
-            with opener(source, "rb") as src, open(tmp, "wb") as dst:
+            with atomic_path(target) as tmp, opener(source, "rb") as src, open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            os.replace(tmp, target)
         except (OSError, EOFError) as ex:
-            tmp.unlink(missing_ok=True)
             raise DataError(f"cannot expand {source} into {cache}: {ex}") from ex
     return cache
 

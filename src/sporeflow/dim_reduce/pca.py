@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import mindspore as ms
 import numpy as np
 from tqdm.auto import tqdm
 
+from sporeflow.files import atomic_path
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
 
 
@@ -186,25 +186,23 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     signs = np.sign(eigvecs[np.abs(eigvecs).argmax(axis=0), np.arange(n_component)])
     coef = eigvecs * signs / np.sqrt(eigvals)
 
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp.npy")
+    def project(basis: np.ndarray) -> np.ndarray:
+        for group in groups:
+            block = _block(paths, layout, group)
+            first, last = group[0], group[-1]
+            basis[:, offsets[first[0]] + first[1]:offsets[last[0]] + last[2]] = coef.T @ block
+            del block
+            bar.update(n)
+        bar.close()
+        return basis
+
+    if out_path is None:
+        return project(np.empty((n_component, layout.total), dtype=np.float32))
+    with atomic_path(out_path) as tmp:
         basis = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total))
-    else:
-        basis = np.empty((n_component, layout.total), dtype=np.float32)
-    for group in groups:
-        block = _block(paths, layout, group)
-        first, last = group[0], group[-1]
-        basis[:, offsets[first[0]] + first[1]:offsets[last[0]] + last[2]] = coef.T @ block
-        del block
-        bar.update(n)
-    bar.close()
-    if out_path is not None:
-        basis.flush()
+        project(basis).flush()
         del basis
-        os.replace(tmp, out_path)
-        return np.load(out_path, mmap_mode="r")
-    return basis
+    return np.load(out_path, mmap_mode="r")
 
 
 def load_or_compute_basis(paths, layout: Layout, n_component: int, cache_dir: Path,

@@ -9,13 +9,13 @@ then reads just the slice it needs through a memory map (MindSpore's load_checkp
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 from mindspore.train import Callback
 
 from sporeflow.errors import SporeflowError
+from sporeflow.files import atomic_path, write_text_atomic
 
 PATTERN = "snapshot_e*_s*.npy"
 LAYOUT_FILE = "layout.json"
@@ -29,11 +29,6 @@ def snapshot_steps(steps_per_epoch: int, per_epoch: int) -> set[int]:
     """Steps within an epoch (1-based) after which a snapshot is taken: evenly spaced, last = end."""
     per_epoch = min(per_epoch, steps_per_epoch)
     return {round((i + 1) * steps_per_epoch / per_epoch) for i in range(per_epoch)}
-
-
-def expected_count(epochs: int, start_epoch: int, per_epoch: int, steps_per_epoch: int | None = None) -> int:
-    per = min(per_epoch, steps_per_epoch) if steps_per_epoch else per_epoch
-    return max(0, epochs - start_epoch + 1) * per
 
 
 class SnapshotCallback(Callback):
@@ -56,20 +51,13 @@ class SnapshotCallback(Callback):
         if in_epoch in self.at:
             path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.npy"
             flat = np.concatenate([p.asnumpy().astype(np.float32).ravel() for p in self.params])
-            _write_atomic(path, lambda f: np.save(f, flat))
+            with atomic_path(path) as tmp:
+                np.save(tmp, flat)
             self.saved.append(path)
 
     def on_train_begin(self, run_context):
         layout = {"names": [p.name for p in self.params], "shapes": [list(p.shape) for p in self.params]}
-        _write_atomic(self.directory / LAYOUT_FILE, lambda f: f.write(json.dumps(layout).encode()))
-
-
-def _write_atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+        write_text_atomic(self.directory / LAYOUT_FILE, json.dumps(layout))
 
 
 def read_layout(directory: Path) -> dict | None:

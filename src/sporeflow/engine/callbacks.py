@@ -1,7 +1,9 @@
-"""MindSpore callbacks a stage composes: progress bar, MLflow metrics, eval per epoch, checkpoints.
+"""MindSpore callbacks a stage composes: they measure into the stage's EventRecord, or act on it.
 
-Metric names follow DESIGN.md: `train/loss`, `eval/acc`, `eval/loss`, `train/images_per_sec`,
-with step = global step. Callbacks that talk to people or MLflow are created on rank 0 only.
+Metric names: `train/loss`, `eval/<metric>` (and `eval/<metric>_ema`), `train/images_per_sec`,
+with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
+the record there (rank 0). Order matters within a step and an epoch end: measuring callbacks
+come before those that read what was measured (`fit_callbacks` in stages builds the list).
 """
 from __future__ import annotations
 
@@ -15,15 +17,7 @@ from mindspore.train import Callback
 from tqdm.auto import tqdm
 
 from sporeflow.checkpoints import prune, save_atomic
-from sporeflow.tracking import TrackedRun
-
-
-class StepOffset:
-    """Model.train(initial_epoch=e) restarts cur_step_num at 1; resumed runs add the steps done."""
-    step_offset: int = 0
-
-    def global_step(self, run_context) -> int:
-        return self.step_offset + run_context.original_args().cur_step_num
+from sporeflow.engine.events import EventRecord
 
 
 def _loss_value(outputs) -> float:
@@ -33,18 +27,21 @@ def _loss_value(outputs) -> float:
     return float(np.asarray(outputs.asnumpy() if hasattr(outputs, "asnumpy") else outputs).mean())
 
 
-class Throughput(Callback, StepOffset):
+class Throughput(Callback):
     """Images per second per epoch, measured between step ends (so graph compilation in the
-    first step of a stage is left out) and logged as `train/images_per_sec`."""
+    first step of a stage is left out), recorded as `train/images_per_sec`."""
 
-    def __init__(self, batch_size: int, run: TrackedRun | None = None):
+    def __init__(self, record: EventRecord, batch_size: int):
         super().__init__()
+        self.record = record
         self.batch_size = batch_size
-        self.run = run
         self.history: list[float] = []
         self._last: float | None = None
         self._images = 0
         self._seconds = 0.0
+
+    def on_train_epoch_begin(self, run_context):
+        self._last = None  # time spent in eval/checkpoints between epochs is not training
 
     def on_train_step_end(self, run_context):
         now = time.perf_counter()
@@ -57,74 +54,41 @@ class Throughput(Callback, StepOffset):
         if self._seconds > 0:
             rate = self._images / self._seconds
             self.history.append(rate)
-            if self.run is not None:
-                self.run.log_metrics({"train/images_per_sec": rate}, self.global_step(run_context))
+            self.record.put("train/images_per_sec", rate, self.record.global_step(run_context.original_args()))
         self._images, self._seconds = 0, 0.0
-
-    def on_train_epoch_begin(self, run_context):
-        self._last = None  # time spent in eval/checkpoints between epochs is not training
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.history)) if self.history else float("nan")
 
 
-class ProgressBar(Callback):
-    """One tqdm bar over all steps of the stage, with epoch, loss and last eval accuracy."""
+class StepLoss(Callback):
+    """The training loss every n steps, recorded as `train/loss` (one host read per n steps)."""
 
-    def __init__(self, stage: str, epochs: int, steps_per_epoch: int):
+    def __init__(self, record: EventRecord, every_n_steps: int = 1):
         super().__init__()
-        self.bar = tqdm(total=epochs * steps_per_epoch, desc=stage, unit="step",
-                        dynamic_ncols=True, mininterval=0.5)
-        self.epochs = epochs
-        self.last_acc: float | None = None
-
-    def on_train_step_end(self, run_context):
-        cb = run_context.original_args()
-        post = {"epoch": f"{cb.cur_epoch_num}/{self.epochs}",
-                "loss": f"{_loss_value(cb.net_outputs):.4f}"}
-        if self.last_acc is not None:
-            post["acc"] = f"{self.last_acc:.4f}"
-        self.bar.set_postfix(post, refresh=False)
-        self.bar.update(1)
-
-    def on_train_end(self, run_context):
-        self.bar.close()
-
-
-class StepMetrics(Callback, StepOffset):
-    """Per-step `train/loss` (every n steps) into the MLflow run, flushed at each epoch end."""
-
-    def __init__(self, run: TrackedRun, every_n_steps: int = 1):
-        super().__init__()
-        self.run = run
+        self.record = record
         self.every = every_n_steps
 
     def on_train_step_end(self, run_context):
-        step = self.global_step(run_context)
+        cb = run_context.original_args()
+        step = self.record.global_step(cb)
         if step % self.every == 0:
-            self.run.log_metrics({"train/loss": _loss_value(run_context.original_args().net_outputs)}, step)
-
-    def on_train_epoch_end(self, run_context):
-        self.run.flush()
+            self.record.put("train/loss", _loss_value(cb.net_outputs), step)
 
 
-class EvalEachEpoch(Callback, StepOffset):
-    """Evaluate on the test split every n epochs (and after the last); logs `eval/<metric>`,
-    and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
+class EvalEachEpoch(Callback):
+    """Evaluate on the test split every n epochs (and after the last), into the record as
+    `eval/<metric>`, and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
 
-    def __init__(self, model, eval_data, epochs: int, every_n_epochs: int = 1,
-                 run: TrackedRun | None = None, progress: ProgressBar | None = None,
+    def __init__(self, record: EventRecord, model, eval_data, every_n_epochs: int = 1,
                  ema_swap: Callable[[], ContextManager] | None = None):
         super().__init__()
+        self.record = record
         self.model = model
         self.eval_data = eval_data
-        self.epochs = epochs
         self.every = every_n_epochs
-        self.run = run
-        self.progress = progress
         self.ema_swap = ema_swap
-        self.history: list[tuple[int, dict]] = []
 
     def evaluate(self) -> dict:
         result = {k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()}
@@ -135,26 +99,53 @@ class EvalEachEpoch(Callback, StepOffset):
         return result
 
     def on_train_epoch_end(self, run_context):
-        epoch = run_context.original_args().cur_epoch_num
-        if epoch % self.every and epoch != self.epochs:
+        cb = run_context.original_args()
+        epoch = cb.cur_epoch_num
+        if epoch % self.every and epoch != self.record.epochs:
             return
-        result = self.evaluate()
-        self.history.append((epoch, result))
-        if self.run is not None:
-            self.run.log_metrics({f"eval/{k}": v for k, v in result.items()},
-                                 self.global_step(run_context), flush=True)
-        if self.progress is not None and "acc" in result:
-            self.progress.last_acc = result["acc"]
+        self.record.put_eval(epoch, self.record.global_step(cb), self.evaluate())
+
+
+class ProgressBar(Callback):
+    """One tqdm bar over the stage's steps (a resumed stage starts part-way), with the epoch,
+    the latest recorded loss and the latest eval accuracy (refreshed right after each eval)."""
+
+    def __init__(self, record: EventRecord, stage: str):
+        super().__init__()
+        self.record = record
+        self.bar = tqdm(total=record.epochs * record.steps_per_epoch,
+                        initial=record.start_epoch * record.steps_per_epoch,
+                        desc=stage, unit="step", dynamic_ncols=True, mininterval=0.5)
+
+    def _show(self, epoch: int, refresh: bool) -> None:
+        post = {"epoch": f"{epoch}/{self.record.epochs}"}
+        loss = self.record.latest("train/loss")
+        if loss is not None:
+            post["loss"] = f"{loss:.4f}"
+        acc = self.record.latest("eval/acc")
+        if acc is not None:
+            post["acc"] = f"{acc:.4f}"
+        self.bar.set_postfix(post, refresh=refresh)
+
+    def on_train_step_end(self, run_context):
+        self._show(run_context.original_args().cur_epoch_num, refresh=False)
+        self.bar.update(1)
+
+    def on_train_epoch_end(self, run_context):
+        self._show(run_context.original_args().cur_epoch_num, refresh=True)
+
+    def on_train_end(self, run_context):
+        self.bar.close()
 
 
 class BestCheckpoints(Callback):
-    """Keep the `keep` best network checkpoints by an eval metric, as
+    """Keep the `keep` best network checkpoints by a recorded eval metric, as
     `best_<metric>_<value>_epoch_NNNN.ckpt`; `swap` puts the ranked weights (EMA) in first."""
 
-    def __init__(self, evaluator: EvalEachEpoch, network, directory: Path, metric: str,
+    def __init__(self, record: EventRecord, network, directory: Path, metric: str,
                  mode: str = "max", keep: int = 1, swap: Callable[[], ContextManager] | None = None):
         super().__init__()
-        self.evaluator = evaluator
+        self.record = record
         self.network = network
         self.directory = Path(directory)
         self.metric = metric
@@ -164,9 +155,10 @@ class BestCheckpoints(Callback):
         self.best: list[tuple[float, Path]] = []
 
     def on_train_epoch_end(self, run_context):
-        if not self.evaluator.history:
+        latest = self.record.latest_eval()
+        if latest is None:
             return
-        epoch, result = self.evaluator.history[-1]
+        epoch, result = latest
         if epoch != run_context.original_args().cur_epoch_num or self.metric not in result:
             return
         value = result[self.metric]
@@ -182,19 +174,20 @@ class BestCheckpoints(Callback):
         self.best = self.best[:self.keep]
 
 
-class CheckpointEachEpoch(Callback, StepOffset):
+class CheckpointEachEpoch(Callback):
     """Full train-network checkpoints (weights + optimizer state) every n epochs, last k kept.
 
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`.
     """
 
-    def __init__(self, directory: Path, every_n_epochs: int = 1, keep_last: int = 2, integrated_save: bool = True):
+    def __init__(self, record: EventRecord, directory: Path, every_n_epochs: int = 1, keep_last: int = 2,
+                 integrated_save: bool = True):
         super().__init__()
-        self.integrated_save = integrated_save
+        self.record = record
         self.directory = Path(directory)
         self.every = every_n_epochs
         self.keep = keep_last
-        self.saved: list[Path] = []
+        self.integrated_save = integrated_save
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
@@ -202,7 +195,6 @@ class CheckpointEachEpoch(Callback, StepOffset):
             return
         path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
         save_atomic(cb.train_network, path,
-                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.global_step(run_context)},
+                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.record.global_step(cb)},
                     integrated_save=self.integrated_save)
-        self.saved.append(path)
         prune(self.directory, "epoch_*.ckpt", self.keep)

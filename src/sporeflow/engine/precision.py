@@ -13,9 +13,6 @@ import mindspore as ms
 from mindspore import dtype as mstype
 from mindspore import nn
 
-LEVELS = ("O0", "O1", "O2", "O3")
-
-
 def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) -> nn.Cell:
     """The network to train and evaluate at `level` (the same cell for O0)."""
     if level == "O0":

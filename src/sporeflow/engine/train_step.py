@@ -149,24 +149,6 @@ class TrainStep(nn.Cell):
         return loss
 
 
-def needs_train_step(train_cfg) -> bool:
-    """False when every feature is off: then plain mindspore.Model(net, loss, opt) is used."""
-    return (train_cfg.loss_scale != 1.0 or train_cfg.loss_scale_manager.value == "dynamic"
-            or train_cfg.clip_grad_norm > 0
-            or train_cfg.accumulation_steps > 1 or train_cfg.ema.enabled)
-
-
-def build_train_step(network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer, train_cfg) -> TrainStep:
-    ema = train_cfg.ema
-    return TrainStep(nn.WithLossCell(network, loss_fn), optimizer, loss_scale=train_cfg.loss_scale,
-                     clip_grad_norm=train_cfg.clip_grad_norm,
-                     accumulation_steps=train_cfg.accumulation_steps,
-                     ema_decay=ema.decay if ema.enabled else 0.0, ema_warmup=ema.warmup,
-                     grad_reducer=data_parallel_reducer(optimizer.parameters),
-                     dynamic_scale=train_cfg.loss_scale_manager.value == "dynamic",
-                     scale_factor=train_cfg.loss_scale_factor, scale_window=train_cfg.loss_scale_window)
-
-
 @contextmanager
 def ema_weights_in(train_step: TrainStep):
     """Temporarily put the EMA shadow weights into the network (for eval and export)."""

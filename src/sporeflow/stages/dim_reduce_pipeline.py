@@ -1,17 +1,16 @@
-"""Stages and their MLflow runs: what `python train.py` does once the config is valid.
+"""The dim-reduce pipeline: stage 1 -> PCA -> stage 2 -> baselines -> comparison, under one
+parent MLflow run whose children are the stages.
 
-boost=none:       one stage of plain training, one MLflow run.
-boost=dim_reduce: a parent run with child runs stage1 (plain training keeping snapshots;
-                  reused when a finished one has the same fingerprint), stage2 (PCA + the
-                  dimension-reduced steps), and the baselines (plain continuation, annealed
-                  continuation, snapshot mean) that measure what stage 2 gains.
+stage1:   plain training keeping weight snapshots; reused when a finished one has the same
+          fingerprint (or `boost.stage1_run` names one);
+stage2:   the PCA basis of the snapshots, then dimension-reduced steps (DimReduceStep);
+baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,94 +18,22 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.checkpoints import find_resume_dir, read_run_marker, write_run_marker
-from sporeflow.comparison import comparison_plot, gain, summary_table
+from sporeflow.checkpoints import final_weights, write_run_marker
 from sporeflow.components import build_model
 from sporeflow.context import RunContext
 from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
-from sporeflow.engine.trainer import StagePlan, StageResult, evaluate_weights, train_stage
-from sporeflow.runtime import Shard, barrier, init_context
-from sporeflow.tracking import Tracker, TrackedRun, flatten
+from sporeflow.runtime import Worker, barrier
+from sporeflow.stages.build import StagePlan
+from sporeflow.stages.comparison import comparison_plot, gain, summary_table
+from sporeflow.stages.runs import guarded, record_config, run_name
+from sporeflow.stages.stage import StageResult, evaluate_weights, tracked_stage
+from sporeflow.tracking import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
 
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 MAX_BASIS_ARTIFACT_MB = 100
-
-
-def _run_name(cfg: DictConfig) -> str:
-    if cfg.tracking.run_name:
-        return cfg.tracking.run_name
-    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
-    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
-    return f"{model}-{data}"
-
-
-def _record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str) -> None:
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    run.log_params(flatten(container))
-    run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
-                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir),
-                  "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")})
-    run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
-    run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
-    if ctx.hydra_dir is not None:
-        run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
-
-
-def _guarded(run: TrackedRun, fn):
-    """Run fn(); the MLflow run ends FINISHED, or KILLED/FAILED if fn raises."""
-    try:
-        result = fn()
-    except KeyboardInterrupt:
-        run.end("KILLED")
-        raise
-    except BaseException:
-        run.end("FAILED")
-        raise
-    run.end("FINISHED")
-    return result
-
-
-def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
-                  resume_dir: Path | None = None, parent: TrackedRun | None = None,
-                  plan: StagePlan = StagePlan(), stage_dir: Path | None = None,
-                  tags: dict | None = None, shard: Shard = Shard()) -> StageResult:
-    """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
-
-    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
-    """
-    stage_dir = resume_dir or stage_dir or ctx.run_dir
-    marker = read_run_marker(stage_dir) if resume_dir else {}
-    if marker.get("mlflow_run_id"):
-        run = tracker.resume_run(marker["mlflow_run_id"])
-        run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
-    else:
-        name = _run_name(cfg) if parent is None else stage
-        run = tracker.start_run(name, tags={"stage": stage}, parent=parent)
-        _record_config(run, cfg, ctx, stage)
-        run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
-    if shard.is_main:
-        write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
-    return _guarded(run, lambda: train_stage(stage, cfg, stage_dir, run, shard=shard,
-                                             resume=resume_dir is not None, plan=plan))
-
-
-def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
-    """Run every stage the config asks for; returns the final eval accuracy (stage 2's)."""
-    shard = init_context(cfg)
-    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=not shard.is_main)  # rank 0 writes
-    if cfg.boost.name.value == "dim_reduce":
-        return DimReducePipeline(cfg, ctx, tracker, shard).run()
-    resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
-    result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, shard=shard)
-    if not shard.is_main:
-        return float(result.metrics.get("acc", float("nan")))
-    summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
-    print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
-          f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
-    return float(result.metrics.get("acc", float("nan")))
 
 
 def stage1_fingerprint(cfg: DictConfig) -> str:
@@ -127,8 +54,7 @@ class Stage1:
 
     @property
     def weights(self) -> Path:
-        per_rank = self.run_dir / "checkpoints" / f"rank_{self.rank}" / "final.ckpt"
-        return per_rank if per_rank.is_file() else self.run_dir / "checkpoints" / "final.ckpt"
+        return final_weights(self.run_dir, self.rank)
 
     @property
     def snapshots(self) -> Path:
@@ -138,8 +64,8 @@ class Stage1:
 class DimReducePipeline:
     """stage 1 -> PCA -> stage 2 -> baselines -> comparison, under one parent MLflow run."""
 
-    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, shard: Shard = Shard()):
-        self.cfg, self.ctx, self.tracker, self.shard = cfg, ctx, tracker, shard
+    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, worker: Worker = Worker()):
+        self.cfg, self.ctx, self.tracker, self.worker = cfg, ctx, tracker, worker
         self.boost = cfg.boost
         self.results: dict[str, dict] = {}
 
@@ -150,17 +76,17 @@ class DimReducePipeline:
         return derived
 
     def run(self) -> float:
-        self.parent = self.tracker.start_run(f"{_run_name(self.cfg)}-dim_reduce", tags={"stage": "pipeline"})
-        _record_config(self.parent, self.cfg, self.ctx, "pipeline")
-        if self.shard.is_main:
+        self.parent = self.tracker.start_run(f"{run_name(self.cfg)}-dim_reduce", tags={"stage": "pipeline"})
+        record_config(self.parent, self.cfg, self.ctx, "pipeline")
+        if self.worker.is_main:
             write_run_marker(self.ctx.run_dir, mlflow_run_id=self.parent.run_id, tracking_uri=self.tracker.uri,
                              stage="pipeline")
-        return _guarded(self.parent, self._stages)
+        return guarded(self.parent, self._stages)
 
     def _stages(self) -> float:
         stage1 = self._stage1()
         self.results["stage1"] = stage1.metrics
-        barrier(self.shard)  # rank 0 has written every snapshot
+        barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = list_snapshots(stage1.snapshots)
         if self.boost.pca_mat_path is None:
             check_count(len(snapshots), self.boost.n_component)
@@ -169,11 +95,11 @@ class DimReducePipeline:
             check_npy_layout(stage1.snapshots, layout)
         compute = lambda: load_or_compute_basis(  # noqa: E731
             snapshots, layout, self.boost.n_component, stage1.run_dir / "pca", self.boost.pca_mat_path,
-            self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.shard.is_main)
-        if self.shard.is_main:  # rank 0 computes (or finds) the basis, the others read its file
+            self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.worker.is_main)
+        if self.worker.is_main:  # rank 0 computes (or finds) the basis, the others read its file
             basis, basis_path = compute()
-        barrier(self.shard)
-        if not self.shard.is_main:
+        barrier(self.worker)
+        if not self.worker.is_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
 
@@ -199,7 +125,7 @@ class DimReducePipeline:
                artifact: Path | None = None) -> StageResult:
         stage_dir = self.ctx.run_dir / stage
         result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
-                               stage_dir=stage_dir, tags=tags, shard=self.shard)
+                               stage_dir=stage_dir, tags=tags, worker=self.worker)
         if artifact is not None:
             self.parent.log_artifact(artifact, "pca")
         return result
@@ -207,22 +133,22 @@ class DimReducePipeline:
     def _stage1(self) -> Stage1:
         fingerprint = stage1_fingerprint(self.cfg)
         reused = self._find_stage1(fingerprint)  # every rank looks up the same store...
-        barrier(self.shard)                       # ...before rank 0 can add a run to it
+        barrier(self.worker)                       # ...before rank 0 can add a run to it
         if reused is not None:
             log.info("reusing stage 1 from MLflow run %s (%s)", reused.reused_from, reused.run_dir)
             self.parent.set_tags({"stage1_reused_from": reused.reused_from})
             return reused
         stage_dir = self.ctx.run_dir / "stage1"
-        snapshots = stage_dir / "snapshots" if self.shard.is_main else None  # weights agree across ranks
+        snapshots = stage_dir / "snapshots" if self.worker.is_main else None  # weights agree across ranks
         result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=snapshots),
                              {"stage1_fingerprint": fingerprint})
-        return Stage1(stage_dir, result.metrics, rank=self.shard.rank)
+        return Stage1(stage_dir, result.metrics, rank=self.worker.rank)
 
     def _find_stage1(self, fingerprint: str) -> Stage1 | None:
         def usable(run) -> Stage1 | None:
             found = Stage1(Path(run.data.tags.get("run_dir", "")),
                            {k[len("final/"):]: v for k, v in run.data.metrics.items() if k.startswith("final/")},
-                           run.info.run_id, self.shard.rank)
+                           run.info.run_id, self.worker.rank)
             return found if found.weights.is_file() and found.snapshots.is_dir() else None
 
         if self.boost.stage1_run:
@@ -252,9 +178,9 @@ class DimReducePipeline:
         mean = {name: value / len(snapshots) for name, value in total.items()}
         stage_dir = self.ctx.run_dir / "snapshot_mean"
         run = self.tracker.start_run("snapshot_mean", tags={"stage": "snapshot_mean"}, parent=self.parent)
-        _record_config(run, self.cfg, self.ctx, "snapshot_mean")
+        record_config(run, self.cfg, self.ctx, "snapshot_mean")
         run.set_tags({"run_dir": str(stage_dir), "n_snapshots": str(len(snapshots))})
-        return _guarded(run, lambda: evaluate_weights("snapshot_mean", self.cfg, mean, stage1.weights, run,
+        return guarded(run, lambda: evaluate_weights("snapshot_mean", self.cfg, mean, stage1.weights, run,
                                                       stage_dir))
 
     def _compare(self) -> float:
@@ -262,12 +188,12 @@ class DimReducePipeline:
                    if k in ("acc", "loss")}
         metrics["gain"] = gain(self.results)
         self.parent.log_metrics(metrics, 0, flush=True)
-        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png") if self.shard.is_main else None
+        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png") if self.worker.is_main else None
         if plot is not None:
             self.parent.log_artifact(plot)
         table = summary_table(self.results)
         self.parent.log_text(table + "\n", "comparison.txt")
-        if self.shard.is_main:
+        if self.worker.is_main:
             print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}",
                   file=sys.stderr)
         return float(self.results["stage2"].get("acc", float("nan")))

@@ -1,4 +1,7 @@
-"""Stage comparison for pipelines: the gain of stage 2 over its strongest baseline, a table, a plot."""
+"""Stage comparison for pipelines: the gain of stage 2 over its strongest baseline, a table, a plot.
+
+`results` maps each stage that ran to its final metrics: "stage1", "stage2", and the baselines
+(whatever `boost.baselines` listed); every entry other than the two stages is a baseline."""
 from __future__ import annotations
 
 import logging
@@ -6,12 +9,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("baseline", "annealed", "snapshot_mean")
+STAGES = ("stage1", "stage2")
 
 
 def gain(results: dict[str, dict], metric: str = "acc") -> float:
     """stage2's metric minus the best baseline's (NaN when no baseline ran)."""
-    others = [results[b][metric] for b in BASELINES if b in results and metric in results[b]]
+    others = [m[metric] for name, m in results.items() if name not in STAGES and metric in m]
     return results["stage2"][metric] - max(others) if others else float("nan")
 
 

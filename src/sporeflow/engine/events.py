@@ -1,0 +1,63 @@
+"""The per-stage record of what happened: scalars by global step and eval results by epoch.
+
+Callbacks that measure (loss, throughput, evaluation) put into it; callbacks that act on
+measurements (progress bar, best-k checkpoints) and writers (the stage's MLflow writer) read
+from it. No callback holds a tracking run or reaches into another callback (the shape of
+detectron2's EventStorage and its writers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str        # e.g. "train/loss", "eval/acc", "train/images_per_sec"
+    value: float
+    step: int        # global optimizer step of the stage (continues across a resume)
+
+
+class EventRecord:
+    """What one stage has measured so far.
+
+    `start_epoch` is where a resumed stage continues: MindSpore's `Model.train(initial_epoch=e)`
+    restarts `cur_step_num` at 1 while `cur_epoch_num` stays absolute, so the record turns
+    MindSpore's step counter into the stage's global step.
+    """
+
+    def __init__(self, epochs: int, steps_per_epoch: int, start_epoch: int = 0):
+        self.epochs = epochs
+        self.steps_per_epoch = steps_per_epoch
+        self.start_epoch = start_epoch
+        self.evals: list[tuple[int, dict]] = []   # (epoch, {metric: value}), in epoch order
+        self._latest: dict[str, Event] = {}
+        self._queues: list[list[Event]] = []
+
+    def global_step(self, cb_params) -> int:
+        """The stage's global step from MindSpore's callback parameters."""
+        return self.start_epoch * self.steps_per_epoch + cb_params.cur_step_num
+
+    def put(self, name: str, value: float, step: int) -> None:
+        event = Event(name, float(value), int(step))
+        self._latest[name] = event
+        for queue in self._queues:
+            queue.append(event)
+
+    def put_eval(self, epoch: int, step: int, result: dict) -> None:
+        """An evaluation after `epoch`: kept by epoch, and each metric as `eval/<metric>`."""
+        self.evals.append((epoch, dict(result)))
+        for key, value in result.items():
+            self.put(f"eval/{key}", value, step)
+
+    def latest(self, name: str) -> float | None:
+        event = self._latest.get(name)
+        return None if event is None else event.value
+
+    def latest_eval(self) -> tuple[int, dict] | None:
+        return self.evals[-1] if self.evals else None
+
+    def subscribe(self) -> list[Event]:
+        """A queue that receives every event put from now on; the reader empties it."""
+        queue: list[Event] = []
+        self._queues.append(queue)
+        return queue

@@ -1,0 +1,33 @@
+"""What `python train.py` runs once the config is valid and this process is a worker.
+
+boost=none:       one stage of plain training, one MLflow run.
+boost=dim_reduce: the dim-reduce pipeline (stages.dim_reduce_pipeline): stage 1, PCA,
+                  stage 2 and the baselines under one parent MLflow run.
+"""
+from __future__ import annotations
+
+import sys
+
+from omegaconf import DictConfig
+
+from sporeflow.checkpoints import find_resume_dir
+from sporeflow.context import RunContext
+from sporeflow.runtime import init_context
+from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
+from sporeflow.stages.stage import tracked_stage
+from sporeflow.tracking import Tracker
+
+
+def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
+    """Run every stage the config asks for; returns the final eval accuracy (stage 2's in a pipeline)."""
+    worker = init_context(cfg)
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=not worker.is_main)  # rank 0 writes
+    if cfg.boost.name.value == "dim_reduce":
+        return DimReducePipeline(cfg, ctx, tracker, worker).run()
+    resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+    result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, worker=worker)
+    if worker.is_main:
+        summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+        print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
+              f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
+    return float(result.metrics.get("acc", float("nan")))

@@ -1,0 +1,65 @@
+"""The MLflow side of stages: run names, what every run records, how a run ends, and what the
+launcher needs done to the store around a parallel job. Imports no MindSpore, so the launcher
+process (which trains nothing) stays light."""
+from __future__ import annotations
+
+import os
+from typing import Callable, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.checkpoints import read_run_marker
+from sporeflow.context import RunContext
+from sporeflow.tracking import TrackedRun, Tracker, flatten
+
+T = TypeVar("T")
+
+
+def run_name(cfg: DictConfig) -> str:
+    """`tracking.run_name`, else "<model>-<dataset>" from the components' targets."""
+    if cfg.tracking.run_name:
+        return cfg.tracking.run_name
+    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
+    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
+    return f"{model}-{data}"
+
+
+def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str) -> None:
+    """Params (the config flattened), tags, and the composed YAML + Hydra files as artifacts."""
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    run.log_params(flatten(container))
+    run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
+                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir),
+                  "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")})
+    run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
+    run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
+    if ctx.hydra_dir is not None:
+        run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
+
+
+def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
+    """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C) / FAILED if fn raises."""
+    try:
+        result = fn()
+    except KeyboardInterrupt:
+        run.end("KILLED")
+        raise
+    except BaseException:
+        run.end("FAILED")
+        raise
+    run.end("FINISHED")
+    return result
+
+
+def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
+    """Create the MLflow store and experiment before workers start, so a worker killed mid-way
+    can never leave a half-migrated database behind (and rank 0 does not pay the migration)."""
+    Tracker.from_config(cfg.tracking, ctx.launch_dir).connect()
+
+
+def mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
+    """A failed parallel job must not stay RUNNING: rank 0 wrote its MLflow run id into the
+    run marker; end that run FAILED."""
+    run_id = read_run_marker(ctx.run_dir).get("mlflow_run_id")
+    if run_id:
+        Tracker.from_config(cfg.tracking, ctx.launch_dir).resume_run(run_id).end("FAILED")

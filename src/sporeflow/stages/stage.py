@@ -1,0 +1,162 @@
+"""One stage of training, inside its own MLflow run:
+dataset -> parts (stages.build) -> callbacks -> fit (engine) -> final eval -> files -> MLflow.
+
+A resumed stage restores the newest complete checkpoint (weights, optimizer state, EMA, step),
+continues at the next epoch and in the same MLflow run.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from mindspore import Model, Tensor
+from omegaconf import DictConfig
+
+from sporeflow.checkpoints import (checkpoint_dir, load_weights, newest_complete_checkpoint, read_run_marker,
+                                   restore_exact, save_atomic, write_run_marker)
+from sporeflow.components import build_dataset, build_loss, build_model
+from sporeflow.context import RunContext
+from sporeflow.dim_reduce.snapshots import SnapshotCallback
+from sporeflow.engine.batchnorm import recompute_batchnorm
+from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss,
+                                        Throughput)
+from sporeflow.engine.events import EventRecord
+from sporeflow.engine.loop import StageParts, fit
+from sporeflow.errors import DataError
+from sporeflow.runtime import Worker
+from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
+from sporeflow.stages.runs import guarded, record_config, run_name
+from sporeflow.stages.writer import MlflowWriter
+from sporeflow.tracking import TrackedRun, Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageResult:
+    name: str
+    metrics: dict                      # final eval metrics of the exported weights: acc, loss
+    checkpoint: Path                   # network weights after the stage (EMA if eval_with=ema)
+    images_per_sec: float
+    history: list = field(default_factory=list)  # [(epoch, {metric: value})]
+
+
+def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageParts, eval_data,
+                  ckpt_dir: Path, worker: Worker, run: TrackedRun,
+                  plan: StagePlan) -> tuple[list, Throughput, EvalEachEpoch]:
+    """The stage's callbacks in the order they must run: measure first, then act on the record,
+    then show and write it (progress bar and MLflow on rank 0 only)."""
+    cb_cfg = cfg.callbacks
+    ema_ranked = cfg.train.ema.eval_with.value == "ema"
+    throughput = Throughput(record, cfg.dataset.batch_size)
+    evaluator = EvalEachEpoch(record, parts.model, eval_data, cb_cfg.eval_every_n_epochs, parts.ema_swap)
+    callbacks = []
+    if plan.snapshot_dir is not None:
+        snap = cfg.boost.snapshot
+        callbacks.append(SnapshotCallback(parts.network, plan.snapshot_dir, snap.start_epoch, snap.per_epoch,
+                                          record.steps_per_epoch))
+    callbacks.append(throughput)
+    if worker.is_main:  # the loss is read to the host only where something shows or writes it
+        callbacks.append(StepLoss(record, cb_cfg.log_every_n_steps))
+    callbacks.append(evaluator)
+    if cb_cfg.best.keep:
+        callbacks.append(BestCheckpoints(record, parts.network, ckpt_dir,
+                                         cb_cfg.best.monitor + ("_ema" if ema_ranked else ""), cb_cfg.best.mode.value,
+                                         cb_cfg.best.keep, parts.ema_swap if ema_ranked else None))
+    callbacks.append(CheckpointEachEpoch(record, ckpt_dir, cb_cfg.checkpoint.every_n_epochs,
+                                         cb_cfg.checkpoint.keep_last, cfg.parallel.integrated_save))
+    if worker.is_main and cb_cfg.progress_bar:
+        callbacks.append(ProgressBar(record, name))
+    if worker.is_main:
+        callbacks.append(MlflowWriter(record, run))
+    return callbacks, throughput, evaluator
+
+
+def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, worker: Worker = Worker(),
+              resume: bool = False, plan: StagePlan = StagePlan()) -> StageResult:
+    """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to checkpoints.checkpoint_dir."""
+    ckpt_dir = checkpoint_dir(stage_dir, worker.rank, worker.world_size)
+    start_epoch, state = 0, None
+    if resume:
+        path, state = newest_complete_checkpoint(ckpt_dir)
+        start_epoch = int(state["epoch_num"].asnumpy())
+        log.info("resuming %s from %s (epoch %d)", name, path, start_epoch)
+
+    data = build_dataset(cfg)
+    train_data = data.create("train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args())
+    eval_data = data.create("test")
+    steps_per_epoch = train_data.get_dataset_size()
+    if steps_per_epoch == 0:
+        raise DataError(f"the training split of {cfg.dataset._target_} yields no batch of "
+                        f"{cfg.dataset.batch_size} (drop_remainder={getattr(data, 'drop_remainder', False)})")
+    log.info("stage %s: epochs %d..%d x %d steps of batch %d", name, start_epoch + 1, cfg.epochs,
+             steps_per_epoch, cfg.dataset.batch_size)
+    parts = build_stage_parts(cfg, plan, steps_per_epoch)
+    if state is not None:
+        restore_exact(state, *parts.state_cells)
+
+    record = EventRecord(cfg.epochs, steps_per_epoch, start_epoch)
+    callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, eval_data, ckpt_dir, worker, run, plan)
+    fit(parts, train_data, cfg.epochs, callbacks, start_epoch)
+
+    latest = record.latest_eval()
+    final = latest[1] if latest is not None else evaluator.evaluate()
+    ema_ranked = cfg.train.ema.eval_with.value == "ema"
+    exported = {k[:-4]: v for k, v in final.items() if k.endswith("_ema")} if ema_ranked else \
+        {k: v for k, v in final.items() if not k.endswith("_ema")}
+    with (parts.ema_swap if ema_ranked else nullcontext)():
+        weights = save_atomic(parts.network, ckpt_dir / "final.ckpt")
+    if parts.ema_swap is not None and not ema_ranked:
+        with parts.ema_swap():
+            save_atomic(parts.network, ckpt_dir / "final_ema.ckpt")
+    if worker.is_main:
+        last_step = cfg.epochs * steps_per_epoch
+        run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
+        run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
+        run.log_artifact(weights, "checkpoints")
+    return StageResult(name, exported, weights, throughput.mean, record.evals)
+
+
+def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
+                     stage_dir: Path) -> StageResult:
+    """A stage with no training: `base` weights overlaid with `weights` (name -> array),
+    BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
+    network = build_model(cfg)
+    load_weights(network, base)
+    for param in network.trainable_params():
+        param.set_data(Tensor(np.asarray(weights[param.name], dtype=np.float32)))
+    data = build_dataset(cfg)
+    if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
+        log.info("%s: BatchNorm statistics recomputed on the training split", name)
+    model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
+    result = {k: float(v) for k, v in model.eval(data.create("test"), dataset_sink_mode=False).items()}
+    path = save_atomic(network, checkpoint_dir(stage_dir) / "final.ckpt")
+    run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
+    run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
+    return StageResult(name, result, path, float("nan"), [(0, result)])
+
+
+def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
+                  resume_dir: Path | None = None, parent: TrackedRun | None = None,
+                  plan: StagePlan = StagePlan(), stage_dir: Path | None = None,
+                  tags: dict | None = None, worker: Worker = Worker()) -> StageResult:
+    """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
+
+    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
+    """
+    stage_dir = resume_dir or stage_dir or ctx.run_dir
+    marker = read_run_marker(stage_dir) if resume_dir else {}
+    if marker.get("mlflow_run_id"):
+        run = tracker.resume_run(marker["mlflow_run_id"])
+        run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
+    else:
+        run = tracker.start_run(run_name(cfg) if parent is None else stage, tags={"stage": stage}, parent=parent)
+        record_config(run, cfg, ctx, stage)
+        run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
+    if worker.is_main:
+        write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
+    return guarded(run, lambda: run_stage(stage, cfg, stage_dir, run, worker=worker,
+                                          resume=resume_dir is not None, plan=plan))

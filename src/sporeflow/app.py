@@ -68,7 +68,10 @@ def run_task(cfg: DictConfig) -> float:
 
     acc = run_pipeline(plain, ctx)
     if launch.under_msrun():
-        launch.write_result(ctx, acc)
+        from mindspore.communication import get_rank
+
+        if get_rank() == 0:
+            launch.write_result(ctx, acc)
     return acc
 
 

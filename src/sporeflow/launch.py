@@ -106,7 +106,4 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
 
 def write_result(ctx: RunContext, acc: float) -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state)."""
-    from mindspore.communication import get_rank
-
-    if get_rank() == 0:
-        (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))
+    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import run_train
+from conftest import REPO, run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -139,3 +139,12 @@ def test_dynamic_loss_scale_with_mixed_precision(tmp_path):
     state = ms.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "epoch_0002.ckpt"))
     scale = float(state["loss_scale"].asnumpy())
     assert scale != 65536 and np.log2(scale).is_integer()  # it adapted (float16 overflows shrink it)
+
+
+def test_a_bug_in_component_code_is_not_a_config_error(tmp_path):
+    """A constructor that raises is the user's code failing, not a typo: traceback, exit 1."""
+    proc = run_train(["model._target_=failing_models.BrokenInit"], tmp_path,
+                     env={"PYTHONPATH": str(REPO / "tests")})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" in proc.stderr and "bug in the user's model code" in proc.stderr
+    assert "Config error" not in proc.stderr

@@ -82,11 +82,15 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
 
     `before_start` runs once before any worker exists, `on_failure` once when the job failed
     (before the LaunchError is raised)."""
-    if shutil.which("msrun") is None:
-        raise LaunchError("msrun is not on PATH: activate the virtualenv that has MindSpore")
+    # msrun is installed beside this Python (the virtualenv's bin/), whether or not it is on PATH
+    msrun = shutil.which("msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if msrun is None:
+        raise LaunchError(f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
+                          "into this Python's environment")
     before_start()
     port = cfg.parallel.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
+    cmd[0] = msrun
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
     env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])

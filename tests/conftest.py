@@ -45,16 +45,18 @@ def compose_cfg():
     GlobalHydra.instance().clear()
 
 
-def train_command(args, cwd: Path, run_dir: str = "run", env: dict | None = None):
-    """(argv, env) of `python train.py ARGS` launched in `cwd`, Hydra run dir cwd/<run_dir>."""
+def train_command(args, cwd: Path, run_dir: str | None = "run", env: dict | None = None):
+    """(argv, env) of `python train.py ARGS` launched in `cwd`, Hydra run dir cwd/<run_dir>
+    (run_dir=None: Hydra's own default, outputs/<date>/<time>_<uid>)."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    cmd = [sys.executable, str(TRAIN), f"hydra.run.dir={cwd / run_dir}", "callbacks.progress_bar=false", *args]
+    where = [f"hydra.run.dir={cwd / run_dir}"] if run_dir is not None else []
+    cmd = [sys.executable, str(TRAIN), *where, "callbacks.progress_bar=false", *args]
     return cmd, full_env
 
 
 def run_train(args, cwd: Path, env: dict | None = None, timeout: float = 600,
-              run_dir: str = "run") -> subprocess.CompletedProcess:
+              run_dir: str | None = "run") -> subprocess.CompletedProcess:
     """Run `python train.py ARGS` to the end in `cwd` (the launch dir)."""
     cmd, full_env = train_command(args, cwd, run_dir, env)
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)

@@ -20,7 +20,7 @@ LAYER_OF = {
     "engine": "engine",
     "dim_reduce": "dim_reduce",
     "data": "library", "models": "library", "losses": "library", "optim": "library", "schedules": "library",
-    "tracking": "tracking", "checkpoints": "services", "files": "services",
+    "tracking": "tracking", "checkpoints": "services", "files": "services", "rundir": "services",
     "errors": "base", "context": "base", "": "base",   # "" = sporeflow/__init__.py
 }
 # layer -> the layers it may import (its own included)
@@ -29,7 +29,7 @@ MAY_IMPORT = {
               "tracking", "services", "base"},
     "topology": {"topology", "config", "base"},
     "stages": {"stages", "builders", "runtime", "engine", "dim_reduce", "library", "tracking", "services", "base"},
-    "config": {"config", "library", "base"},
+    "config": {"config", "library", "services", "base"},
     "builders": {"builders", "base"},
     "runtime": {"runtime", "base"},
     "engine": {"engine", "services", "base"},

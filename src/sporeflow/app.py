@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from sporeflow import cpu_isa, launch
 from sporeflow.context import RunContext
 from sporeflow.errors import ConfigError, SporeflowError
+from sporeflow.rundir import claim_run_dir
 from sporeflow.components import build_model
 from sporeflow.schema import allowed_keys, validate
 from sporeflow.strategies import check_parallel_plan
@@ -59,6 +60,8 @@ def run_task(cfg: DictConfig) -> float:
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
     ctx = _run_context()
+    if not launch.under_msrun():  # workers share their launcher's dir
+        claim_run_dir(ctx.run_dir)
     if launch.needs_launch(plain):
         from sporeflow.stages import runs
 

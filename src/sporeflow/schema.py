@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sporeflow import schedules
+from sporeflow import rundir, schedules
 from sporeflow.errors import ConfigError
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -233,10 +233,12 @@ def allowed_keys(path: str) -> list[str]:
 
 
 def register_configs() -> None:
-    """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults)."""
+    """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults) and
+    register sporeflow's resolvers (`${sporeflow.uid:}` in the run and sweep dir names)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
+    OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True)
 
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.

@@ -1,17 +1,22 @@
 """MLflow tracking that can never cost a training run.
 
-Every MLflow call goes through `Tracker._call`: the first failure (unreachable server, locked
-database, bad URI) is logged once as a warning and tracking switches off for the rest of the
-process; training carries on. Only rank 0 constructs an enabled Tracker.
+Every MLflow call goes through `Tracker._call`: a sqlite store that is busy with another
+process's write ("database is locked") is retried with back-off; any other failure
+(unreachable server, bad URI, a store still locked after the retries) is logged once as a
+warning and tracking switches off for the rest of the process; training carries on. Only rank
+0 constructs an enabled Tracker. Several processes may open one fresh sqlite store at once:
+its creation (schema migration, experiment) happens under a file lock beside the database.
 
 Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
 artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -20,6 +25,7 @@ log = logging.getLogger(__name__)
 MAX_PARAM_LENGTH = 6000       # MLflow 3's limit on a param value
 BATCH_LIMIT = 1000            # metrics per log_batch call (MLflow's limit)
 PARAM_BATCH_LIMIT = 100
+LOCKED_RETRIES = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)   # seconds between tries of a busy sqlite store
 
 
 def default_uri(launch_dir: Path) -> str:
@@ -40,6 +46,32 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = str(getattr(value, "value", value))[:MAX_PARAM_LENGTH]
     return flat
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI (None for other stores)."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Hold an exclusive lock on `<db>.lock` while a sqlite store is created or migrated, so
+    concurrent first runs do not race MLflow's schema creation ("table ... already exists")."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _is_busy(ex: BaseException) -> bool:
+    return "database is locked" in str(ex)
 
 
 def _server_reachable(uri: str, timeout: float = 3.0) -> str | None:
@@ -81,11 +113,16 @@ class Tracker:
     def _call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
         if not self.enabled or (write and self.read_only):
             return None
-        try:
-            return fn()
-        except Exception as ex:  # noqa: BLE001 - tracking must never end a run
-            self._disable(what, ex)
-            return None
+        for pause in (*LOCKED_RETRIES, None):
+            try:
+                return fn()
+            except Exception as ex:  # noqa: BLE001 - tracking must never end a run
+                if pause is None or not _is_busy(ex):
+                    self._disable(what, ex)
+                    return None
+                log.debug("%s: %s busy, retrying in %.1f s", what, self.uri, pause)
+                time.sleep(pause)
+        return None
 
     def connect(self) -> None:
         """Open the store and create the experiment if needed (done once, on first use)."""
@@ -115,7 +152,8 @@ class Tracker:
                 exp_id = found.experiment_id
             self._client, self._experiment_id = client, exp_id
 
-        self._call("connect", open_store, write=False)
+        with store_lock(self.uri):
+            self._call("connect", open_store, write=False)
 
     def start_run(self, run_name: str, tags: Mapping[str, str] | None = None,
                   parent: "TrackedRun | None" = None) -> "TrackedRun":

@@ -1,0 +1,66 @@
+"""One run dir, one run. Hydra names run dirs by the second (plus sporeflow's random suffix,
+`${sporeflow.uid:}`), and a user may pass the same `hydra.run.dir` twice: before any work the
+entry claims the dir, and a dir that a live process on this host still holds is refused, so
+two runs never write into the same checkpoints/."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from pathlib import Path
+
+import psutil
+
+from sporeflow.errors import SporeflowError
+from sporeflow.files import write_text_atomic
+
+CLAIM_FILE = ".sporeflow_claim.json"
+_UID = secrets.token_hex(2)   # one per process: every interpolation in this process agrees
+
+
+def uid() -> str:
+    """The `${sporeflow.uid:}` resolver: 4 hex digits, fixed for this process."""
+    return _UID
+
+
+class RunDirInUse(SporeflowError):
+    """Another live run writes into this run dir."""
+
+
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": psutil.Process().create_time()}
+
+
+def _alive_elsewhere(holder: dict) -> bool:
+    """True when `holder` is a live process on this host other than this one or its ancestors."""
+    if holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    mine = {p.pid for p in [psutil.Process(), *psutil.Process().parents()]}
+    if pid in mine or not psutil.pid_exists(pid):
+        return False
+    try:
+        return abs(psutil.Process(pid).create_time() - float(holder.get("started", 0))) < 0.01
+    except psutil.Error:
+        return False
+
+
+def claim_run_dir(run_dir: Path) -> None:
+    """Record this process as the run dir's owner; RunDirInUse if a live run already owns it."""
+    path = Path(run_dir) / CLAIM_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            holder = json.loads(path.read_text())
+        except (OSError, ValueError):
+            holder = {}
+        if _alive_elsewhere(holder):
+            raise RunDirInUse(f"run dir {run_dir} is in use by another run (pid {holder['pid']}); "
+                              "start again, or give another hydra.run.dir") from None
+        write_text_atomic(path, json.dumps(_me()))   # a finished or dead run's dir: take it over
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(_me()))

@@ -1,0 +1,58 @@
+"""Nothing lost, nothing silent: real processes, real signals, a real sqlite MLflow store."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import train_command
+
+pytestmark = pytest.mark.e2e
+
+
+def runs_of(launch_dir: Path) -> list:
+    client = MlflowClient(f"sqlite:///{launch_dir}/mlflow.db")
+    exp = client.get_experiment_by_name("sporeflow")
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_runs_started_together_get_their_own_dir_checkpoints_and_run(tmp_path, n):
+    """Started in the same second in one launch dir, on a store none of them has created yet."""
+    procs = []
+    for _ in range(n):
+        cmd, env = train_command(["epochs=1", "callbacks.checkpoint.keep_last=1"], tmp_path, run_dir=None)
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for proc, (_, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        assert "tracking disabled" not in err
+    run_dirs = sorted(p.parent for p in tmp_path.glob("outputs/*/*/.sporeflow_claim.json"))
+    assert len(run_dirs) == n
+    for run_dir in run_dirs:
+        assert (run_dir / "checkpoints" / "final.ckpt").stat().st_size > 1000
+        assert (run_dir / "checkpoints" / "epoch_0001.ckpt").is_file()
+    runs = runs_of(tmp_path)
+    assert len(runs) == n and all(r.info.status == "FINISHED" for r in runs)
+    assert sorted(Path(r.data.tags["run_dir"]) for r in runs) == run_dirs
+
+
+def test_a_run_dir_held_by_a_live_run_is_refused(tmp_path):
+    cmd, env = train_command(["epochs=30"], tmp_path)
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        claim = tmp_path / "run" / ".sporeflow_claim.json"
+        for _ in range(600):
+            if claim.exists() or first.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.1"])
+        second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 1
+        assert f"run dir {tmp_path / 'run'} is in use by another run (pid {first.pid})" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        first.kill()
+        first.wait()

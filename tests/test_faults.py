@@ -56,3 +56,30 @@ def test_a_run_dir_held_by_a_live_run_is_refused(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_divergence_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path):
+    """lr=1e6 on the default job: the loss turns non-finite within the first epochs."""
+    cmd, env = train_command(["optimizer.lr=1e6", "epochs=5"], tmp_path)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = proc.stderr
+    assert "Error: stage train diverged at epoch" in err
+    assert "loss=" in err or "non-finite weights" in err
+    assert "Traceback" not in err and "Error executing job" not in err
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert not (ckpts / "final.ckpt").exists()
+    import mindspore as ms
+    import numpy as np
+    for path in ckpts.glob("*.ckpt"):   # whatever was saved is finite
+        assert all(np.isfinite(v.asnumpy()).all() for v in ms.load_checkpoint(str(path)).values()), path
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "diverged at epoch" in run.data.tags["sporeflow.failure"]
+
+
+def test_divergence_check_can_be_switched_off(tmp_path):
+    cmd, env = train_command(["optimizer.lr=1e6", "epochs=2", "callbacks.stop_on_divergence=false"], tmp_path)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "final.ckpt").exists()

@@ -101,10 +101,26 @@ def _describe(ex: BaseException) -> str:
     return text
 
 
+class _WithoutHydraJobLine:
+    """stderr minus Hydra's "Error executing job with overrides: [...]" line, which a single
+    run's own one-line message makes redundant (a sweep keeps it: it names the failed job)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith("Error executing job with overrides:") else self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
     user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's exit(1)
+    if not {"-m", "--multirun"} & set(sys.argv[1:]):
+        sys.stderr = _WithoutHydraJobLine(sys.stderr)
     try:
         hydra_main()
     except _config_errors() as ex:

@@ -14,3 +14,8 @@ class ConfigError(SporeflowError):
 
 class DataError(SporeflowError):
     """A data set is missing, has the wrong layout or is empty; the message says what was expected."""
+
+
+class DivergedError(SporeflowError):
+    """Training produced a non-finite loss or weights; the message names the stage, step and
+    value, and the last finite checkpoint."""

@@ -194,6 +194,7 @@ class TrainStepConfig:
 class CallbacksConfig:
     progress_bar: bool = True
     log_every_n_steps: int = 1
+    stop_on_divergence: bool = True   # a non-finite loss/weights ends the run FAILED
     eval_every_n_epochs: int = 1
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)

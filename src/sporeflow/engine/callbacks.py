@@ -20,7 +20,7 @@ from sporeflow.checkpoints import prune, save_atomic
 from sporeflow.engine.events import EventRecord
 
 
-def _loss_value(outputs) -> float:
+def loss_value(outputs) -> float:
     """The scalar loss from a train network's output (a Tensor, or a tuple starting with it)."""
     if isinstance(outputs, (tuple, list)):
         outputs = outputs[0]
@@ -74,7 +74,7 @@ class StepLoss(Callback):
         cb = run_context.original_args()
         step = self.record.global_step(cb)
         if step % self.every == 0:
-            self.record.put("train/loss", _loss_value(cb.net_outputs), step)
+            self.record.put("train/loss", loss_value(cb.net_outputs), step)
 
 
 class EvalEachEpoch(Callback):

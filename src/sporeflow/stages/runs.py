@@ -38,13 +38,15 @@ def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str)
 
 
 def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
-    """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C) / FAILED if fn raises."""
+    """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C) / FAILED if fn raises, with
+    the reason in the tag `sporeflow.failure`."""
     try:
         result = fn()
     except KeyboardInterrupt:
         run.end("KILLED")
         raise
-    except BaseException:
+    except BaseException as ex:
+        run.set_tags({"sporeflow.failure": f"{type(ex).__name__}: {ex}"[:5000]})
         run.end("FAILED")
         raise
     run.end("FINISHED")

@@ -23,9 +23,10 @@ from sporeflow.dim_reduce.snapshots import SnapshotCallback
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss,
                                         Throughput)
+from sporeflow.engine.divergence import DivergenceGuard, TrainingDiverged
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.loop import StageParts, fit
-from sporeflow.errors import DataError
+from sporeflow.errors import DataError, DivergedError
 from sporeflow.runtime import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
 from sporeflow.stages.runs import guarded, record_config, run_name
@@ -54,6 +55,9 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     throughput = Throughput(record, cfg.dataset.batch_size)
     evaluator = EvalEachEpoch(record, parts.model, eval_data, cb_cfg.eval_every_n_epochs, parts.ema_swap)
     callbacks = []
+    if cb_cfg.stop_on_divergence:  # first: before anything saves or evaluates diverged weights
+        callbacks.append(DivergenceGuard(record, parts.network,
+                                         tolerate_nonfinite_loss=cfg.train.loss_scale_manager.value == "dynamic"))
     if plan.snapshot_dir is not None:
         snap = cfg.boost.snapshot
         callbacks.append(SnapshotCallback(parts.network, plan.snapshot_dir, snap.start_epoch, snap.per_epoch,
@@ -73,6 +77,14 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     if worker.is_main:
         callbacks.append(MlflowWriter(record, run))
     return callbacks, throughput, evaluator
+
+
+def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir: Path) -> str:
+    finite = sorted(ckpt_dir.glob("epoch_*.ckpt"))
+    kept = (f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)" if finite
+            else "no checkpoint was written before it")
+    return (f"stage {name} {ex}; nothing after it was saved, {kept}. Lower optimizer.lr or set "
+            "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless")
 
 
 def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, worker: Worker = Worker(),
@@ -100,7 +112,10 @@ def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, work
 
     record = EventRecord(cfg.epochs, steps_per_epoch, start_epoch)
     callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, eval_data, ckpt_dir, worker, run, plan)
-    fit(parts, train_data, cfg.epochs, callbacks, start_epoch)
+    try:
+        fit(parts, train_data, cfg.epochs, callbacks, start_epoch)
+    except TrainingDiverged as ex:
+        raise DivergedError(diverged_message(name, ex, ckpt_dir, stage_dir)) from None
 
     latest = record.latest_eval()
     final = latest[1] if latest is not None else evaluator.evaluate()

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sporeflow"
 # module (or package prefix) -> layer; the longest matching prefix wins
 LAYER_OF = {
     "app": "entry", "cli": "entry", "cpu_isa": "entry",
-    "launch": "topology",
+    "launch": "topology", "logfollow": "topology",
     "stages": "stages",
     "schema": "config",
     "components": "builders", "strategies": "builders",
@@ -21,7 +21,7 @@ LAYER_OF = {
     "dim_reduce": "dim_reduce",
     "data": "library", "models": "library", "losses": "library", "optim": "library", "schedules": "library",
     "tracking": "tracking", "checkpoints": "services", "files": "services", "rundir": "services",
-    "errors": "base", "context": "base", "": "base",   # "" = sporeflow/__init__.py
+    "errors": "base", "context": "base", "signals": "base", "": "base",   # "" = sporeflow/__init__.py
 }
 # layer -> the layers it may import (its own included)
 MAY_IMPORT = {

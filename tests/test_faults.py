@@ -83,3 +83,92 @@ def test_divergence_check_can_be_switched_off(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "final.ckpt").exists()
+
+
+def job_processes(marker: str) -> list:
+    """Live processes of a job: every one of them (launcher, msrun, scheduler, workers, log
+    tailers) names the test's own tmp dir on its command line."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def start_and_wait_for_a_checkpoint(args, tmp_path, first_ckpt: str):
+    import time
+
+    cmd, env = train_command(args, tmp_path)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "run" / first_ckpt).exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.2)
+    return proc
+
+
+def wait_gone(marker: str, seconds: float) -> list:
+    import time
+
+    deadline = time.time() + seconds
+    while job_processes(marker) and time.time() < deadline:
+        time.sleep(0.5)
+    return job_processes(marker)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_ends_the_run_killed_with_one_line_and_a_resume_hint(tmp_path, sig):
+    import signal as signals
+
+    proc = start_and_wait_for_a_checkpoint(["epochs=300"], tmp_path, "checkpoints/epoch_0001.ckpt")
+    proc.send_signal(getattr(signals, sig))
+    _, err = proc.communicate(timeout=60)
+    # MindSpore's own SIGINT handler turns a Ctrl-C that lands mid-step into SIGTERM: 130 or 143
+    assert proc.returncode in ((130, 143) if sig == "SIGINT" else (143,)), err[-2000:]
+    (line,) = [l for l in err.splitlines() if l.startswith("Interrupted by")]
+    assert "the run is marked KILLED" in line and f"resume={tmp_path / 'run'}" in line
+    ckpt = line.split("last checkpoint ")[1].split(";")[0]
+    assert Path(ckpt).is_file()
+    assert "Traceback" not in err
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "KILLED"
+
+
+def test_sigterm_to_the_launcher_stops_every_process_of_a_parallel_job(tmp_path):
+    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
+                                           "checkpoints/rank_0/epoch_0001.ckpt")
+    assert len(job_processes(str(tmp_path))) >= 4    # launcher, msrun, scheduler, 2 workers
+    proc.terminate()
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, err[-2000:]
+    assert "Interrupted by SIGTERM: the run is marked KILLED" in err
+    assert wait_gone(str(tmp_path), 30) == []
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "KILLED"
+
+
+def test_sigkill_of_the_launcher_takes_the_workers_with_it(tmp_path):
+    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
+                                           "checkpoints/rank_0/epoch_0001.ckpt")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_gone(str(tmp_path), 60) == [], "processes of the job outlived their launcher"
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "KILLED"   # rank 0 got SIGTERM from its dying parent and closed its run
+
+
+def test_sigterm_ends_a_pipeline_and_its_stage_runs_killed(tmp_path):
+    proc = start_and_wait_for_a_checkpoint(["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
+                                           tmp_path, "stage1/checkpoints/epoch_0001.ckpt")
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "start the same command again" in err
+    statuses = {r.data.tags["stage"]: r.info.status for r in runs_of(tmp_path)}
+    assert statuses == {"pipeline": "KILLED", "stage1": "KILLED"}

@@ -17,7 +17,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from sporeflow import cpu_isa, launch
+from sporeflow import cpu_isa, launch, signals
 from sporeflow.context import RunContext
 from sporeflow.errors import ConfigError, SporeflowError
 from sporeflow.rundir import claim_run_dir
@@ -52,8 +52,23 @@ def _run_context() -> RunContext:
     )
 
 
+def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
+    """What to run after an interruption: the same command again (pipelines reuse a finished
+    stage 1), or resume= from the newest checkpoint."""
+    if cfg.boost.name.value == "dim_reduce":
+        return "start the same command again: a finished stage 1 is reused"
+    saved = sorted(ctx.run_dir.rglob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not saved:
+        return f"no checkpoint was written yet in {ctx.run_dir}"
+    return (f"last checkpoint {saved[-1]}; continue with: python train.py {' '.join(ctx.overrides)} "
+            f"resume={ctx.run_dir}").replace("  ", " ")
+
+
 def run_task(cfg: DictConfig) -> float:
     """Validate, then run the pipeline; returns the final eval accuracy."""
+    if launch.under_msrun():
+        signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
+    signals.install()
     # before validate(): checking `_target_`s imports them, and they import MindSpore
     isa = cpu_isa.apply(getattr(cfg.runtime.cpu_isa, "value", cfg.runtime.cpu_isa))
     log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
@@ -62,14 +77,18 @@ def run_task(cfg: DictConfig) -> float:
     ctx = _run_context()
     if not launch.under_msrun():  # workers share their launcher's dir
         claim_run_dir(ctx.run_dir)
-    if launch.needs_launch(plain):
-        from sporeflow.stages import runs
+    try:
+        if launch.needs_launch(plain):
+            from sporeflow.stages import runs
 
-        return launch.launch(plain, ctx, before_start=lambda: runs.prepare_store(plain, ctx),
-                             on_failure=lambda: runs.mark_failed(plain, ctx))
-    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
+            return launch.launch(plain, ctx, before_start=lambda: runs.prepare_store(plain, ctx),
+                                 on_end=lambda status: runs.mark_ended(plain, ctx, status))
+        from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
-    acc = run_pipeline(plain, ctx)
+        acc = run_pipeline(plain, ctx)
+    except signals.Interrupted as ex:
+        ex.hint = resume_hint(plain, ctx)
+        raise
     if launch.under_msrun():
         from mindspore.communication import get_rank
 
@@ -123,6 +142,10 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
         sys.stderr = _WithoutHydraJobLine(sys.stderr)
     try:
         hydra_main()
+    except signals.Interrupted as ex:
+        print(f"Interrupted by {ex.name}" + (f": the run is marked KILLED; {ex.hint}" if ex.hint
+                                             else " before any run started"), file=sys.stderr)
+        sys.exit(ex.exit_code)
     except _config_errors() as ex:
         if user_wants_traceback:
             raise

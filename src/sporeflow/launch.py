@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,9 +25,12 @@ from omegaconf import DictConfig
 
 from sporeflow.context import RunContext
 from sporeflow.errors import SporeflowError
+from sporeflow.logfollow import LogFollower
+from sporeflow.signals import Interrupted, parent_death_preexec
 
 RESULT_FILE = "sporeflow_result.json"
 LOG_TAIL = 25
+STOP_GRACE = 30.0   # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 
 
 class LaunchError(SporeflowError):
@@ -63,6 +67,7 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     cmd = ["msrun", f"--worker_num={par.workers}", f"--local_worker_num={local}",
            f"--master_addr={par.master_addr}", f"--master_port={port}", f"--node_rank={par.node_rank}",
            f"--log_dir={log_dir}", "--join=True", f"--cluster_time_out={par.cluster_time_out}",
+           "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
            str(ctx.entry_script), *overrides, f"hydra.run.dir={ctx.run_dir}", f"runtime.threads={threads}"]
     return cmd, log_dir
 
@@ -76,12 +81,27 @@ def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
     return None
 
 
+def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> None:
+    """Pass `signum` to msrun's process group (msrun, scheduler, workers); SIGKILL what is
+    left after `grace` seconds."""
+    try:
+        os.killpg(proc.pid, signum)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
 def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,
-           on_failure: Callable[[], None] = lambda: None) -> float:
+           on_end: Callable[[str], None] = lambda status: None) -> float:
     """Run the job under msrun; returns rank 0's final accuracy.
 
-    `before_start` runs once before any worker exists, `on_failure` once when the job failed
-    (before the LaunchError is raised)."""
+    `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
+    `on_end("KILLED")` when this launcher was interrupted (SIGINT/SIGTERM: passed on to every
+    process of the job). msrun runs in its own process group and dies with this process (a
+    parent-death signal); each worker in turn dies with msrun (`signals.die_with_parent`)."""
     # msrun is installed beside this Python (the virtualenv's bin/), whether or not it is on PATH
     msrun = shutil.which("msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if msrun is None:
@@ -94,13 +114,24 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
     env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
-    env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only (msrun echoes worker logs)
-    print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; logs in {log_dir}", file=sys.stderr)
-    proc = subprocess.run(cmd, cwd=ctx.launch_dir, env=env)
+    env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
+    print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; console: rank 0; "
+          f"every rank's log in {log_dir}", file=sys.stderr)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / "worker_0.log"):
+        proc = subprocess.Popen(cmd, cwd=ctx.launch_dir, env=env, start_new_session=True,
+                                stdout=msrun_log, stderr=subprocess.STDOUT,
+                                preexec_fn=parent_death_preexec(signal.SIGTERM))
+        try:
+            proc.wait()
+        except Interrupted as ex:
+            stop_job(proc, ex.signum)
+            on_end("KILLED")
+            raise
     result_path = ctx.run_dir / RESULT_FILE
     if proc.returncode != 0 or not result_path.is_file():
         failed = failing_rank(log_dir)
-        on_failure()
+        on_end("FAILED")
         if failed:
             name, tail = failed
             raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))

@@ -59,9 +59,14 @@ def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
     Tracker.from_config(cfg.tracking, ctx.launch_dir).connect()
 
 
-def mark_failed(cfg: DictConfig, ctx: RunContext) -> None:
-    """A failed parallel job must not stay RUNNING: rank 0 wrote its MLflow run id into the
-    run marker; end that run FAILED."""
+def mark_ended(cfg: DictConfig, ctx: RunContext, status: str) -> None:
+    """A parallel job's run must not stay RUNNING when the job failed or was stopped: rank 0
+    wrote its MLflow run id into the run marker. FAILED always applies (the job failed whatever
+    rank 0 saw); KILLED only to a run rank 0 could not end itself."""
     run_id = read_run_marker(ctx.run_dir).get("mlflow_run_id")
-    if run_id:
-        Tracker.from_config(cfg.tracking, ctx.launch_dir).resume_run(run_id).end("FAILED")
+    if not run_id:
+        return
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
+    found = tracker.get_run(run_id)
+    if status == "FAILED" or (found is not None and found.info.status == "RUNNING"):
+        tracker.resume_run(run_id).end(status)

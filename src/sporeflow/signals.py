@@ -1,0 +1,75 @@
+"""Signals as exceptions, and processes that die with their parent.
+
+SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt, so every MLflow run it passes
+through ends KILLED) and the entry exits 128 + the signal number (130, 143). Note: while a
+MindSpore graph step runs, MindSpore's own SIGINT handler turns Ctrl-C into a SIGTERM of the
+process, so a Ctrl-C mid-step arrives here as SIGTERM (exit 143).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.hint = ""            # what the user can do next, filled in by whoever knows
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise(signum, frame):
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """From now on SIGINT/SIGTERM raise Interrupted in the main thread."""
+    for sig in HANDLED:
+        signal.signal(sig, _raise)
+
+
+def die_with_parent(sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
+    """This process ends when its parent does (Linux): the kernel sends `sig` at once (a worker
+    blocked in a collective may not get to handle it), and a watchdog thread, `grace` seconds
+    later, SIGKILLs what is left: the whole process group when the parent led it (msrun in the
+    group the launcher made for it, with its log tailers), else this process alone."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+    def end_group_if_orphaned():
+        if os.getppid() == parent:
+            return
+        if os.getpgid(0) == parent:
+            os.killpg(parent, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(grace)
+        end_group_if_orphaned()
+
+    atexit.register(end_group_if_orphaned)  # an orphan's clean exit (run marked KILLED) takes the group along
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def parent_death_preexec(sig: int = signal.SIGTERM):
+    """A Popen preexec_fn: the child gets `sig` when the process that started it dies."""
+    def preexec():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    return preexec

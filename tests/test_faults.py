@@ -172,3 +172,29 @@ def test_sigterm_ends_a_pipeline_and_its_stage_runs_killed(tmp_path):
     assert "start the same command again" in err
     statuses = {r.data.tags["stage"]: r.info.status for r in runs_of(tmp_path)}
     assert statuses == {"pipeline": "KILLED", "stage1": "KILLED"}
+
+
+def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
+    """A truncated newest checkpoint is skipped (the older one resumes); a folder whose every
+    checkpoint is unreadable, or one of another network, is refused before MLflow is touched."""
+    cmd, env = train_command(["epochs=2"], tmp_path, run_dir="first")
+    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    (original,) = runs_of(tmp_path)
+    assert original.info.status == "FINISHED"
+    ckpts = tmp_path / "first" / "checkpoints"
+    for ckpt in ckpts.glob("epoch_*.ckpt"):
+        ckpt.write_bytes(ckpt.read_bytes()[:1000])            # truncated: none loads
+
+    cases = [(["epochs=3", f"resume={tmp_path / 'first'}"], "no readable epoch_*.ckpt"),
+             (["epochs=3", "model=mlp", "dataset.image_size=28", f"resume={tmp_path / 'other'}"], "is not a checkpoint of")]
+    cmd, env = train_command(["epochs=1"], tmp_path, run_dir="other")
+    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    for args, expected in cases:
+        cmd, env = train_command(args, tmp_path, run_dir="resumed")
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert expected in proc.stderr and "resume=" in proc.stderr and "Traceback" not in proc.stderr
+    after = {r.info.run_id: r for r in runs_of(tmp_path)}
+    assert len(after) == 2                                  # no run was created by the refused resumes
+    assert after[original.info.run_id].info.status == "FINISHED"
+    assert after[original.info.run_id].info.end_time == original.info.end_time

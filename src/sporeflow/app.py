@@ -75,7 +75,10 @@ def run_task(cfg: DictConfig) -> float:
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
     ctx = _run_context()
-    if not launch.under_msrun():  # workers share their launcher's dir
+    if not launch.under_msrun():  # workers share their launcher's dir, and it checked resume=
+        from sporeflow.stages.resume import check_resume  # imports MindSpore: after the ISA choice
+
+        check_resume(plain, ctx)
         claim_run_dir(ctx.run_dir)
     try:
         if launch.needs_launch(plain):

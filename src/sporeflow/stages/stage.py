@@ -48,8 +48,11 @@ class StageResult:
 def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageParts, eval_data,
                   ckpt_dir: Path, worker: Worker, run: TrackedRun,
                   plan: StagePlan) -> tuple[list, Throughput, EvalEachEpoch]:
-    """The stage's callbacks in the order they must run: measure first, then act on the record,
-    then show and write it (progress bar and MLflow on rank 0 only)."""
+    """The stage's callbacks in the order they must run at a step and an epoch end:
+    guard (stop before anything sees diverged weights) -> measure (snapshots, throughput, loss,
+    eval) -> write the record to MLflow (rank 0) -> act on it (best-k, epoch checkpoints) -> show
+    it (progress bar, rank 0). Writing before checkpointing keeps this true: when epoch e's
+    checkpoint exists, epoch e's metrics are in MLflow, so a resumed run continues them exactly."""
     cb_cfg = cfg.callbacks
     ema_ranked = cfg.train.ema.eval_with.value == "ema"
     throughput = Throughput(record, cfg.dataset.batch_size)
@@ -66,6 +69,8 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     if worker.is_main:  # the loss is read to the host only where something shows or writes it
         callbacks.append(StepLoss(record, cb_cfg.log_every_n_steps))
     callbacks.append(evaluator)
+    if worker.is_main:
+        callbacks.append(MlflowWriter(record, run))
     if cb_cfg.best.keep:
         callbacks.append(BestCheckpoints(record, parts.network, ckpt_dir,
                                          cb_cfg.best.monitor + ("_ema" if ema_ranked else ""), cb_cfg.best.mode.value,
@@ -74,8 +79,6 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
                                          cb_cfg.checkpoint.keep_last, cfg.parallel.integrated_save))
     if worker.is_main and cb_cfg.progress_bar:
         callbacks.append(ProgressBar(record, name))
-    if worker.is_main:
-        callbacks.append(MlflowWriter(record, run))
     return callbacks, throughput, evaluator
 
 
@@ -87,16 +90,32 @@ def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir:
             "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless")
 
 
-def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, worker: Worker = Worker(),
-              resume: bool = False, plan: StagePlan = StagePlan()) -> StageResult:
-    """Train up to `cfg.epochs` epochs and evaluate; checkpoints go to checkpoints.checkpoint_dir."""
+@dataclass
+class PreparedStage:
+    """Everything a stage needs before it touches MLflow: data opened, parts built, a resumed
+    checkpoint loaded into them. A stage that cannot get this far leaves no trace in MLflow
+    (and a resumed run keeps the status it had)."""
+    name: str
+    cfg: DictConfig
+    stage_dir: Path
+    ckpt_dir: Path
+    worker: Worker
+    plan: StagePlan
+    start_epoch: int
+    train_data: object
+    eval_data: object
+    steps_per_epoch: int
+    parts: StageParts
+
+
+def prepare_stage(name: str, cfg: DictConfig, stage_dir: Path, worker: Worker = Worker(),
+                  resume: bool = False, plan: StagePlan = StagePlan()) -> PreparedStage:
     ckpt_dir = checkpoint_dir(stage_dir, worker.rank, worker.world_size)
     start_epoch, state = 0, None
     if resume:
         path, state = newest_complete_checkpoint(ckpt_dir)
         start_epoch = int(state["epoch_num"].asnumpy())
         log.info("resuming %s from %s (epoch %d)", name, path, start_epoch)
-
     data = build_dataset(cfg)
     train_data = data.create("train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args())
     eval_data = data.create("test")
@@ -104,18 +123,25 @@ def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, work
     if steps_per_epoch == 0:
         raise DataError(f"the training split of {cfg.dataset._target_} yields no batch of "
                         f"{cfg.dataset.batch_size} (drop_remainder={getattr(data, 'drop_remainder', False)})")
-    log.info("stage %s: epochs %d..%d x %d steps of batch %d", name, start_epoch + 1, cfg.epochs,
-             steps_per_epoch, cfg.dataset.batch_size)
     parts = build_stage_parts(cfg, plan, steps_per_epoch)
     if state is not None:
         restore_exact(state, *parts.state_cells)
+    return PreparedStage(name, cfg, stage_dir, ckpt_dir, worker, plan, start_epoch, train_data, eval_data,
+                         steps_per_epoch, parts)
 
-    record = EventRecord(cfg.epochs, steps_per_epoch, start_epoch)
-    callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, eval_data, ckpt_dir, worker, run, plan)
+
+def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
+    """Train up to `cfg.epochs` epochs, evaluate, export `final.ckpt`, report to the run."""
+    cfg, parts, name = stage.cfg, stage.parts, stage.name
+    log.info("stage %s: epochs %d..%d x %d steps of batch %d", name, stage.start_epoch + 1, cfg.epochs,
+             stage.steps_per_epoch, cfg.dataset.batch_size)
+    record = EventRecord(cfg.epochs, stage.steps_per_epoch, stage.start_epoch)
+    callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, stage.eval_data, stage.ckpt_dir,
+                                                     stage.worker, run, stage.plan)
     try:
-        fit(parts, train_data, cfg.epochs, callbacks, start_epoch)
+        fit(parts, stage.train_data, cfg.epochs, callbacks, stage.start_epoch)
     except TrainingDiverged as ex:
-        raise DivergedError(diverged_message(name, ex, ckpt_dir, stage_dir)) from None
+        raise DivergedError(diverged_message(name, ex, stage.ckpt_dir, stage.stage_dir)) from None
 
     latest = record.latest_eval()
     final = latest[1] if latest is not None else evaluator.evaluate()
@@ -123,12 +149,12 @@ def run_stage(name: str, cfg: DictConfig, stage_dir: Path, run: TrackedRun, work
     exported = {k[:-4]: v for k, v in final.items() if k.endswith("_ema")} if ema_ranked else \
         {k: v for k, v in final.items() if not k.endswith("_ema")}
     with (parts.ema_swap if ema_ranked else nullcontext)():
-        weights = save_atomic(parts.network, ckpt_dir / "final.ckpt")
+        weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
-            save_atomic(parts.network, ckpt_dir / "final_ema.ckpt")
-    if worker.is_main:
-        last_step = cfg.epochs * steps_per_epoch
+            save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
+    if stage.worker.is_main:
+        last_step = cfg.epochs * stage.steps_per_epoch
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
@@ -160,9 +186,11 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
                   tags: dict | None = None, worker: Worker = Worker()) -> StageResult:
     """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
 
-    Resuming continues in `resume_dir` (its checkpoints, its MLflow run).
+    Resuming continues in `resume_dir` (its checkpoints, its MLflow run). The stage is prepared
+    first: what cannot start creates no run and changes none.
     """
     stage_dir = resume_dir or stage_dir or ctx.run_dir
+    prepared = prepare_stage(stage, cfg, stage_dir, worker, resume=resume_dir is not None, plan=plan)
     marker = read_run_marker(stage_dir) if resume_dir else {}
     if marker.get("mlflow_run_id"):
         run = tracker.resume_run(marker["mlflow_run_id"])
@@ -173,5 +201,4 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
         run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
     if worker.is_main:
         write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)
-    return guarded(run, lambda: run_stage(stage, cfg, stage_dir, run, worker=worker,
-                                          resume=resume_dir is not None, plan=plan))
+    return guarded(run, lambda: run_stage(prepared, run))

@@ -21,7 +21,7 @@ LAYER_OF = {
     "dim_reduce": "dim_reduce",
     "data": "library", "models": "library", "losses": "library", "optim": "library", "schedules": "library",
     "tracking": "tracking", "checkpoints": "services", "files": "services", "rundir": "services",
-    "errors": "base", "context": "base", "signals": "base", "": "base",   # "" = sporeflow/__init__.py
+    "errors": "base", "context": "base", "signals": "base", "processes": "base", "": "base",   # "" = sporeflow/__init__.py
 }
 # layer -> the layers it may import (its own included)
 MAY_IMPORT = {

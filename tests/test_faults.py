@@ -159,8 +159,11 @@ def test_sigkill_of_the_launcher_takes_the_workers_with_it(tmp_path):
     proc.kill()
     proc.communicate(timeout=30)
     assert wait_gone(str(tmp_path), 60) == [], "processes of the job outlived their launcher"
-    (run,) = runs_of(tmp_path)
-    assert run.info.status == "KILLED"   # rank 0 got SIGTERM from its dying parent and closed its run
+    # rank 0 gets SIGTERM from its dying parent and usually closes its run itself; when it was
+    # blocked in a collective and the watchdog had to SIGKILL it, the next start closes the run
+    cmd, env = train_command(["epochs=1"], tmp_path, run_dir="next")
+    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    assert sorted(r.info.status for r in runs_of(tmp_path)) == ["FINISHED", "KILLED"]
 
 
 def test_sigterm_ends_a_pipeline_and_its_stage_runs_killed(tmp_path):
@@ -198,3 +201,68 @@ def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
     assert len(after) == 2                                  # no run was created by the refused resumes
     assert after[original.info.run_id].info.status == "FINISHED"
     assert after[original.info.run_id].info.end_time == original.info.end_time
+
+
+def test_runs_left_running_by_a_killed_pipeline_are_closed_at_the_next_start(tmp_path):
+    import signal as signals
+
+    proc = start_and_wait_for_a_checkpoint(["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
+                                           tmp_path, "stage1/checkpoints/epoch_0001.ckpt")
+    proc.send_signal(signals.SIGKILL)
+    proc.communicate(timeout=30)
+    assert sorted(r.info.status for r in runs_of(tmp_path)) == ["RUNNING", "RUNNING"]   # parent, stage1
+
+    cmd, env = train_command(["epochs=1"], tmp_path, run_dir="next")
+    later = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stderr[-3000:]
+    runs = {r.data.tags["stage"]: r for r in runs_of(tmp_path)}
+    assert runs["train"].info.status == "FINISHED"
+    for stage in ("pipeline", "stage1"):
+        assert runs[stage].info.status == "KILLED"
+        assert f"process {proc.pid} on" in runs[stage].data.tags["sporeflow.closed"]
+    assert "left RUNNING by a process that is gone" in later.stdout + later.stderr
+
+
+def test_a_full_disk_fails_the_run_with_one_line_and_keeps_earlier_checkpoints(tmp_path):
+    import mindspore as ms
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()}): needs root")
+    try:
+        cmd, env = train_command(["epochs=4", "callbacks.best.keep=0"], tmp_path, run_dir="small/run")
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        (line,) = [l for l in proc.stderr.splitlines() if l.startswith("Error:")]
+        assert "no space left writing" in line and "MB free on its device" in line and "MB needed" in line
+        assert "Traceback" not in proc.stderr
+        ckpts = small / "run" / "checkpoints"
+        left = sorted(p.name for p in ckpts.iterdir())
+        assert left and all(name.startswith("epoch_") and name.endswith(".ckpt") for name in left), left
+        for name in left:                                  # earlier checkpoints intact, no temp files
+            assert ms.load_checkpoint(str(ckpts / name))
+        (run,) = runs_of(tmp_path)
+        assert run.info.status == "FAILED" and "no space left" in run.data.tags["sporeflow.failure"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)])
+
+
+def test_a_killed_worker_is_named_with_its_rank_and_signal(tmp_path):
+    import os
+    import signal as signals
+    import time
+
+    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
+                                           "checkpoints/rank_1/epoch_0001.ckpt")
+    pid = int((tmp_path / "run" / "msrun_logs" / "worker_1.pid").read_text())
+    start = time.time()
+    os.kill(pid, signals.SIGKILL)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, err[-3000:]
+    assert f"rank 1 (pid {pid}) was killed by SIGKILL" in err
+    assert time.time() - start < 150
+    assert wait_gone(str(tmp_path), 30) == []
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FAILED"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,14 @@ from omegaconf import DictConfig
 
 from sporeflow import cpu_isa, launch, signals
 from sporeflow.context import RunContext
-from sporeflow.errors import ConfigError, SporeflowError
-from sporeflow.rundir import claim_run_dir
+from sporeflow.errors import ConfigError, DataError, SporeflowError
+from sporeflow.rundir import CLAIM_FILE, claim_run_dir
 from sporeflow.components import build_model
-from sporeflow.schema import allowed_keys, validate
+from sporeflow.schema import COMPONENT_GROUPS, allowed_keys, component_settings, validate
 from sporeflow.strategies import check_parallel_plan
 
 log = logging.getLogger("sporeflow")
+_STARTED: dict = {}   # what run_task got to (its run dir), for the error path in run_cli
 
 
 def _git_commit(cwd: str) -> str | None:
@@ -69,16 +71,19 @@ def run_task(cfg: DictConfig) -> float:
     if launch.under_msrun():
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
     signals.install()
+    ctx = _run_context()
+    _STARTED["run_dir"] = ctx.run_dir
     # before validate(): checking `_target_`s imports them, and they import MindSpore
     isa = cpu_isa.apply(getattr(cfg.runtime.cpu_isa, "value", cfg.runtime.cpu_isa))
     log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
-    ctx = _run_context()
-    if not launch.under_msrun():  # workers share their launcher's dir, and it checked resume=
-        from sporeflow.stages.resume import check_resume  # imports MindSpore: after the ISA choice
+    if launch.under_msrun():
+        launch.record_worker_pid(ctx)
+    else:  # the launcher checked the inputs and claimed the dir for its workers
+        from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
 
-        check_resume(plain, ctx)
+        check_inputs(plain, ctx)
         claim_run_dir(ctx.run_dir)
     try:
         if launch.needs_launch(plain):
@@ -100,27 +105,69 @@ def run_task(cfg: DictConfig) -> float:
     return acc
 
 
-def _config_errors() -> tuple[type[BaseException], ...]:
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """What a user fixes in the command or its input files: exit 2."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
-    return (ConfigError, ConfigCompositionException, MissingConfigException,
+    return (ConfigError, DataError, ConfigCompositionException, MissingConfigException,
             OverrideParseException, OmegaConfBaseException)
 
 
-def _describe(ex: BaseException) -> str:
-    """Hydra's/OmegaConf's message, without the search-path dump, plus the allowed keys."""
-    text = str(ex).strip()
-    cause = ex.__cause__
-    if cause is not None and str(cause).strip() and str(cause).strip() not in text:
-        text += "\n" + str(cause).strip()
-    text = text.split("\nConfig search path:")[0]
-    full_key = getattr(cause, "full_key", None) or getattr(ex, "full_key", None)
-    if full_key and re.search(r"Key '[^']+' (is )?not in", text):
-        allowed = allowed_keys(str(full_key).rpartition(".")[0])
-        if allowed:
-            text += f"\nallowed keys under {str(full_key).rpartition('.')[0] or 'the top level'}: {', '.join(allowed)}"
-    return text
+def _component_keys(group: str) -> list[str]:
+    """The settings of the component `group` would build with this command's other overrides
+    (composed again without the override that failed)."""
+    if group not in COMPONENT_GROUPS:
+        return []
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    keep = [a for a in sys.argv[1:] if not a.startswith("-") and not a.lstrip("+~").startswith(f"{group}.")]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(Path(sys.argv[0]).resolve().parent / "conf"), version_base="1.3"):
+            node = compose("train", overrides=[a for a in keep if not a.startswith("hydra")])[group]
+        return component_settings(group, node) or []
+    except Exception:  # noqa: BLE001 - only a hint: the error itself is already known
+        return []
+
+
+def describe(ex: BaseException) -> str:
+    """A config error as one line: the key (or group option) and what is allowed."""
+    cause = ex.__cause__ if ex.__cause__ is not None else ex
+    text = str(ex).split("\nConfig search path:")[0].strip()
+    full_key = str(getattr(cause, "full_key", None) or getattr(ex, "full_key", None) or "")
+    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing:
+        group, option = missing.groups()
+        options = re.findall(r"^\t(\S+)$", text, re.M)
+        return f"{group}={option}: no such option; available: {', '.join(options) or 'none'}"
+    if full_key and re.search(r"Key '[^']+' (is )?not in", str(cause)):
+        parent = full_key.rpartition(".")[0]
+        allowed = allowed_keys(parent) or _component_keys(parent)
+        where = parent or "the top level"
+        return f"{full_key}: no such key" + (f"; allowed under {where}: {', '.join(allowed)}" if allowed else "")
+    converted = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", str(cause))
+    if full_key and converted:
+        return f"{full_key}={converted.group(1)!r}: must be {converted.group(2).lower()}"
+    enum = re.search(r"Invalid value '(.*)', expected one of \[(.*)\]", str(cause))
+    if full_key and enum:
+        return f"{full_key}={enum.group(1)!r}: allowed: {enum.group(2)}"
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return " ".join(first.split())
+
+
+def _remove_unused_run_dir() -> None:
+    """A refused command leaves no run dir behind: Hydra made it (and wrote .hydra/ and the
+    job log) before sporeflow could check anything."""
+    run_dir = _STARTED.get("run_dir")
+    if run_dir is None or not run_dir.is_dir():
+        return
+    if {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", CLAIM_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for parent in (run_dir.parent, run_dir.parent.parent):   # outputs/<date>/, outputs/ when empty
+            if parent.name and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
 
 
 class _WithoutHydraJobLine:
@@ -149,15 +196,15 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
         print(f"Interrupted by {ex.name}" + (f": the run is marked KILLED; {ex.hint}" if ex.hint
                                              else " before any run started"), file=sys.stderr)
         sys.exit(ex.exit_code)
-    except _config_errors() as ex:
+    except _usage_errors() as ex:
         if user_wants_traceback:
             raise
-        print(f"Config error: {_describe(ex)}", file=sys.stderr)
-        print("(python train.py --help lists the groups and options; --cfg job shows the config)",
-              file=sys.stderr)
+        _remove_unused_run_dir()
+        kind = "Data error" if isinstance(ex, DataError) else "Config error"
+        print(f"{kind}: {describe(ex)}  (python train.py --help lists groups and options)", file=sys.stderr)
         sys.exit(2)
     except SporeflowError as ex:
         if user_wants_traceback:
             raise
-        print(f"Error: {_describe(ex)}", file=sys.stderr)
+        print(f"Error: {ex}", file=sys.stderr)
         sys.exit(1)

@@ -22,8 +22,12 @@ def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = No
 
     integrated_save=False keeps each rank's slices of sharded parameters (semi/auto parallel);
     `sporeflow merge-ckpt` joins them later."""
-    with atomic_path(path) as tmp:
-        ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
+    size = sum(p.data.nbytes for p in obj.get_parameters()) if hasattr(obj, "get_parameters") else None
+    with atomic_path(path, size_hint=size) as tmp:
+        try:
+            ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
+        finally:
+            tmp.with_suffix(".tmp").unlink(missing_ok=True)  # MindSpore writes <name>.tmp, then renames it
     return Path(path)
 
 

@@ -29,6 +29,7 @@ from sporeflow.logfollow import LogFollower
 from sporeflow.signals import Interrupted, parent_death_preexec
 
 RESULT_FILE = "sporeflow_result.json"
+LOG_DIR = "msrun_logs"
 LOG_TAIL = 25
 STOP_GRACE = 30.0   # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 
@@ -61,7 +62,7 @@ def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
 def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str], Path]:
     par = cfg.parallel
     local = par.workers // par.nodes
-    log_dir = ctx.run_dir / "msrun_logs"
+    log_dir = ctx.run_dir / LOG_DIR
     overrides = [o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))]
     threads = cfg.runtime.threads or threads_per_worker(local)
     cmd = ["msrun", f"--worker_num={par.workers}", f"--local_worker_num={local}",
@@ -70,6 +71,31 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
            "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
            str(ctx.entry_script), *overrides, f"hydra.run.dir={ctx.run_dir}", f"runtime.threads={threads}"]
     return cmd, log_dir
+
+
+def record_worker_pid(ctx: RunContext) -> None:
+    """A worker notes its pid under its rank (msrun's RANK_ID), so that the launcher can name
+    the rank behind a pid msrun reports dead."""
+    rank = os.environ.get("RANK_ID")
+    if os.environ.get("MS_ROLE") == "MS_WORKER" and rank is not None:
+        log_dir = ctx.run_dir / LOG_DIR
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / f"worker_{rank}.pid").write_text(str(os.getpid()))
+
+
+def dead_worker(log_dir: Path) -> str | None:
+    """"rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
+    try:
+        text = (log_dir / "msrun.log").read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)", text)
+    if not found:
+        return None
+    pid, code = int(found.group(1)), int(found.group(2))
+    ranks = {int(p.read_text() or -1): p.stem.split("_")[-1] for p in log_dir.glob("worker_*.pid")}
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"rank {ranks.get(pid, '?')} (pid {pid}) {how}"
 
 
 def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
@@ -130,11 +156,13 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
             raise
     result_path = ctx.run_dir / RESULT_FILE
     if proc.returncode != 0 or not result_path.is_file():
-        failed = failing_rank(log_dir)
+        failed, dead = failing_rank(log_dir), dead_worker(log_dir)
         on_end("FAILED")
         if failed:
             name, tail = failed
             raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
+        if dead:
+            raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
         raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
     return float(json.loads(result_path.read_text()).get("acc", float("nan")))
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 from pathlib import Path
 
 import psutil
 
 from sporeflow.errors import SporeflowError
 from sporeflow.files import write_text_atomic
+from sporeflow.processes import is_alive, this_process
 
 CLAIM_FILE = ".sporeflow_claim.json"
 _UID = secrets.token_hex(2)   # one per process: every interpolation in this process agrees
@@ -28,22 +28,11 @@ class RunDirInUse(SporeflowError):
     """Another live run writes into this run dir."""
 
 
-def _me() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": psutil.Process().create_time()}
-
-
 def _alive_elsewhere(holder: dict) -> bool:
     """True when `holder` is a live process on this host other than this one or its ancestors."""
-    if holder.get("host") != socket.gethostname():
-        return False
-    pid = holder.get("pid")
     mine = {p.pid for p in [psutil.Process(), *psutil.Process().parents()]}
-    if pid in mine or not psutil.pid_exists(pid):
-        return False
-    try:
-        return abs(psutil.Process(pid).create_time() - float(holder.get("started", 0))) < 0.01
-    except psutil.Error:
-        return False
+    return holder.get("pid") not in mine and bool(is_alive(holder.get("pid"), holder.get("host"),
+                                                          holder.get("started")))
 
 
 def claim_run_dir(run_dir: Path) -> None:
@@ -60,7 +49,7 @@ def claim_run_dir(run_dir: Path) -> None:
         if _alive_elsewhere(holder):
             raise RunDirInUse(f"run dir {run_dir} is in use by another run (pid {holder['pid']}); "
                               "start again, or give another hydra.run.dir") from None
-        write_text_atomic(path, json.dumps(_me()))   # a finished or dead run's dir: take it over
+        write_text_atomic(path, json.dumps(this_process()))   # a finished or dead run's dir: take it over
         return
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(_me()))
+        f.write(json.dumps(this_process()))

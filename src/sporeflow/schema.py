@@ -254,29 +254,71 @@ def _import_target(path: str, key: str) -> Any:
         raise ConfigError(f"{key}._target_: cannot import {path!r} ({ex})") from ex
 
 
-def _check_component(group: str, node: DictConfig) -> None:
-    """Fail on keys the target does not accept, and on required arguments that are missing."""
-    if "_target_" not in node:
-        raise ConfigError(f"{group}._target_ is missing: name the class or function that builds the {group}")
+def _signature(node: DictConfig, group: str):
+    """The parameters of the node's `_target_` (None for builtins without a signature) and its
+    type hints (empty where they cannot be resolved)."""
     target = _import_target(node["_target_"], group)
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):
-        return  # builtins without a signature: nothing to check against
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        accepted = None
-    else:
-        accepted = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+        return None, {}
+    try:
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: types are simply not checked
+        hints = {}
+    return params, hints
+
+
+def component_settings(group: str, node: DictConfig) -> list[str] | None:
+    """The keys a component node may set (None: the target takes **kwargs, or has no signature)."""
+    params, _ = _signature(node, group)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
     supplied = _SUPPLIED_AT_BUILD.get(group, set())
+    return [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n not in supplied]
+
+
+_KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a config value can stand for an argument annotated `hint` (simple types only)."""
+    if typing.get_origin(hint) is typing.Union:
+        args = typing.get_args(hint)
+        return (value is None and type(None) in args) or any(_fits(value, a) for a in args if a is not type(None))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (bool, str):
+        return isinstance(value, hint)
+    return True
+
+
+def _kind(hint: Any) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return " or ".join(_KINDS.get(a, getattr(a, "__name__", str(a))) for a in args)
+
+
+def _check_component(group: str, node: DictConfig) -> None:
+    """Fail on keys the target does not accept, values of the wrong type, and required
+    arguments that are missing."""
+    if "_target_" not in node:
+        raise ConfigError(f"{group}._target_ is missing: name the class or function that builds the {group}")
+    params, hints = _signature(node, group)
+    if params is None:
+        return  # builtins without a signature: nothing to check against
+    allowed = component_settings(group, node)
     keys = [k for k in node.keys() if not str(k).startswith("_")]
-    if accepted is not None:
-        allowed = [n for n in accepted if n not in supplied]
-        for key in keys:
-            if key not in allowed:
-                raise ConfigError(
-                    f"{group}.{key} is not a setting of {node['_target_']}; "
-                    f"allowed: {', '.join(allowed)}")
+    for key in keys:
+        if allowed is not None and key not in allowed:
+            raise ConfigError(f"{group}.{key} is not a setting of {node['_target_']}; allowed: {', '.join(allowed)}")
+        value = node[key]
+        if key in hints and not _fits(value, hints[key]):
+            raise ConfigError(f"{group}.{key}={value!r}: must be {_kind(hints[key])} "
+                              f"({node['_target_']} takes {key}: {_kind(hints[key])})")
     if not node.get("_partial_", False):
+        supplied = _SUPPLIED_AT_BUILD.get(group, set())
         for name, p in params.items():
             required = p.default is inspect.Parameter.empty and p.kind in (
                 inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

@@ -70,6 +70,14 @@ def store_lock(uri: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def process_tags() -> dict[str, str]:
+    """Which process writes a run: how a later start tells a run whose process died from a live one."""
+    from sporeflow.processes import this_process
+
+    me = this_process()
+    return {"sporeflow.pid": str(me["pid"]), "sporeflow.host": me["host"], "sporeflow.process_start": repr(me["started"])}
+
+
 def _is_busy(ex: BaseException) -> bool:
     return "database is locked" in str(ex)
 
@@ -159,7 +167,7 @@ class Tracker:
                   parent: "TrackedRun | None" = None) -> "TrackedRun":
         """A new MLflow run (a child of `parent` when given); a no-op run if tracking is off."""
         self.connect()
-        tags = dict(tags or {})
+        tags = {**process_tags(), **(tags or {})}
         if parent is not None and parent.run_id:
             tags["mlflow.parentRunId"] = parent.run_id
         run = self._call("create_run", lambda: self._client.create_run(
@@ -191,6 +199,13 @@ class Tracker:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         self.connect()
         self._call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
+        run = self.run(run_id)
+        run.set_tags(process_tags())
+        return run
+
+    def run(self, run_id: str) -> "TrackedRun":
+        """An existing run to write to, as it is (no status change)."""
+        self.connect()
         return TrackedRun(self, run_id if self.enabled else None)
 
 

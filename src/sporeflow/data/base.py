@@ -9,10 +9,12 @@ from abc import ABC, abstractmethod
 from typing import Sequence
 
 import mindspore as ms
+import numpy as np
 import mindspore.dataset as mds
 from mindspore.dataset import transforms, vision
 
 from sporeflow.data.sampling import EpochSampler
+from sporeflow.errors import DataError
 
 SPLITS = ("train", "test")
 
@@ -37,6 +39,22 @@ class ImageDataset(ABC):
     @abstractmethod
     def num_rows(self, split: str) -> int:
         """How many samples `split` holds (raises DataError when the split is missing or empty)."""
+
+    def labels(self, split: str) -> np.ndarray | None:
+        """Every label of `split`, read cheaply from the files (None: the format cannot say)."""
+        return None
+
+    def check(self) -> None:
+        """What can be known about the files before training: each split exists, is in the
+        expected format and layout and is not empty, and its labels lie in 0..num_classes-1.
+        Raises DataError naming the file or key."""
+        for split in SPLITS:
+            self.num_rows(split)
+            labels = self.labels(split)
+            if labels is not None and len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+                bad = labels.max() if labels.max() >= self.num_classes else labels.min()
+                raise DataError(f"the {split} split has label {int(bad)}, outside 0..{self.num_classes - 1} "
+                                f"(dataset.num_classes={self.num_classes})")
 
     @abstractmethod
     def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import mindspore.dataset as mds
+import numpy as np
 from mindspore.dataset import vision
 
 from sporeflow.data.base import ImageDataset
@@ -50,6 +51,11 @@ class Cifar10(ImageDataset):
         if total == 0:
             raise DataError(f"the {split} split in {self.root} is empty")
         return min(total, self.num_samples) if self.num_samples else total
+
+    def labels(self, split):
+        """The label byte of every record (a strided read through a memory map)."""
+        return np.concatenate([np.memmap(f, dtype=np.uint8, mode="r").reshape(-1, RECORD)[:, 0]
+                               for f in self._files(split)])
 
     def _source(self, split, sampler):
         self._files(split)

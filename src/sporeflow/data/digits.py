@@ -43,6 +43,9 @@ class Digits(ImageDataset):
     def num_rows(self, split):
         return len(load_digits_split(split, self.test_fraction)[1])
 
+    def labels(self, split):
+        return load_digits_split(split, self.test_fraction)[1]
+
     def _source(self, split, sampler):
         images, labels = load_digits_split(split, self.test_fraction)
         return mds.NumpySlicesDataset({"image": images, "label": labels}, sampler=sampler)

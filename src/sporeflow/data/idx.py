@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 
 import mindspore.dataset as mds
+import numpy as np
 
 from sporeflow.data.base import ImageDataset
 from sporeflow.errors import DataError
@@ -97,6 +98,10 @@ class IdxImages(ImageDataset):
         if n_images == 0:
             raise DataError(f"the {split} split in {directory} is empty")
         return min(n_images, self.num_samples) if self.num_samples else n_images
+
+    def labels(self, split):
+        path = ensure_raw(self.root, self.cache_dir) / FILES[split][1]
+        return np.fromfile(path, dtype=np.uint8, offset=8)
 
     def _source(self, split, sampler):
         directory = ensure_raw(self.root, self.cache_dir)

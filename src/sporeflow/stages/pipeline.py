@@ -6,6 +6,7 @@ boost=dim_reduce: the dim-reduce pipeline (stages.dim_reduce_pipeline): stage 1,
 """
 from __future__ import annotations
 
+import logging
 import sys
 
 from omegaconf import DictConfig
@@ -14,14 +15,20 @@ from sporeflow.checkpoints import find_resume_dir
 from sporeflow.context import RunContext
 from sporeflow.runtime import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
+from sporeflow.stages.runs import close_stale_runs
 from sporeflow.stages.stage import tracked_stage
 from sporeflow.tracking import Tracker
+
+log = logging.getLogger(__name__)
 
 
 def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     """Run every stage the config asks for; returns the final eval accuracy (stage 2's in a pipeline)."""
     worker = init_context(cfg)
     tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=not worker.is_main)  # rank 0 writes
+    if worker.is_main:
+        for run_id in close_stale_runs(tracker):
+            log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id)
     if cfg.boost.name.value == "dim_reduce":
         return DimReducePipeline(cfg, ctx, tracker, worker).run()
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)

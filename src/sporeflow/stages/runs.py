@@ -4,12 +4,15 @@ process (which trains nothing) stays light."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 from typing import Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.checkpoints import read_run_marker
 from sporeflow.context import RunContext
+from sporeflow.processes import is_alive
 from sporeflow.tracking import TrackedRun, Tracker, flatten
 
 T = TypeVar("T")
@@ -51,6 +54,25 @@ def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
         raise
     run.end("FINISHED")
     return result
+
+
+def close_stale_runs(tracker: Tracker) -> list[str]:
+    """Runs this host left RUNNING whose process is gone (SIGKILL, a crash, power loss) end
+    KILLED, tagged `sporeflow.closed` with why; returns their ids. Runs of live processes and
+    of other hosts are left alone."""
+    closed = []
+    host = socket.gethostname()
+    for found in tracker.search_runs(f"attributes.status = 'RUNNING' and tags.`sporeflow.host` = '{host}'",
+                                     max_results=500):
+        tags = found.data.tags
+        if is_alive(tags.get("sporeflow.pid"), host, tags.get("sporeflow.process_start")):
+            continue
+        run = tracker.run(found.info.run_id)
+        run.set_tags({"sporeflow.closed": f"process {tags.get('sporeflow.pid')} on {host} was gone; closed by "
+                                          f"a later start (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"})
+        run.end("KILLED")
+        closed.append(found.info.run_id)
+    return closed
 
 
 def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:

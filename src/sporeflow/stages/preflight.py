@@ -1,0 +1,65 @@
+"""Every input a user can get wrong, checked before any work: the data files, `resume=`, and
+a given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
+DataError: exit 2), raised before a dataset is read for training, an MLflow run is created or
+a checkpoint is written."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from sporeflow.checkpoints import CheckpointError, checkpoint_dir, find_resume_dir, newest_complete_checkpoint
+from sporeflow.components import build_dataset, build_model
+from sporeflow.context import RunContext
+from sporeflow.dim_reduce.pca import Layout
+from sporeflow.errors import ConfigError
+
+
+def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
+    build_dataset(cfg).check()
+    check_resume(cfg, ctx)
+    if cfg.boost.name.value == "dim_reduce" and cfg.boost.pca_mat_path:
+        check_basis(cfg)
+
+
+def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
+    """The folder, a readable checkpoint in it, and that it is a checkpoint of this network."""
+    if cfg.resume in (False, "false", "False", "", None):
+        return
+    try:
+        run_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+        path, state = newest_complete_checkpoint(checkpoint_dir(run_dir, 0, cfg.parallel.workers))
+    except CheckpointError as ex:
+        raise ConfigError(f"resume={cfg.resume}: {ex}") from None
+    network = build_model(cfg)
+    for name, param in network.parameters_and_names():
+        if name not in state:
+            raise ConfigError(f"resume={cfg.resume}: {path} is not a checkpoint of {type(network).__name__} "
+                              f"(it has no parameter {name!r}); model={cfg.model._target_}")
+        if tuple(state[name].shape) != tuple(param.shape):
+            raise ConfigError(f"resume={cfg.resume}: {path} holds {name} with shape {tuple(state[name].shape)}, "
+                              f"this network's is {tuple(param.shape)}: another network or num_classes")
+
+
+def check_basis(cfg: DictConfig) -> None:
+    """boost.pca_mat_path: a plain float .npy of shape (n_component, trainable weights); a file
+    of pickled objects is refused without being unpickled."""
+    key = f"boost.pca_mat_path={cfg.boost.pca_mat_path}"
+    path = Path(cfg.boost.pca_mat_path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file")
+    try:   # the header alone: the array is never loaded, a pickle never unpickled
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = np.lib.format._read_array_header(f, version)  # noqa: SLF001 - numpy's own reader
+    except (ValueError, OSError) as ex:
+        raise ConfigError(f"{key}: not a .npy array ({ex})") from None
+    if dtype.hasobject:
+        raise ConfigError(f"{key}: the file holds pickled Python objects, which sporeflow never loads; "
+                          "save the basis with numpy.save(path, array.astype('float32'))")
+    if dtype not in (np.float32, np.float64):
+        raise ConfigError(f"{key}: dtype {dtype}; allowed: float32, float64")
+    want = (cfg.boost.n_component, Layout.of(build_model(cfg)).total)
+    if tuple(shape) != want:
+        raise ConfigError(f"{key}: shape {tuple(shape)}; this network and boost.n_component={want[0]} need {want}")

@@ -95,4 +95,12 @@ def test_bad_input_exits_2_with_one_line_before_any_work(tmp_path, inputs, case)
         assert text.format(tmp=inputs) in errors[0], errors[0]
     assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
     assert not (tmp_path / "run").exists(), "a refused command left a run dir"
+    assert tmp_path.is_dir(), "the cleanup removed more than the run dir"
     assert not (tmp_path / "mlflow.db").exists(), "a refused command touched the MLflow store"
+
+
+def test_a_refused_command_leaves_no_dated_run_dir(tmp_path):
+    """With Hydra's own outputs/<date>/<time>_<uid> dir: neither it nor its date folder stays."""
+    proc = run_train(["optimizer.lr=fast"], tmp_path, run_dir=None)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert not list((tmp_path / "outputs").rglob("*"))

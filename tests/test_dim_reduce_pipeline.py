@@ -83,7 +83,7 @@ def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
 
 @pytest.mark.parametrize("override,expected", [
     (["boost.n_component=32"], ["12 snapshots", "n_component=32"]),
-    (["boost.n_components=8"], ["n_components", "allowed keys under boost", "n_component"]),
+    (["boost.n_components=8"], ["boost.n_components: no such key", "allowed under boost", "n_component"]),
     (["boost.baselines=[plain]"], ["plain", "baseline, annealed, snapshot_mean"]),
 ])
 def test_bad_dim_reduce_config_exits_2_before_training(tmp_path, override, expected):

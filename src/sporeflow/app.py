@@ -2,8 +2,9 @@
 
 `run_task` is what train.py's @hydra.main calls: it validates, applies the CPU ISA choice
 before MindSpore loads, and hands a plain config and a RunContext to the pipeline (which
-never imports Hydra). `run_cli` maps errors to exit codes: 2 for a config a user must fix
-(a typo in a key or group option), 1 for a failed run.
+never imports Hydra). `run_cli` maps errors to exit codes: 2 for input a user must fix (a
+key, group option, value, data folder, resume= or basis file; one line, no run dir left
+behind), 1 for a failed run, 128 + the signal for an interrupted one.
 """
 from __future__ import annotations
 
@@ -165,9 +166,9 @@ def _remove_unused_run_dir() -> None:
         return
     if {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", CLAIM_FILE}:
         shutil.rmtree(run_dir, ignore_errors=True)
-        for parent in (run_dir.parent, run_dir.parent.parent):   # outputs/<date>/, outputs/ when empty
-            if parent.name and parent.is_dir() and not any(parent.iterdir()):
-                parent.rmdir()
+        date_dir = run_dir.parent   # Hydra's outputs/<date>/ when it is left empty; nothing above it
+        if date_dir.parent.name in ("outputs", "multirun") and not any(date_dir.iterdir()):
+            date_dir.rmdir()
 
 
 class _WithoutHydraJobLine:

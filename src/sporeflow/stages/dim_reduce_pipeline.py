@@ -28,7 +28,7 @@ from sporeflow.stages.build import StagePlan
 from sporeflow.stages.comparison import comparison_plot, gain, summary_table
 from sporeflow.stages.runs import guarded, record_config, run_name
 from sporeflow.stages.stage import StageResult, evaluate_weights, tracked_stage
-from sporeflow.tracking import TrackedRun, Tracker
+from sporeflow.tracking import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from conftest import REPO, run_train
 from sporeflow.errors import ConfigError
 from sporeflow.launch import threads_per_worker
+from sporeflow.schema import validate
 from sporeflow.strategies import check_strategy
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +27,7 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
     par, solo = tmp_path / "par", tmp_path / "solo"
     par.mkdir()
     solo.mkdir()
-    proc = run_train(DROP + ["parallel=data2", "dataset.batch_size=16"], par, timeout=600)
+    proc = run_train(DROP + ["parallel=data2", "dataset.batch_size=32"], par, timeout=600)   # the global batch
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     proc = run_train(DROP + ["dataset.batch_size=32"], solo)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,7 +49,7 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
 
 
 def test_data8_starts_eight_workers_and_finishes(tmp_path):
-    proc = run_train(["parallel=data8", "epochs=1", "dataset.batch_size=8"], tmp_path, timeout=900)
+    proc = run_train(["parallel=data8", "epochs=1", "dataset.batch_size=64"], tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [f"rank_{r}" for r in range(8)]
     assert len(list((tmp_path / "run" / "msrun_logs").glob("worker_*.log"))) == 8
@@ -135,3 +136,35 @@ def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
     assert "/x/train.py" in cmd and "epochs=3" in cmd and "hydra.run.dir=elsewhere" not in cmd
     assert f"hydra.run.dir={tmp_path / 'run'}" in cmd
     assert cmd[-1] == f"runtime.threads={threads_per_worker(4)}"
+
+
+def test_data2_is_the_same_experiment_with_a_quiet_console(tmp_path):
+    """Adding parallel=data2 to the default job keeps the global batch (split 2 x 16) and lands
+    within 1 point of stand-alone; the console shows rank 0 only."""
+    par, solo = tmp_path / "par", tmp_path / "solo"
+    par.mkdir()
+    solo.mkdir()
+    proc = run_train(["parallel=data2", "epochs=5"], par, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    assert "worker rank 0 of 2" in console and "worker rank 1 of 2" not in console
+    assert "[INFO] DISTRIBUTED" not in console
+    assert "2 workers x batch 16 = global batch 32, 225 optimizer updates" in proc.stderr
+    assert "worker rank 1 of 2" in (par / "run" / "msrun_logs" / "worker_1.log").read_text()
+    assert run_train(["epochs=5"], solo).returncode == 0
+
+    def acc(launch):
+        client = MlflowClient(f"sqlite:///{launch}/mlflow.db")
+        (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+        return run, run.data.metrics["final/acc"]
+
+    (run, par_acc), (_, solo_acc) = acc(par), acc(solo)
+    assert abs(par_acc - solo_acc) <= 0.01, (par_acc, solo_acc)
+    assert run.data.tags["batch.global"] == "32" and run.data.tags["batch.per_worker"] == "16"
+
+
+def test_a_global_batch_that_does_not_split_is_refused(compose_cfg):
+    with pytest.raises(ConfigError, match=r"dataset.batch_size=30 is the global batch .* parallel.workers=4"):
+        validate(compose_cfg(["parallel=data4", "dataset.batch_size=30"]))
+    cfg = validate(compose_cfg(["parallel=data4", "dataset.batch_size=30", "parallel.per_worker_batch=true"]))
+    assert cfg.parallel.per_worker_batch

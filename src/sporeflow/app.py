@@ -80,7 +80,7 @@ def run_task(cfg: DictConfig) -> float:
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
     if launch.under_msrun():
-        launch.record_worker_pid(ctx)
+        launch.record_worker_pid(ctx, plain.parallel.workers)
     else:  # the launcher checked the inputs and claimed the dir for its workers
         from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
 

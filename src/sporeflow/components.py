@@ -16,18 +16,19 @@ from omegaconf import DictConfig
 
 
 
-def _build(node: DictConfig) -> Any:
+def _build(node: DictConfig, **overrides: Any) -> Any:
     """instantiate, with the component's own exception (not Hydra's wrapper) raised."""
     try:
-        return instantiate(node)
+        return instantiate(node, **overrides)
     except InstantiationException as ex:
         if ex.__cause__ is not None:
             raise ex.__cause__ from None
         raise
 
 
-def build_dataset(cfg: DictConfig):
-    return _build(cfg.dataset)
+def build_dataset(cfg: DictConfig, **overrides: Any):
+    """The dataset; `overrides` replace config values (a worker's share of the batch)."""
+    return _build(cfg.dataset, **overrides)
 
 
 def build_model(cfg: DictConfig):

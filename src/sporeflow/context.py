@@ -14,3 +14,16 @@ class RunContext:
     hydra_dir: Optional[Path] = None   # <run_dir>/.hydra with config.yaml and overrides.yaml
     git_commit: Optional[str] = None
     entry_script: Optional[Path] = None  # train.py: what msrun re-runs for a parallel job
+
+
+def worker_batch_size(cfg) -> int:
+    """The batch one worker feeds per step. `dataset.batch_size` is the global batch, split
+    evenly across `parallel.workers`, so adding parallel=dataN runs the same experiment;
+    `parallel.per_worker_batch=true` makes it per worker instead (the seeds' recipes)."""
+    if cfg.parallel.per_worker_batch:
+        return cfg.dataset.batch_size
+    return cfg.dataset.batch_size // cfg.parallel.workers
+
+
+def global_batch_size(cfg) -> int:
+    return worker_batch_size(cfg) * cfg.parallel.workers

@@ -11,6 +11,7 @@ process, MS_SCHED, runs the script up to `init()` too).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from sporeflow.signals import Interrupted, parent_death_preexec
 RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
 LOG_TAIL = 25
+log = logging.getLogger(__name__)
 STOP_GRACE = 30.0   # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 
 
@@ -52,11 +54,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
     """CPU kernel threads each worker may use so that N workers do not oversubscribe C cores."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, local_workers))
+    return max(1, (cores or available_cores()) // max(1, local_workers))
 
 
 def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str], Path]:
@@ -73,11 +77,12 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     return cmd, log_dir
 
 
-def record_worker_pid(ctx: RunContext) -> None:
+def record_worker_pid(ctx: RunContext, workers: int) -> None:
     """A worker notes its pid under its rank (msrun's RANK_ID), so that the launcher can name
     the rank behind a pid msrun reports dead."""
     rank = os.environ.get("RANK_ID")
     if os.environ.get("MS_ROLE") == "MS_WORKER" and rank is not None:
+        log.info("worker rank %s of %d, pid %d", rank, workers, os.getpid())
         log_dir = ctx.run_dir / LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"worker_{rank}.pid").write_text(str(os.getpid()))
@@ -143,6 +148,11 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
     env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
     print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; console: rank 0; "
           f"every rank's log in {log_dir}", file=sys.stderr)
+    local, cores = cfg.parallel.workers // cfg.parallel.nodes, available_cores()
+    if local > cores:
+        print(f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
+              "job runs slower than stand-alone; it trains the same experiment (the global batch "
+              f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)", file=sys.stderr)
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / "worker_0.log"):
         proc = subprocess.Popen(cmd, cwd=ctx.launch_dir, env=env, start_new_session=True,

@@ -128,6 +128,7 @@ class ParallelConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 0          # 0 = a free port
     cluster_time_out: int = 120   # seconds msrun waits for all workers to join
+    per_worker_batch: bool = False  # false: dataset.batch_size is the global batch, split across workers
 
 
 @dataclass
@@ -385,6 +386,11 @@ def _check_parallel(cfg: DictConfig) -> None:
     if mode == "standalone" and par.workers != 1:
         raise ConfigError(f"parallel.mode=standalone runs one process, not parallel.workers={par.workers}; "
                           "for data parallel use parallel=data2|data4|data8 or parallel.mode=data")
+    batch = cfg.dataset.get("batch_size", 1)
+    if not par.per_worker_batch and batch % par.workers:
+        raise ConfigError(f"dataset.batch_size={batch} is the global batch and must divide evenly across "
+                          f"parallel.workers={par.workers}; choose a multiple of {par.workers}, or set "
+                          "parallel.per_worker_batch=true to make dataset.batch_size per worker")
     if par.device_num != par.workers:
         raise ConfigError(f"parallel.device_num={par.device_num} must equal parallel.workers={par.workers}")
     if par.nodes < 1 or par.workers % par.nodes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from sporeflow.context import worker_batch_size
 from sporeflow.errors import ConfigError
 
 
@@ -32,7 +33,7 @@ def check_strategy(layer: str, strategy, weight_shape, batch_size: int, device_n
             raise ConfigError(f"{where}: the {name} is split into {parts} slices, which must divide "
                               f"parallel.device_num={device_num}")
     n_in, n_out = weight_shape
-    for dim, size, split in (("batch (dataset.batch_size)", batch_size, a), ("input features", n_in, b),
+    for dim, size, split in (("batch per worker (dataset.batch_size)", batch_size, a), ("input features", n_in, b),
                              ("output features", n_out, d)):
         if size % split:
             raise ConfigError(f"{where}: layer {layer} has {dim} {size}, not divisible by {split}")
@@ -49,7 +50,7 @@ def check_parallel_plan(cfg: DictConfig, build_network) -> None:
             if layer not in cells:
                 raise ConfigError(f"parallel.shard.{layer}: {type(network).__name__} has no such MatMul layer; "
                                   f"shardable layers: {', '.join(cells) or 'none'}")
-            check_strategy(layer, strategy, tuple(cells[layer].weight.shape), cfg.dataset.batch_size,
+            check_strategy(layer, strategy, tuple(cells[layer].weight.shape), worker_batch_size(cfg),
                            par.device_num)
     if mode in ("semi_auto", "auto") and cfg.device_target.value == "CPU":
         name = {"semi_auto": "SEMI_AUTO_PARALLEL", "auto": "AUTO_PARALLEL"}[mode]

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.checkpoints import final_weights, write_run_marker
 from sporeflow.components import build_model
-from sporeflow.context import RunContext
+from sporeflow.context import RunContext, global_batch_size
 from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.runtime import Worker, barrier
@@ -41,6 +41,7 @@ def stage1_fingerprint(cfg: DictConfig) -> str:
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     key = {k: container[k] for k in STAGE1_KEYS}
     key["snapshot"] = container["boost"]["snapshot"]
+    key["global_batch"] = global_batch_size(cfg)   # dataset.batch_size may be per worker
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -68,6 +69,7 @@ class DimReducePipeline:
         self.cfg, self.ctx, self.tracker, self.worker = cfg, ctx, tracker, worker
         self.boost = cfg.boost
         self.results: dict[str, dict] = {}
+        self.batching: dict[str, str] = {}   # stage -> "2 workers x batch 16 = global batch 32, N updates"
 
     def _derived(self, **updates) -> DictConfig:
         derived = self.cfg.copy()
@@ -126,6 +128,7 @@ class DimReducePipeline:
         stage_dir = self.ctx.run_dir / stage
         result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
                                stage_dir=stage_dir, tags=tags, worker=self.worker)
+        self.batching[stage] = result.batching
         if artifact is not None:
             self.parent.log_artifact(artifact, "pca")
         return result
@@ -194,6 +197,7 @@ class DimReducePipeline:
         table = summary_table(self.results)
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
-            print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}",
+            trained = "\n".join(f"  {stage}: {how}" for stage, how in self.batching.items())
+            print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}\n{trained}",
                   file=sys.stderr)
         return float(self.results["stage2"].get("acc", float("nan")))

@@ -35,6 +35,6 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, worker=worker)
     if worker.is_main:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
-        print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s; "
+        print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s ({result.batching}); "
               f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
     return float(result.metrics.get("acc", float("nan")))

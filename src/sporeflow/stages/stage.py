@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from sporeflow.checkpoints import (checkpoint_dir, load_weights, newest_complete_checkpoint, read_run_marker,
                                    restore_exact, save_atomic, write_run_marker)
 from sporeflow.components import build_dataset, build_loss, build_model
-from sporeflow.context import RunContext
+from sporeflow.context import RunContext, global_batch_size, worker_batch_size
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss,
@@ -43,6 +43,15 @@ class StageResult:
     checkpoint: Path                   # network weights after the stage (EMA if eval_with=ema)
     images_per_sec: float
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
+    batching: str = ""                 # workers, per-worker and global batch, optimizer updates
+
+
+def describe_batching(cfg: DictConfig, steps_per_epoch: int) -> str:
+    """"2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""
+    updates = cfg.epochs * steps_per_epoch // cfg.train.accumulation_steps
+    split = f"{cfg.parallel.workers} workers x batch {worker_batch_size(cfg)} = global " \
+        if cfg.parallel.workers > 1 else ""
+    return f"{split}batch {global_batch_size(cfg)}, {updates} optimizer updates"
 
 
 def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageParts, eval_data,
@@ -55,7 +64,7 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     checkpoint exists, epoch e's metrics are in MLflow, so a resumed run continues them exactly."""
     cb_cfg = cfg.callbacks
     ema_ranked = cfg.train.ema.eval_with.value == "ema"
-    throughput = Throughput(record, cfg.dataset.batch_size)
+    throughput = Throughput(record, global_batch_size(cfg))   # rank 0's step rate x the global batch: the job's
     evaluator = EvalEachEpoch(record, parts.model, eval_data, cb_cfg.eval_every_n_epochs, parts.ema_swap)
     callbacks = []
     if cb_cfg.stop_on_divergence:  # first: before anything saves or evaluates diverged weights
@@ -116,13 +125,13 @@ def prepare_stage(name: str, cfg: DictConfig, stage_dir: Path, worker: Worker = 
         path, state = newest_complete_checkpoint(ckpt_dir)
         start_epoch = int(state["epoch_num"].asnumpy())
         log.info("resuming %s from %s (epoch %d)", name, path, start_epoch)
-    data = build_dataset(cfg)
+    data = build_dataset(cfg, batch_size=worker_batch_size(cfg))
     train_data = data.create("train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args())
     eval_data = data.create("test")
     steps_per_epoch = train_data.get_dataset_size()
     if steps_per_epoch == 0:
         raise DataError(f"the training split of {cfg.dataset._target_} yields no batch of "
-                        f"{cfg.dataset.batch_size} (drop_remainder={getattr(data, 'drop_remainder', False)})")
+                        f"{worker_batch_size(cfg)} (drop_remainder={getattr(data, 'drop_remainder', False)})")
     parts = build_stage_parts(cfg, plan, steps_per_epoch)
     if state is not None:
         restore_exact(state, *parts.state_cells)
@@ -133,8 +142,12 @@ def prepare_stage(name: str, cfg: DictConfig, stage_dir: Path, worker: Worker = 
 def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
     """Train up to `cfg.epochs` epochs, evaluate, export `final.ckpt`, report to the run."""
     cfg, parts, name = stage.cfg, stage.parts, stage.name
-    log.info("stage %s: epochs %d..%d x %d steps of batch %d", name, stage.start_epoch + 1, cfg.epochs,
-             stage.steps_per_epoch, cfg.dataset.batch_size)
+    batching = describe_batching(cfg, stage.steps_per_epoch)
+    log.info("stage %s: epochs %d..%d x %d steps; %s", name, stage.start_epoch + 1, cfg.epochs,
+             stage.steps_per_epoch, batching)
+    if stage.worker.is_main:
+        run.set_tags({"batch.per_worker": worker_batch_size(cfg), "batch.global": global_batch_size(cfg),
+                      "batch.workers": cfg.parallel.workers})
     record = EventRecord(cfg.epochs, stage.steps_per_epoch, stage.start_epoch)
     callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, stage.eval_data, stage.ckpt_dir,
                                                      stage.worker, run, stage.plan)
@@ -158,7 +171,7 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
-    return StageResult(name, exported, weights, throughput.mean, record.evals)
+    return StageResult(name, exported, weights, throughput.mean, record.evals, batching)
 
 
 def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,

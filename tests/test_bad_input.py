@@ -40,7 +40,7 @@ def make_inputs(tmp):
 
 
 CASES = {
-    "preset that does not exist": (["experiment=nope"], ["experiment=nope: no such option", "lenet_mnist"]),
+    "preset that does not exist": (["experiment=nope"], ["experiment=nope: no such option", "lenet_fashion_mnist"]),
     "group option that does not exist": (["model=nope"], ["model=nope: no such option", "lenet5, mlp"]),
     "typo in a component key": (["optimizer.lrr=0.1"], ["optimizer.lrr: no such key", "lr, momentum, weight_decay"]),
     "a key added with + that the component does not take": (["+optimizer.lrr=0.1"],

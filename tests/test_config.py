@@ -32,9 +32,9 @@ def test_every_group_has_an_option():
 
 
 def test_experiment_preset_overrides_group_choices(compose_cfg):
-    cfg = validate(compose_cfg(["experiment=lenet_mnist"]))
+    cfg = validate(compose_cfg(["experiment=lenet_fashion_mnist"]))
     assert cfg.dataset._target_.endswith("IdxImages")
-    assert cfg.experiment == "lenet_mnist"
+    assert cfg.experiment == "lenet_fashion_mnist"
     assert cfg.optimizer.lr == 0.01
 
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.e2e
 
 SHORT = ["epochs=1", "callbacks.checkpoint.keep_last=1"]
 REDUCED = {
-    "lenet_mnist": ["dataset.num_samples=256"],
+    "lenet_fashion_mnist": ["dataset.num_samples=256"],
     "resnet50_cifar10": ["device_target=CPU", "parallel=standalone", "dataset=synthetic", "dataset.batch_size=8",
                          "dataset.num_samples=16", "dataset.test_samples=8"],
     "mnist_semi_auto": ["device_target=CPU", "parallel=standalone", "dataset.num_samples=256"],

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+import subprocess
+
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
@@ -35,6 +37,10 @@ def test_default_job_trains_tracks_and_checkpoints(tmp_path):
     assert params["mode"] == "graph" and params["dataset._target_"] == "sporeflow.data.digits.Digits"
     assert run.data.tags["stage"] == "train"
     assert run.data.tags["onednn_max_cpu_isa"] in ("AVX2", "")
+    # launched outside the checkout: the commit is the running code's, with a dirty flag
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert run.data.tags["git_commit"] == head and run.data.tags["git_dirty"] in ("true", "false")
+    assert "Creating initial MLflow database tables" not in proc.stdout + proc.stderr
 
     steps_per_epoch = 45  # 1437 training images / batch 32, last batch kept
     losses = client.get_metric_history(run.info.run_id, "train/loss")

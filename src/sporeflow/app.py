@@ -31,13 +31,22 @@ log = logging.getLogger("sporeflow")
 _STARTED: dict = {}   # what run_task got to (its run dir), for the error path in run_cli
 
 
-def _git_commit(cwd: str) -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+def _git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the sporeflow code that runs - its own checkout, wherever the command
+    was launched from; (None, None) when the code is not in a git checkout."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    return commit, bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
 def _run_context() -> RunContext:
@@ -45,12 +54,14 @@ def _run_context() -> RunContext:
 
     hc = HydraConfig.get()
     launch_dir = hc.runtime.cwd
+    commit, dirty = _git_state()
     return RunContext(
         run_dir=Path(hc.runtime.output_dir).resolve(),
         launch_dir=Path(launch_dir).resolve(),
         overrides=list(hc.overrides.task),
         hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve() if hc.output_subdir else None,
-        git_commit=_git_commit(launch_dir),
+        git_commit=commit,
+        git_dirty=dirty,
         entry_script=Path(sys.argv[0]).resolve(),
     )
 

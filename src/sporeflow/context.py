@@ -12,7 +12,8 @@ class RunContext:
     launch_dir: Path                   # where the command was started: mlflow.db goes here
     overrides: List[str] = field(default_factory=list)
     hydra_dir: Optional[Path] = None   # <run_dir>/.hydra with config.yaml and overrides.yaml
-    git_commit: Optional[str] = None
+    git_commit: Optional[str] = None   # of the sporeflow code that runs (not of the launch dir)
+    git_dirty: Optional[bool] = None   # uncommitted changes to tracked files
     entry_script: Optional[Path] = None  # train.py: what msrun re-runs for a parallel job
 
 

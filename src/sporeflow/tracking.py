@@ -147,6 +147,9 @@ class Tracker:
         def open_store():
             from mlflow.tracking import MlflowClient
 
+            for chatty in ("mlflow.store.db.utils", "alembic"):   # "Creating initial MLflow database tables..."
+                logging.getLogger(chatty).setLevel(logging.WARNING)
+
             client = MlflowClient(tracking_uri=self.uri)
             found = client.get_experiment_by_name(self.experiment_name)
             if found is None and self.read_only:

@@ -32,6 +32,7 @@ def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str)
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     run.log_params(flatten(container))
     run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
+                  "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
                   "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir),
                   "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")})
     run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")

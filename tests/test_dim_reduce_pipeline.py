@@ -58,6 +58,25 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     run_dir = tmp_path / "run"
     assert len(list((run_dir / "stage1" / "snapshots").glob("snapshot_*.npy"))) == 12
     assert (run_dir / "stage2" / "checkpoints" / "final.ckpt").is_file()
+
+    # paired statistics: per-image results agree with each stage's own Model.eval accuracy, and
+    # the parent's gain statistics are recomputed here from those files, with scipy's test
+    import numpy as np
+    from scipy.stats import binomtest
+
+    right = {stage: np.load(run_dir / stage / "predictions.npy")
+             for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean")}
+    assert {len(r) for r in right.values()} == {360}
+    for stage, r in right.items():
+        assert r.mean() == pytest.approx(parent.data.metrics[f"{stage}/acc"], abs=1e-6), stage
+    best = max(("baseline", "annealed", "snapshot_mean"), key=lambda b: parent.data.metrics[f"{b}/acc"])
+    b, c = int((right["stage2"] & ~right[best]).sum()), int((~right["stage2"] & right[best]).sum())
+    m = parent.data.metrics
+    assert m["gain_images"] == b - c and m["gain"] == pytest.approx((b - c) / 360, abs=1e-6)
+    assert m["gain_p_value"] == pytest.approx(binomtest(min(b, c), b + c).pvalue if b + c else 1.0)
+    assert m["gain_ci_low"] <= m["gain"] <= m["gain_ci_high"]
+    assert f"stage2 vs {best}: {b - c:+d} images" in proc.stderr
+    assert "significant at 5%" in proc.stderr
     # the annealed baseline really used the annealed learning rate
     (annealed,) = by_stage["annealed"]
     assert float(annealed.data.params["optimizer.lr"]) == pytest.approx(0.1 * 0.02)

@@ -12,10 +12,20 @@ log = logging.getLogger(__name__)
 STAGES = ("stage1", "stage2")
 
 
+def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
+    others = [(m[metric], name) for name, m in results.items() if name not in STAGES and metric in m]
+    return max(others)[1] if others else None
+
+
 def gain(results: dict[str, dict], metric: str = "acc") -> float:
     """stage2's metric minus the best baseline's (NaN when no baseline ran)."""
-    others = [m[metric] for name, m in results.items() if name not in STAGES and metric in m]
-    return results["stage2"][metric] - max(others) if others else float("nan")
+    best = best_baseline(results, metric)
+    return results["stage2"][metric] - results[best][metric] if best else float("nan")
+
+
+def paired_lines(paired: dict) -> str:
+    """One line per arm stage 2 was compared with, on the same eval images."""
+    return "\n".join(f"  stage2 vs {other}: {cmp.describe()}" for other, cmp in paired.items())
 
 
 def summary_table(results: dict[str, dict]) -> str:
@@ -26,8 +36,10 @@ def summary_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def comparison_plot(results: dict[str, dict], path: Path) -> Path | None:
-    """A bar chart of each stage's accuracy; None (and a warning) if matplotlib fails."""
+def comparison_plot(results: dict[str, dict], path: Path, n_eval: int | None = None,
+                    gain_cmp=None) -> Path | None:
+    """Each stage's accuracy on a 0-1 axis with its 95% interval (n_eval images), the gain and
+    its interval and p-value in the title; None (and a warning) if matplotlib fails."""
     try:
         import matplotlib
 
@@ -37,12 +49,17 @@ def comparison_plot(results: dict[str, dict], path: Path) -> Path | None:
         stages = list(results)
         accs = [results[s].get("acc", float("nan")) for s in stages]
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        bars = ax.bar(stages, accs, color=["#888", "#2a7", "#57c", "#c84", "#a5a"][: len(stages)])
-        ax.bar_label(bars, fmt="%.4f", fontsize=8)
-        low = min(a for a in accs if a == a)
-        ax.set_ylim(max(0.0, low - 0.05), min(1.0, max(accs) + 0.03))
-        ax.set_ylabel("eval accuracy")
-        ax.set_title(f"dim_reduce: gain over best baseline {gain(results):+.4f}")
+        errors = [1.959963984540054 * (a * (1 - a) / n_eval) ** 0.5 for a in accs] if n_eval else None
+        bars = ax.bar(stages, accs, yerr=errors, capsize=4,
+                      color=["#888", "#2a7", "#57c", "#c84", "#a5a"][: len(stages)])
+        ax.bar_label(bars, fmt="%.4f", fontsize=8, label_type="center")
+        ax.set_ylim(0.0, 1.05)   # from 0: differences of a few images must not look like results
+        ax.set_ylabel(f"eval accuracy ({n_eval} images, 95% interval)" if n_eval else "eval accuracy")
+        title = f"dim_reduce: gain over best baseline {gain(results):+.4f}"
+        if gain_cmp is not None:
+            low, high = gain_cmp.ci95
+            title += f"\n95% CI {low:+.4f}..{high:+.4f}, McNemar p={gain_cmp.p_value:.3g}"
+        ax.set_title(title, fontsize=9)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -25,9 +25,10 @@ from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.runtime import Worker, barrier
 from sporeflow.stages.build import StagePlan
-from sporeflow.stages.comparison import comparison_plot, gain, summary_table
+from sporeflow.stages.comparison import best_baseline, comparison_plot, gain, paired_lines, summary_table
+from sporeflow.stages.paired import compare_paired
 from sporeflow.stages.runs import guarded, record_config, run_name
-from sporeflow.stages.stage import StageResult, evaluate_weights, tracked_stage
+from sporeflow.stages.stage import StageResult, evaluate_weights, load_predictions, tracked_stage
 from sporeflow.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class DimReducePipeline:
         self.boost = cfg.boost
         self.results: dict[str, dict] = {}
         self.batching: dict[str, str] = {}   # stage -> "2 workers x batch 16 = global batch 32, N updates"
+        self.correct: dict[str, np.ndarray] = {}   # stage -> right/wrong per eval image
 
     def _derived(self, **updates) -> DictConfig:
         derived = self.cfg.copy()
@@ -88,6 +90,8 @@ class DimReducePipeline:
     def _stages(self) -> float:
         stage1 = self._stage1()
         self.results["stage1"] = stage1.metrics
+        if "stage1" not in self.correct and load_predictions(stage1.run_dir) is not None:   # reused
+            self.correct["stage1"] = load_predictions(stage1.run_dir)
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = list_snapshots(stage1.snapshots)
         if self.boost.pca_mat_path is None:
@@ -120,6 +124,7 @@ class DimReducePipeline:
                                      StagePlan(init_weights=stage1.weights))
             else:
                 result = self._snapshot_mean(snapshots, layout, stage1)
+                self.correct[name] = result.correct
             self.results[name] = result.metrics
         return self._compare()
 
@@ -129,6 +134,8 @@ class DimReducePipeline:
         result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
                                stage_dir=stage_dir, tags=tags, worker=self.worker)
         self.batching[stage] = result.batching
+        if result.correct is not None:
+            self.correct[stage] = result.correct
         if artifact is not None:
             self.parent.log_artifact(artifact, "pca")
         return result
@@ -190,11 +197,24 @@ class DimReducePipeline:
         metrics = {f"{stage}/{k}": v for stage, result in self.results.items() for k, v in result.items()
                    if k in ("acc", "loss")}
         metrics["gain"] = gain(self.results)
+        paired = {other: compare_paired(self.correct["stage2"], right) for other, right in self.correct.items()
+                  if other != "stage2" and "stage2" in self.correct}
+        for other, cmp in paired.items():
+            low, high = cmp.ci95
+            metrics.update({f"vs_{other}/images": cmp.images, f"vs_{other}/ci_low": low,
+                            f"vs_{other}/ci_high": high, f"vs_{other}/p_value": cmp.p_value})
+        gain_cmp = paired.get(best_baseline(self.results))
+        if gain_cmp is not None:
+            low, high = gain_cmp.ci95
+            metrics.update({"gain_images": gain_cmp.images, "gain_ci_low": low, "gain_ci_high": high,
+                            "gain_p_value": gain_cmp.p_value})
         self.parent.log_metrics(metrics, 0, flush=True)
-        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png") if self.worker.is_main else None
+        n_eval = len(self.correct["stage2"]) if "stage2" in self.correct else None
+        plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png", n_eval, gain_cmp) \
+            if self.worker.is_main else None
         if plot is not None:
             self.parent.log_artifact(plot)
-        table = summary_table(self.results)
+        table = summary_table(self.results) + ("\n" + paired_lines(paired) if paired else "")
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
             trained = "\n".join(f"  {stage}: {how}" for stage, how in self.batching.items())

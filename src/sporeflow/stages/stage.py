@@ -25,8 +25,10 @@ from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, Ev
                                         Throughput)
 from sporeflow.engine.divergence import DivergenceGuard, TrainingDiverged
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.predictions import correct_per_example
 from sporeflow.engine.loop import StageParts, fit
 from sporeflow.errors import DataError, DivergedError
+from sporeflow.files import atomic_path
 from sporeflow.runtime import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
 from sporeflow.stages.runs import guarded, record_config, run_name
@@ -44,6 +46,21 @@ class StageResult:
     images_per_sec: float
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
     batching: str = ""                 # workers, per-worker and global batch, optimizer updates
+    correct: np.ndarray | None = None  # per eval image: right or not (paired comparisons)
+
+
+PREDICTIONS = "predictions.npy"
+
+
+def save_predictions(stage_dir: Path, correct: np.ndarray) -> None:
+    """`<stage dir>/predictions.npy`: right/wrong per eval image (a reused stage 1 brings it along)."""
+    with atomic_path(Path(stage_dir) / PREDICTIONS) as tmp:
+        np.save(tmp, correct.astype(bool))
+
+
+def load_predictions(stage_dir: Path) -> np.ndarray | None:
+    path = Path(stage_dir) / PREDICTIONS
+    return np.load(path, allow_pickle=False) if path.is_file() else None
 
 
 def describe_batching(cfg: DictConfig, steps_per_epoch: int) -> str:
@@ -163,15 +180,17 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
         {k: v for k, v in final.items() if not k.endswith("_ema")}
     with (parts.ema_swap if ema_ranked else nullcontext)():
         weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
+        correct = correct_per_example(parts.network, stage.eval_data)
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
             save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
     if stage.worker.is_main:
+        save_predictions(stage.stage_dir, correct)
         last_step = cfg.epochs * stage.steps_per_epoch
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
-    return StageResult(name, exported, weights, throughput.mean, record.evals, batching)
+    return StageResult(name, exported, weights, throughput.mean, record.evals, batching, correct)
 
 
 def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
@@ -186,11 +205,14 @@ def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run:
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
         log.info("%s: BatchNorm statistics recomputed on the training split", name)
     model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
-    result = {k: float(v) for k, v in model.eval(data.create("test"), dataset_sink_mode=False).items()}
+    eval_data = data.create("test")
+    result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
     path = save_atomic(network, checkpoint_dir(stage_dir) / "final.ckpt")
+    correct = correct_per_example(network, eval_data)
+    save_predictions(stage_dir, correct)
     run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
     run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
-    return StageResult(name, result, path, float("nan"), [(0, result)])
+    return StageResult(name, result, path, float("nan"), [(0, result)], correct=correct)
 
 
 def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,

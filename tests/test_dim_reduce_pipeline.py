@@ -117,3 +117,30 @@ def test_unknown_stage1_run_is_a_clear_error(tmp_path):
     proc = run_train(SMALL + ["boost.stage1_run=0123456789abcdef"], tmp_path)
     assert proc.returncode == 1
     assert "boost.stage1_run=0123456789abcdef: no such MLflow run" in proc.stderr
+
+
+def test_compare_aggregates_a_seed_sweep(tmp_path):
+    """`-m seed=1,2` then `sporeflow compare --seeds`: one row, mean +- sd per arm over the seeds."""
+    import statistics
+
+    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, "seed=1,2", "boost.baselines=[baseline]",
+           f"hydra.sweep.dir={tmp_path / 'multirun'}", "callbacks.progress_bar=false"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    parents = by_stage["pipeline"]
+    assert len(parents) == 2 and len(by_stage["stage1"]) == 2     # a seed is part of stage 1's fingerprint
+    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", "--seeds"], cwd=tmp_path,
+                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    assert table.returncode == 0, table.stderr
+    (row,) = [line for line in table.stdout.splitlines()[1:] if line.strip()]
+    for key in ("stage1/acc", "stage2/acc", "baseline/acc", "gain"):
+        values = [p.data.metrics[key] for p in parents]
+        assert f"{statistics.fmean(values):.4f}+-{statistics.stdev(values):.4f}" in row, key
+    assert row.split()[0] == "2" and "seed=" not in row
+    plain = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare"], cwd=tmp_path,
+                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    for parent in parents:
+        line = next(l for l in plain.stdout.splitlines() if l.startswith(parent.info.run_id))
+        m = parent.data.metrics
+        assert f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" in line

@@ -1,12 +1,13 @@
 """`sporeflow` console script: tools around runs (training itself is `python train.py`).
 
-    sporeflow compare [--uri URI] [--experiment NAME] [--last N]
+    sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds]
     sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
 """
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -16,8 +17,23 @@ from sporeflow.schema import Baseline
 STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
 
 
+def _cell(metrics: dict, key: str, fmt: str, width: int) -> str:
+    return format(metrics[key], fmt).rjust(width) if key in metrics else "-".rjust(width)
+
+
+def _without_seed(overrides: str) -> str:
+    return " ".join(o for o in overrides.split() if not o.startswith("seed="))
+
+
+def _mean_sd(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.4f}+-{sd:.4f}"
+
+
 def compare(args: argparse.Namespace) -> int:
-    """One row per dim_reduce pipeline: each stage's accuracy and the gain."""
+    """One row per dim_reduce pipeline: each stage's accuracy, the gain with its 95% interval and
+    McNemar p-value; with --seeds, one row per configuration: mean +- sd over its seeds."""
     from mlflow.tracking import MlflowClient
 
     from sporeflow.tracking import resolve_uri
@@ -30,15 +46,30 @@ def compare(args: argparse.Namespace) -> int:
         return 2
     runs = client.search_runs([exp.experiment_id], "tags.stage = 'pipeline'", max_results=args.last,
                               order_by=["attributes.start_time DESC"])
-    header = f"{'run id':32s} {'status':9s} " + " ".join(f"{s:>13s}" for s in STAGES) + f" {'gain':>8s}  overrides"
-    print(header)
-    for run in runs:
-        m = run.data.metrics
-        cells = " ".join(f"{m[f'{s}/acc']:13.4f}" if f"{s}/acc" in m else f"{'-':>13s}" for s in STAGES)
-        gain = f"{m['gain']:+8.4f}" if "gain" in m else f"{'-':>8s}"
-        print(f"{run.info.run_id:32s} {run.info.status:9s} {cells} {gain}  {run.data.tags.get('overrides', '')}")
     if not runs:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
+        return 0
+    if args.seeds:
+        groups: dict[str, list] = {}
+        for run in runs:
+            if run.info.status == "FINISHED":
+                groups.setdefault(_without_seed(run.data.tags.get("overrides", "")), []).append(run)
+        print(f"{'seeds':>5s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "gain")) + "  overrides (without seed=)")
+        for overrides, members in groups.items():
+            cells = []
+            for key in (*(f"{s}/acc" for s in STAGES), "gain"):
+                values = [r.data.metrics[key] for r in members if key in r.data.metrics]
+                cells.append((_mean_sd(values) if values else "-").rjust(15))
+            print(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")
+        return 0
+    print(f"{'run id':32s} {'status':9s} " + " ".join(f"{s:>13s}" for s in STAGES)
+          + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides")
+    for run in runs:
+        m = run.data.metrics
+        cells = " ".join(_cell(m, f"{s}/acc", ".4f", 13) for s in STAGES)
+        ci = (f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-").rjust(17)
+        print(f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} {ci} "
+              f"{_cell(m, 'gain_p_value', '.3g', 6)}  {run.data.tags.get('overrides', '')}")
     return 0
 
 
@@ -78,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
     p.add_argument("--experiment", default="sporeflow")
     p.add_argument("--last", type=int, default=20, help="how many pipelines, newest first")
+    p.add_argument("--seeds", action="store_true",
+                   help="one row per configuration: mean +- sd over its seeds (e.g. after -m seed=1,2,3)")
     p.set_defaults(fn=compare)
     p = sub.add_parser("merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint")
     p.add_argument("--src", required=True, help="folder with rank_<r>/ subfolders of .ckpt files")

@@ -130,7 +130,8 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
     parents = by_stage["pipeline"]
     assert len(parents) == 2 and len(by_stage["stage1"]) == 2     # a seed is part of stage 1's fingerprint
-    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", "--seeds"], cwd=tmp_path,
+    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", "--seeds",
+                            "--plot", str(tmp_path / "seeds.png")], cwd=tmp_path,
                            capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
     assert table.returncode == 0, table.stderr
     (row,) = [line for line in table.stdout.splitlines()[1:] if line.strip()]
@@ -138,6 +139,7 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
         values = [p.data.metrics[key] for p in parents]
         assert f"{statistics.fmean(values):.4f}+-{statistics.stdev(values):.4f}" in row, key
     assert row.split()[0] == "2" and "seed=" not in row
+    assert (tmp_path / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plain = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare"], cwd=tmp_path,
                            capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
     for parent in parents:

@@ -54,6 +54,13 @@ def compare(args: argparse.Namespace) -> int:
         for run in runs:
             if run.info.status == "FINISHED":
                 groups.setdefault(_without_seed(run.data.tags.get("overrides", "")), []).append(run)
+        if args.plot:
+            from sporeflow.stages.comparison import seeds_plot
+
+            arms = {label: {s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
+                            for s in STAGES} for label, members in groups.items()}
+            if seeds_plot(arms, Path(args.plot)):
+                print(f"plot: {args.plot}", file=sys.stderr)
         print(f"{'seeds':>5s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "gain")) + "  overrides (without seed=)")
         for overrides, members in groups.items():
             cells = []
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--last", type=int, default=20, help="how many pipelines, newest first")
     p.add_argument("--seeds", action="store_true",
                    help="one row per configuration: mean +- sd over its seeds (e.g. after -m seed=1,2,3)")
+    p.add_argument("--plot", metavar="PNG", help="with --seeds: also draw each arm's mean +- sd per configuration")
     p.set_defaults(fn=compare)
     p = sub.add_parser("merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint")
     p.add_argument("--src", required=True, help="folder with rank_<r>/ subfolders of .ckpt files")

@@ -68,3 +68,38 @@ def comparison_plot(results: dict[str, dict], path: Path, n_eval: int | None = N
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished pipeline
         log.warning("comparison plot failed: %s", ex)
         return None
+
+
+def seeds_plot(groups: dict[str, dict[str, list[float]]], path: Path) -> Path | None:
+    """Per configuration (label -> arm -> accuracies over seeds): each arm's mean with its
+    sample standard deviation, grouped bars on a 0-1 axis."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+
+        arms = list(dict.fromkeys(arm for by_arm in groups.values() for arm, v in by_arm.items() if v))
+        width = 0.8 / max(1, len(groups))
+        fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(arms)), 3.6))
+        for i, (label, by_arm) in enumerate(groups.items()):
+            values = [by_arm.get(arm, []) for arm in arms]
+            means = [np.mean(v) if v else np.nan for v in values]
+            sds = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
+            n = max(len(v) for v in values)
+            ax.bar(np.arange(len(arms)) + i * width, means, width, yerr=sds, capsize=3,
+                   label=f"{n} seeds: {label or '(defaults)'}"[:80])
+        ax.set_xticks(np.arange(len(arms)) + width * (len(groups) - 1) / 2, arms)
+        ax.set_ylim(0.0, 1.0 + 0.08 * (len(groups) + 1))   # room above the bars for the legend
+        ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+        ax.set_ylabel("eval accuracy (mean +- sd over seeds)")
+        ax.legend(fontsize=7, loc="upper center")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+    except Exception as ex:  # noqa: BLE001 - a plot must not fail the command
+        log.warning("seeds plot failed: %s", ex)
+        return None

@@ -49,8 +49,7 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert stage2.data.tags["n_snapshots"] == str(3 * 4)
     assert stage2.data.params["boost.n_component"] == "8"
 
-    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare"], cwd=tmp_path,
-                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    table = sporeflow_compare(tmp_path)
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(parent.info.run_id))
     assert f"{parent.data.metrics['stage2/acc']:.4f}" in row and f"{parent.data.metrics['gain']:+.4f}" in row
@@ -82,12 +81,22 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert float(annealed.data.params["optimizer.lr"]) == pytest.approx(0.1 * 0.02)
 
 
-def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
-    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, "boost.rho=0.4,0.7", "boost.baselines=[baseline]",
+def sweep(tmp_path, *overrides):
+    """`python train.py -m SMALL ... OVERRIDES` with one baseline; the runs by stage."""
+    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, *overrides, "boost.baselines=[baseline]",
            f"hydra.sweep.dir={tmp_path / 'multirun'}", "callbacks.progress_bar=false"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    return runs_by_stage(tmp_path / "mlflow.db")[1]
+
+
+def sporeflow_compare(tmp_path, *args):
+    return subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", *args], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+
+
+def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
+    by_stage = sweep(tmp_path, "boost.rho=0.4,0.7")
     assert len(by_stage["pipeline"]) == 2 and len(by_stage["stage2"]) == 2
     assert len(by_stage["stage1"]) == 1, "the sweep should train stage 1 once"
     reused = [p for p in by_stage["pipeline"] if "stage1_reused_from" in p.data.tags]
@@ -123,16 +132,10 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     """`-m seed=1,2` then `sporeflow compare --seeds`: one row, mean +- sd per arm over the seeds."""
     import statistics
 
-    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, "seed=1,2", "boost.baselines=[baseline]",
-           f"hydra.sweep.dir={tmp_path / 'multirun'}", "callbacks.progress_bar=false"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    by_stage = sweep(tmp_path, "seed=1,2")
     parents = by_stage["pipeline"]
     assert len(parents) == 2 and len(by_stage["stage1"]) == 2     # a seed is part of stage 1's fingerprint
-    table = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", "--seeds",
-                            "--plot", str(tmp_path / "seeds.png")], cwd=tmp_path,
-                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    table = sporeflow_compare(tmp_path, "--seeds", "--plot", str(tmp_path / "seeds.png"))
     assert table.returncode == 0, table.stderr
     (row,) = [line for line in table.stdout.splitlines()[1:] if line.strip()]
     for key in ("stage1/acc", "stage2/acc", "baseline/acc", "gain"):
@@ -140,8 +143,7 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
         assert f"{statistics.fmean(values):.4f}+-{statistics.stdev(values):.4f}" in row, key
     assert row.split()[0] == "2" and "seed=" not in row
     assert (tmp_path / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    plain = subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare"], cwd=tmp_path,
-                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    plain = sporeflow_compare(tmp_path)
     for parent in parents:
         line = next(l for l in plain.stdout.splitlines() if l.startswith(parent.info.run_id))
         m = parent.data.metrics

@@ -90,8 +90,10 @@ class DimReducePipeline:
     def _stages(self) -> float:
         stage1 = self._stage1()
         self.results["stage1"] = stage1.metrics
-        if "stage1" not in self.correct and load_predictions(stage1.run_dir) is not None:   # reused
-            self.correct["stage1"] = load_predictions(stage1.run_dir)
+        if "stage1" not in self.correct:   # reused: its file, when it has one
+            reused = load_predictions(stage1.run_dir)
+            if reused is not None:
+                self.correct["stage1"] = reused
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = list_snapshots(stage1.snapshots)
         if self.boost.pca_mat_path is None:

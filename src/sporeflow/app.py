@@ -20,7 +20,7 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from sporeflow import cpu_isa, launch, signals
-from sporeflow.context import RunContext
+from sporeflow.context import RunContext, SweepJob
 from sporeflow.errors import ConfigError, DataError, SporeflowError
 from sporeflow.rundir import CLAIM_FILE, claim_run_dir
 from sporeflow.components import build_model
@@ -52,8 +52,11 @@ def _git_state() -> tuple[str | None, bool | None]:
 def _run_context() -> RunContext:
     from hydra.core.hydra_config import HydraConfig
 
+    from hydra.types import RunMode
+
     hc = HydraConfig.get()
     launch_dir = hc.runtime.cwd
+    in_sweep = hc.mode == RunMode.MULTIRUN or launch.under_msrun()   # msrun workers inherit the job's env
     commit, dirty = _git_state()
     return RunContext(
         run_dir=Path(hc.runtime.output_dir).resolve(),
@@ -63,6 +66,7 @@ def _run_context() -> RunContext:
         git_commit=commit,
         git_dirty=dirty,
         entry_script=Path(sys.argv[0]).resolve(),
+        sweep=SweepJob.from_environ() if in_sweep else None,
     )
 
 
@@ -79,7 +83,8 @@ def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
 
 
 def run_task(cfg: DictConfig) -> float:
-    """Validate, then run the pipeline; returns the final eval accuracy."""
+    """Validate, then run the pipeline; returns the job's objective (`sweep.objective`: by
+    default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises."""
     if launch.under_msrun():
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
     signals.install()
@@ -105,7 +110,7 @@ def run_task(cfg: DictConfig) -> float:
                                  on_end=lambda status: runs.mark_ended(plain, ctx, status))
         from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
-        acc = run_pipeline(plain, ctx)
+        value = run_pipeline(plain, ctx)
     except signals.Interrupted as ex:
         ex.hint = resume_hint(plain, ctx)
         raise
@@ -113,8 +118,8 @@ def run_task(cfg: DictConfig) -> float:
         from mindspore.communication import get_rank
 
         if get_rank() == 0:
-            launch.write_result(ctx, acc)
-    return acc
+            launch.write_result(ctx, value)
+    return value
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
@@ -196,6 +201,18 @@ class _WithoutHydraJobLine:
         return getattr(self.stream, name)
 
 
+def _run_ending_sweeps(hydra_main: Callable[[], object]) -> None:
+    """hydra_main(); a sweep Hydra did not end (a job raised, Ctrl-C) still ends its MLflow run."""
+    from sporeflow import sweep
+
+    try:
+        hydra_main()
+    except BaseException as ex:
+        sweep.end_unfinished(ex)
+        raise
+    sweep.end_unfinished(None)
+
+
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
     user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
@@ -203,7 +220,7 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
     if not {"-m", "--multirun"} & set(sys.argv[1:]):
         sys.stderr = _WithoutHydraJobLine(sys.stderr)
     try:
-        hydra_main()
+        _run_ending_sweeps(hydra_main)
     except signals.Interrupted as ex:
         print(f"Interrupted by {ex.name}" + (f": the run is marked KILLED; {ex.hint}" if ex.hint
                                              else " before any run started"), file=sys.stderr)

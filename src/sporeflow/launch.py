@@ -127,7 +127,7 @@ def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> 
 
 def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,
            on_end: Callable[[str], None] = lambda status: None) -> float:
-    """Run the job under msrun; returns rank 0's final accuracy.
+    """Run the job under msrun; returns rank 0's objective value (app.run_task's result).
 
     `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
     `on_end("KILLED")` when this launcher was interrupted (SIGINT/SIGTERM: passed on to every
@@ -174,9 +174,9 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
         if dead:
             raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
         raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
-    return float(json.loads(result_path.read_text()).get("acc", float("nan")))
+    return float(json.loads(result_path.read_text()).get("objective", float("nan")))
 
 
-def write_result(ctx: RunContext, acc: float) -> None:
+def write_result(ctx: RunContext, objective: float) -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state)."""
-    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"acc": acc}))
+    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"objective": objective}))

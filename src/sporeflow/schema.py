@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sporeflow import rundir, schedules
+from sporeflow import objective, rundir, schedules
 from sporeflow.errors import ConfigError
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -155,6 +155,7 @@ class BoostConfig:
     anneal_factor: float = 0.1
     stage1_run: Optional[str] = None        # MLflow run id of a finished stage-1 run to reuse
     reuse_stage1: bool = True               # reuse a finished stage 1 with the same fingerprint
+    reuse_baselines: bool = True            # reuse finished baselines with the same fingerprint
 
 
 @dataclass
@@ -202,6 +203,11 @@ class CallbacksConfig:
 
 
 @dataclass
+class SweepConfig:
+    objective: str = "auto"       # what a sweep ranks jobs by and Optuna optimises (objective.py)
+
+
+@dataclass
 class RunConfig:
     model: Dict[str, Any] = field(default_factory=dict)
     dataset: Dict[str, Any] = field(default_factory=dict)
@@ -213,6 +219,7 @@ class RunConfig:
     train: TrainStepConfig = field(default_factory=TrainStepConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     epochs: int = 10
     seed: int = 1
     mode: Mode = Mode.graph
@@ -240,7 +247,9 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
-    OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True)
+    # cached: Hydra copies resolver caches into each job's config, so a joblib/submitit worker
+    # process resolves the sweep dir to the main process's name, not a new uid of its own
+    OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True, use_cache=True)
 
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.
@@ -374,7 +383,12 @@ def _check_ranges(cfg: DictConfig) -> None:
     if cfg.callbacks.best.keep < 0:
         raise ConfigError(f"callbacks.best.keep={cfg.callbacks.best.keep}: must be >= 0")
     _check_parallel(cfg)
-    if cfg.boost.name.value == "dim_reduce":
+    dim_reduce = cfg.boost.name.value == "dim_reduce"
+    choices = objective.allowed(dim_reduce, [b.value for b in cfg.boost.baselines])
+    if cfg.sweep.objective not in choices:
+        raise ConfigError(f"sweep.objective={cfg.sweep.objective!r} with boost={cfg.boost.name.value}; "
+                          f"allowed: {', '.join(choices)}")
+    if dim_reduce:
         _check_dim_reduce(cfg)
     if not (isinstance(cfg.resume, bool) or isinstance(cfg.resume, str)):
         raise ConfigError(f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory")

@@ -12,13 +12,14 @@ artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from sporeflow.locks import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,8 @@ def store_lock(uri: str):
     if db is None:
         yield
         return
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with exclusive(db.with_name(db.name + ".lock")):
+        yield
 
 
 def process_tags() -> dict[str, str]:
@@ -197,6 +193,14 @@ class Tracker:
             [self._experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]),
             write=False)
         return list(found or [])
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) of one metric of a run, by step ([] when tracking is off or it has none)."""
+        self.connect()
+        if self._client is None:
+            return []
+        found = self._call("get_metric_history", lambda: self._client.get_metric_history(run_id, key), write=False)
+        return sorted((m.step, m.value) for m in found or [])
 
     def resume_run(self, run_id: str) -> "TrackedRun":
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""

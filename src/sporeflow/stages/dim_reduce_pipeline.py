@@ -4,12 +4,13 @@ parent MLflow run whose children are the stages.
 stage1:   plain training keeping weight snapshots; reused when a finished one has the same
           fingerprint (or `boost.stage1_run` names one);
 stage2:   the PCA basis of the snapshots, then dimension-reduced steps (DimReduceStep);
-baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat.
+baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat;
+          each reused like stage 1 (stages.reuse), so a stage-2 sweep trains it once.
+The pipeline run also carries every stage's per-epoch eval accuracy on one epoch axis
+(`curve/<stage>`), reused stages included, so each job shows stage 1 -> stage 2 by itself.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -20,30 +21,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.checkpoints import final_weights, write_run_marker
 from sporeflow.components import build_model
-from sporeflow.context import RunContext, global_batch_size
+from sporeflow.context import RunContext
 from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.runtime import Worker, barrier
 from sporeflow.stages.build import StagePlan
 from sporeflow.stages.comparison import best_baseline, comparison_plot, gain, paired_lines, summary_table
+from sporeflow.stages import reuse
 from sporeflow.stages.paired import compare_paired
-from sporeflow.stages.runs import guarded, record_config, run_name
+from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.stage import StageResult, evaluate_weights, load_predictions, tracked_stage
+from sporeflow.stages.sweep_report import CURVE_PREFIX
 from sporeflow.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
-STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 MAX_BASIS_ARTIFACT_MB = 100
-
-
-def stage1_fingerprint(cfg: DictConfig) -> str:
-    """Identifies a stage-1 run by everything that shapes its weights and snapshots."""
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    key = {k: container[k] for k in STAGE1_KEYS}
-    key["snapshot"] = container["boost"]["snapshot"]
-    key["global_batch"] = global_batch_size(cfg)   # dataset.batch_size may be per worker
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -51,8 +44,8 @@ class Stage1:
     run_dir: Path
     metrics: dict
     reused_from: str | None = None
-
     rank: int = 0
+    run_id: str | None = None
 
     @property
     def weights(self) -> Path:
@@ -72,6 +65,7 @@ class DimReducePipeline:
         self.results: dict[str, dict] = {}
         self.batching: dict[str, str] = {}   # stage -> "2 workers x batch 16 = global batch 32, N updates"
         self.correct: dict[str, np.ndarray] = {}   # stage -> right/wrong per eval image
+        self.curves: dict[str, list] = {}          # stage -> [(epoch, {"acc": ...})] of that stage
 
     def _derived(self, **updates) -> DictConfig:
         derived = self.cfg.copy()
@@ -79,15 +73,15 @@ class DimReducePipeline:
             OmegaConf.update(derived, key, value, merge=False)
         return derived
 
-    def run(self) -> float:
-        self.parent = self.tracker.start_run(f"{run_name(self.cfg)}-dim_reduce", tags={"stage": "pipeline"})
-        record_config(self.parent, self.cfg, self.ctx, "pipeline")
+    def run(self) -> dict[str, float]:
+        """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
+        self.parent = start_job_run(self.tracker, self.cfg, self.ctx, "pipeline")
         if self.worker.is_main:
             write_run_marker(self.ctx.run_dir, mlflow_run_id=self.parent.run_id, tracking_uri=self.tracker.uri,
                              stage="pipeline")
         return guarded(self.parent, self._stages)
 
-    def _stages(self) -> float:
+    def _stages(self) -> dict[str, float]:
         stage1 = self._stage1()
         self.results["stage1"] = stage1.metrics
         if "stage1" not in self.correct:   # reused: its file, when it has one
@@ -101,8 +95,10 @@ class DimReducePipeline:
         layout = Layout.of(build_model(self.cfg))
         if snapshots[0].suffix == ".npy":
             check_npy_layout(stage1.snapshots, layout)
+        pca_dir = stage1.run_dir / "pca"
+        existed = set(pca_dir.glob("*.npy")) if self.worker.is_main else set()
         compute = lambda: load_or_compute_basis(  # noqa: E731
-            snapshots, layout, self.boost.n_component, stage1.run_dir / "pca", self.boost.pca_mat_path,
+            snapshots, layout, self.boost.n_component, pca_dir, self.boost.pca_mat_path,
             self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.worker.is_main)
         if self.worker.is_main:  # rank 0 computes (or finds) the basis, the others read its file
             basis, basis_path = compute()
@@ -110,57 +106,96 @@ class DimReducePipeline:
         if not self.worker.is_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
+        self._store_basis_once(stage1, basis_path, new=basis_path not in existed)
 
         stage2 = self._child("stage2", self._derived(epochs=self.boost.epochs),
                              StagePlan(init_weights=stage1.weights, basis=np.asarray(basis)),
-                             {"pca_basis": str(basis_path), "n_snapshots": str(len(snapshots))},
-                             artifact=basis_path if basis_path.stat().st_size <= MAX_BASIS_ARTIFACT_MB * 2 ** 20 else None)
+                             {"pca_basis": str(basis_path), "n_snapshots": str(len(snapshots))})
         self.results["stage2"] = stage2.metrics
-        budget = self.boost.baseline_epochs or self.boost.epochs
+        stage1_fp = reuse.stage1_fingerprint(self.cfg)
         for name in (b.value for b in self.boost.baselines):
-            if name == "baseline":
-                result = self._child(name, self._derived(epochs=budget), StagePlan(init_weights=stage1.weights))
-            elif name == "annealed":
-                lr = self.cfg.optimizer.lr * self.boost.anneal_factor
-                result = self._child(name, self._derived(epochs=budget, **{"optimizer.lr": lr}),
-                                     StagePlan(init_weights=stage1.weights))
-            else:
-                result = self._snapshot_mean(snapshots, layout, stage1)
-                self.correct[name] = result.correct
+            fingerprint = reuse.baseline_fingerprint(self.cfg, stage1_fp, name)
+            with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, name):
+                result = self._reused_baseline(name, fingerprint) or \
+                    self._baseline(name, fingerprint, snapshots, layout, stage1)
             self.results[name] = result.metrics
         return self._compare()
 
-    def _child(self, stage: str, cfg: DictConfig, plan: StagePlan, tags: dict | None = None,
-               artifact: Path | None = None) -> StageResult:
+    def _baseline(self, name: str, fingerprint: str, snapshots, layout: Layout, stage1: Stage1) -> StageResult:
+        tags = {"baseline_fingerprint": fingerprint}
+        budget = self.boost.baseline_epochs or self.boost.epochs
+        if name == "baseline":
+            return self._child(name, self._derived(epochs=budget), StagePlan(init_weights=stage1.weights), tags)
+        if name == "annealed":
+            lr = self.cfg.optimizer.lr * self.boost.anneal_factor
+            return self._child(name, self._derived(epochs=budget, **{"optimizer.lr": lr}),
+                               StagePlan(init_weights=stage1.weights), tags)
+        result = self._snapshot_mean(snapshots, layout, stage1, tags)
+        self._keep(name, result)
+        return result
+
+    def _reused_baseline(self, name: str, fingerprint: str) -> StageResult | None:
+        """A finished baseline with this fingerprint (its metrics, curve and predictions), or None."""
+        if not self.boost.reuse_baselines:
+            return None
+        for run in reuse.finished_runs(self.tracker, "baseline_fingerprint", fingerprint):
+            metrics = reuse.final_metrics(run)
+            if "acc" not in metrics:
+                continue
+            run_dir = Path(run.data.tags.get("run_dir", ""))
+            log.info("reusing %s from MLflow run %s (%s)", name, run.info.run_id, run_dir)
+            self.parent.set_tags({f"{name}_reused_from": run.info.run_id})
+            result = StageResult(name, metrics, final_weights(run_dir), float("nan"),
+                                 reuse.eval_curve(self.tracker, run.info.run_id), f"reused from run {run.info.run_id}",
+                                 load_predictions(run_dir), run.info.run_id)
+            self.batching[name] = result.batching
+            self._keep(name, result)
+            return result
+        return None
+
+    def _keep(self, stage: str, result: StageResult) -> None:
+        """What the comparison needs of a stage: its predictions and its per-epoch curve."""
+        if result.correct is not None:
+            self.correct[stage] = result.correct
+        self.curves[stage] = result.history
+
+    def _store_basis_once(self, stage1: Stage1, basis_path: Path, new: bool) -> None:
+        """The basis belongs to stage 1 (one per n_component): uploaded to stage 1's run when it
+        is first computed, never again by the jobs that reuse it."""
+        owner = stage1.reused_from or stage1.run_id
+        if owner is None:
+            return
+        self.parent.set_tags({"pca_basis_run": owner})
+        if new and basis_path.stat().st_size <= MAX_BASIS_ARTIFACT_MB * 2 ** 20:
+            self.tracker.run(owner).log_artifact(basis_path, "pca")
+
+    def _child(self, stage: str, cfg: DictConfig, plan: StagePlan, tags: dict | None = None) -> StageResult:
         stage_dir = self.ctx.run_dir / stage
         result = tracked_stage(self.tracker, stage, cfg, self.ctx, parent=self.parent, plan=plan,
                                stage_dir=stage_dir, tags=tags, worker=self.worker)
         self.batching[stage] = result.batching
-        if result.correct is not None:
-            self.correct[stage] = result.correct
-        if artifact is not None:
-            self.parent.log_artifact(artifact, "pca")
+        self._keep(stage, result)
         return result
 
     def _stage1(self) -> Stage1:
-        fingerprint = stage1_fingerprint(self.cfg)
-        reused = self._find_stage1(fingerprint)  # every rank looks up the same store...
-        barrier(self.worker)                       # ...before rank 0 can add a run to it
-        if reused is not None:
-            log.info("reusing stage 1 from MLflow run %s (%s)", reused.reused_from, reused.run_dir)
-            self.parent.set_tags({"stage1_reused_from": reused.reused_from})
-            return reused
-        stage_dir = self.ctx.run_dir / "stage1"
-        snapshots = stage_dir / "snapshots" if self.worker.is_main else None  # weights agree across ranks
-        result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=snapshots),
-                             {"stage1_fingerprint": fingerprint})
-        return Stage1(stage_dir, result.metrics, rank=self.worker.rank)
+        fingerprint = reuse.stage1_fingerprint(self.cfg)
+        with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, "stage 1"):
+            reused = self._find_stage1(fingerprint)
+            if reused is not None:
+                log.info("reusing stage 1 from MLflow run %s (%s)", reused.reused_from, reused.run_dir)
+                self.parent.set_tags({"stage1_reused_from": reused.reused_from})
+                self.curves["stage1"] = reuse.eval_curve(self.tracker, reused.reused_from)
+                return reused
+            stage_dir = self.ctx.run_dir / "stage1"
+            snapshots = stage_dir / "snapshots" if self.worker.is_main else None  # weights agree across ranks
+            result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=snapshots),
+                                 {"stage1_fingerprint": fingerprint})
+        return Stage1(stage_dir, result.metrics, rank=self.worker.rank, run_id=result.run_id)
 
     def _find_stage1(self, fingerprint: str) -> Stage1 | None:
         def usable(run) -> Stage1 | None:
-            found = Stage1(Path(run.data.tags.get("run_dir", "")),
-                           {k[len("final/"):]: v for k, v in run.data.metrics.items() if k.startswith("final/")},
-                           run.info.run_id, self.worker.rank)
+            found = Stage1(Path(run.data.tags.get("run_dir", "")), reuse.final_metrics(run), run.info.run_id,
+                           self.worker.rank)
             return found if found.weights.is_file() and found.snapshots.is_dir() else None
 
         if self.boost.stage1_run:
@@ -175,14 +210,13 @@ class DimReducePipeline:
             return stage1
         if not self.boost.reuse_stage1:
             return None
-        for run in self.tracker.search_runs(
-                f"tags.stage1_fingerprint = '{fingerprint}' and attributes.status = 'FINISHED'"):
+        for run in reuse.finished_runs(self.tracker, "stage1_fingerprint", fingerprint):
             stage1 = usable(run)
             if stage1 is not None:
                 return stage1
         return None
 
-    def _snapshot_mean(self, snapshots, layout: Layout, stage1: Stage1) -> StageResult:
+    def _snapshot_mean(self, snapshots, layout: Layout, stage1: Stage1, tags: dict) -> StageResult:
         total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
         for path in snapshots:  # one snapshot in memory at a time
             for name, value in read_all(path, layout).items():
@@ -191,11 +225,22 @@ class DimReducePipeline:
         stage_dir = self.ctx.run_dir / "snapshot_mean"
         run = self.tracker.start_run("snapshot_mean", tags={"stage": "snapshot_mean"}, parent=self.parent)
         record_config(run, self.cfg, self.ctx, "snapshot_mean")
-        run.set_tags({"run_dir": str(stage_dir), "n_snapshots": str(len(snapshots))})
+        run.set_tags({"run_dir": str(stage_dir), "n_snapshots": str(len(snapshots)), **tags})
         return guarded(run, lambda: evaluate_weights("snapshot_mean", self.cfg, mean, stage1.weights, run,
                                                       stage_dir))
 
-    def _compare(self) -> float:
+    def _log_curves(self) -> None:
+        """Every stage's eval accuracy by epoch on one axis: stage 1's epochs, then the others
+        continuing from its last epoch (the snapshot mean is one point there)."""
+        offset = self.cfg.epochs
+        for stage, history in self.curves.items():
+            for epoch, result in history[-1:] if stage == "snapshot_mean" else history:
+                if "acc" in result:
+                    step = epoch if stage == "stage1" else offset + (0 if stage == "snapshot_mean" else epoch)
+                    self.parent.log_metrics({f"{CURVE_PREFIX}{stage}": result["acc"]}, step)
+        self.parent.flush()
+
+    def _compare(self) -> dict[str, float]:
         metrics = {f"{stage}/{k}": v for stage, result in self.results.items() for k, v in result.items()
                    if k in ("acc", "loss")}
         metrics["gain"] = gain(self.results)
@@ -211,6 +256,7 @@ class DimReducePipeline:
             metrics.update({"gain_images": gain_cmp.images, "gain_ci_low": low, "gain_ci_high": high,
                             "gain_p_value": gain_cmp.p_value})
         self.parent.log_metrics(metrics, 0, flush=True)
+        self._log_curves()
         n_eval = len(self.correct["stage2"]) if "stage2" in self.correct else None
         plot = comparison_plot(self.results, self.ctx.run_dir / "comparison.png", n_eval, gain_cmp) \
             if self.worker.is_main else None
@@ -222,4 +268,4 @@ class DimReducePipeline:
             trained = "\n".join(f"  {stage}: {how}" for stage, how in self.batching.items())
             print(f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}\n{trained}",
                   file=sys.stderr)
-        return float(self.results["stage2"].get("acc", float("nan")))
+        return metrics

@@ -11,6 +11,7 @@ import sys
 
 from omegaconf import DictConfig
 
+from sporeflow import objective
 from sporeflow.checkpoints import find_resume_dir
 from sporeflow.context import RunContext
 from sporeflow.runtime import init_context
@@ -23,18 +24,24 @@ log = logging.getLogger(__name__)
 
 
 def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
-    """Run every stage the config asks for; returns the final eval accuracy (stage 2's in a pipeline)."""
+    """Run every stage the config asks for; returns the job's objective (`sweep.objective`:
+    stage 2's accuracy in a pipeline, the final accuracy of a plain run, by default)."""
     worker = init_context(cfg)
     tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=not worker.is_main)  # rank 0 writes
     if worker.is_main:
         for run_id in close_stale_runs(tracker):
             log.warning("MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id)
     if cfg.boost.name.value == "dim_reduce":
-        return DimReducePipeline(cfg, ctx, tracker, worker).run()
+        return objective_value(cfg, DimReducePipeline(cfg, ctx, tracker, worker).run())
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
     result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, worker=worker)
     if worker.is_main:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
         print(f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s ({result.batching}); "
               f"weights {result.checkpoint}; MLflow {tracker.uri}", file=sys.stderr)
-    return float(result.metrics.get("acc", float("nan")))
+    return objective_value(cfg, result.metrics)
+
+
+def objective_value(cfg: DictConfig, metrics: dict) -> float:
+    dim_reduce = cfg.boost.name.value == "dim_reduce"
+    return float(metrics.get(objective.name(cfg.sweep.objective, dim_reduce), float("nan")))

@@ -18,13 +18,32 @@ from sporeflow.tracking import TrackedRun, Tracker, flatten
 T = TypeVar("T")
 
 
-def run_name(cfg: DictConfig) -> str:
-    """`tracking.run_name`, else "<model>-<dataset>" from the components' targets."""
+def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
+    """`tracking.run_name`, else "<model>-<dataset>", "-dim_reduce" added for a pipeline; in a
+    sweep, what differs between its jobs: "dim_reduce rho=0.4 sigma=0.2"."""
+    dim_reduce = cfg.boost.name.value == "dim_reduce"
     if cfg.tracking.run_name:
-        return cfg.tracking.run_name
-    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
-    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
-    return f"{model}-{data}"
+        base = cfg.tracking.run_name
+    else:
+        model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
+        data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
+        base = f"{model}-{data}"
+    if ctx is not None and ctx.sweep is not None:
+        base = "dim_reduce" if dim_reduce and not cfg.tracking.run_name else base
+        return f"{base} {ctx.sweep.label(ctx.overrides)}".strip()
+    return f"{base}-dim_reduce" if dim_reduce else base
+
+
+def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str) -> TrackedRun:
+    """The top-level run of one job (a plain training run or a pipeline), config recorded; in a
+    sweep, a child of the sweep's parent run, tagged with the job's number."""
+    tags, parent = {"stage": stage}, None
+    if ctx.sweep is not None:
+        parent = tracker.run(ctx.sweep.run_id)
+        tags.update({"sweep.run_id": ctx.sweep.run_id, "sweep.job": str(ctx.sweep.job)})
+    run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent)
+    record_config(run, cfg, ctx, stage)
+    return run
 
 
 def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str) -> None:

@@ -31,7 +31,7 @@ from sporeflow.errors import DataError, DivergedError
 from sporeflow.files import atomic_path
 from sporeflow.runtime import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
-from sporeflow.stages.runs import guarded, record_config, run_name
+from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.writer import MlflowWriter
 from sporeflow.tracking import TrackedRun, Tracker
 
@@ -47,6 +47,7 @@ class StageResult:
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
     batching: str = ""                 # workers, per-worker and global batch, optimizer updates
     correct: np.ndarray | None = None  # per eval image: right or not (paired comparisons)
+    run_id: str | None = None          # its MLflow run (None when tracking is off)
 
 
 PREDICTIONS = "predictions.npy"
@@ -190,7 +191,7 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
-    return StageResult(name, exported, weights, throughput.mean, record.evals, batching, correct)
+    return StageResult(name, exported, weights, throughput.mean, record.evals, batching, correct, run.run_id)
 
 
 def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
@@ -212,7 +213,7 @@ def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run:
     save_predictions(stage_dir, correct)
     run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
     run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
-    return StageResult(name, result, path, float("nan"), [(0, result)], correct=correct)
+    return StageResult(name, result, path, float("nan"), [(0, result)], correct=correct, run_id=run.run_id)
 
 
 def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
@@ -231,8 +232,11 @@ def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext
         run = tracker.resume_run(marker["mlflow_run_id"])
         run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
     else:
-        run = tracker.start_run(run_name(cfg) if parent is None else stage, tags={"stage": stage}, parent=parent)
-        record_config(run, cfg, ctx, stage)
+        if parent is None:
+            run = start_job_run(tracker, cfg, ctx, stage)
+        else:
+            run = tracker.start_run(stage, tags={"stage": stage}, parent=parent)
+            record_config(run, cfg, ctx, stage)
         run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
     if worker.is_main:
         write_run_marker(stage_dir, mlflow_run_id=run.run_id, tracking_uri=tracker.uri, stage=stage)

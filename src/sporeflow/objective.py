@@ -1,0 +1,34 @@
+"""What a sweep ranks its jobs by (and Optuna optimises): `sweep.objective`.
+
+A job's objective is one number its top-level MLflow run reports: a pipeline's `stage2/acc`,
+`gain` or `<stage>/<acc|loss>`; a plain training run's `acc` or `loss` (logged there as
+`final/acc`, `final/loss`). `auto` is stage 2's accuracy for boost=dim_reduce, else `acc`.
+Losses are minimised, everything else maximised.
+"""
+from __future__ import annotations
+
+PLAIN = ("acc", "loss")
+
+
+def allowed(dim_reduce: bool, baselines: list[str]) -> list[str]:
+    if not dim_reduce:
+        return ["auto", *PLAIN]
+    stages = ["stage2", "stage1", *baselines]
+    return ["auto", "gain", *(f"{stage}/{m}" for stage in stages for m in PLAIN)]
+
+
+def name(objective: str, dim_reduce: bool) -> str:
+    """The objective as the job's result names it ("auto" made explicit)."""
+    if objective == "auto":
+        return "stage2/acc" if dim_reduce else "acc"
+    return objective
+
+
+def metric_key(objective: str, dim_reduce: bool) -> str:
+    """The MLflow metric of the job's top-level run that holds the objective."""
+    explicit = name(objective, dim_reduce)
+    return explicit if dim_reduce else f"final/{explicit}"
+
+
+def maximize(objective: str) -> bool:
+    return not objective.endswith("loss")

@@ -1,6 +1,8 @@
 """`sporeflow` console script: tools around runs (training itself is `python train.py`).
 
-    sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds]
+    sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds] [--sweep ID|latest]
+                      [--format text|csv|markdown]
+    sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
     sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
 """
 from __future__ import annotations
@@ -49,6 +51,8 @@ def compare(args: argparse.Namespace) -> int:
     if not runs:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
+    if args.sweep:
+        return compare_sweep(client, exp, uri, args)
     if args.seeds:
         groups: dict[str, list] = {}
         for run in runs:
@@ -78,6 +82,72 @@ def compare(args: argparse.Namespace) -> int:
         print(f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} {ci} "
               f"{_cell(m, 'gain_p_value', '.3g', 6)}  {run.data.tags.get('overrides', '')}")
     return 0
+
+
+def _sweep_run(client, exp, which: str):
+    """The sweep parent run `which` names (a run id, or `latest`), or None."""
+    if which != "latest":
+        try:
+            return client.get_run(which)
+        except Exception:  # noqa: BLE001 - unknown id: the caller names it
+            return None
+    found = client.search_runs([exp.experiment_id], "tags.stage = 'sweep'", max_results=1,
+                               order_by=["attributes.start_time DESC"])
+    return found[0] if found else None
+
+
+def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
+    """One row per job of one sweep, best first by its objective, swept keys as columns."""
+    from sporeflow.stages import sweep_report as report
+    from sporeflow.tracking import Tracker
+
+    run = _sweep_run(client, exp, args.sweep)
+    if run is None or run.data.tags.get("stage") != "sweep":
+        print(f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
+              "(sweeps are `python train.py -m ...`; `latest` picks the newest)", file=sys.stderr)
+        return 2
+    tags = run.data.tags
+    keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
+    tracker = Tracker(uri, args.experiment)
+    jobs = report.sweep_jobs(tracker, run.info.run_id, keys)
+    key = report.objective_key(jobs, tags.get("sweep.objective", "auto"))
+    header, rows = report.table_rows(report.ranked(jobs, key), keys)
+    if args.format == "text":
+        print(f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
+              f"{len(jobs)} jobs, best first by {key}", file=sys.stderr)
+    print(report.render(header, rows, args.format), end="")
+    return 0
+
+
+def ui(args: argparse.Namespace) -> int:
+    """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
+    import subprocess
+    from mlflow.tracking import MlflowClient
+
+    from sporeflow.stages.sweep_report import ui_links
+    from sporeflow.tracking import resolve_uri
+
+    uri = resolve_uri(args.uri, Path.cwd())
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(args.experiment)
+    if exp is None:
+        print(f"no experiment {args.experiment!r} in {uri}", file=sys.stderr)
+        return 2
+    base = f"http://127.0.0.1:{args.port}"
+    sweep = _sweep_run(client, exp, args.sweep)
+    jobs = client.search_runs([exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
+                              max_results=200) if sweep is not None else []
+    for label, link in ui_links(base, exp.experiment_id, sweep, jobs):
+        print(f"{label:12s} {link}")
+    if args.links_only:
+        return 0
+    server = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", uri,
+              "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
+    try:
+        return subprocess.call(server)
+    except KeyboardInterrupt:
+        return 0
 
 
 def merge_ckpt(args: argparse.Namespace) -> int:
@@ -119,7 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", action="store_true",
                    help="one row per configuration: mean +- sd over its seeds (e.g. after -m seed=1,2,3)")
     p.add_argument("--plot", metavar="PNG", help="with --seeds: also draw each arm's mean +- sd per configuration")
+    p.add_argument("--sweep", metavar="ID|latest",
+                   help="one sweep's jobs (its parent run id, or latest): best first, swept keys as columns")
+    p.add_argument("--format", choices=("text", "csv", "markdown"), default="text", help="with --sweep: table format")
     p.set_defaults(fn=compare)
+    p = sub.add_parser("ui", help="serve the MLflow store on 127.0.0.1 and print links to a sweep's ML view")
+    p.add_argument("--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
+    p.add_argument("--experiment", default="sporeflow")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--sweep", metavar="ID|latest", default="latest", help="the sweep the links open")
+    p.add_argument("--links-only", action="store_true", help="print the links, start no server")
+    p.set_defaults(fn=ui)
     p = sub.add_parser("merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint")
     p.add_argument("--src", required=True, help="folder with rank_<r>/ subfolders of .ckpt files")
     p.add_argument("--strategy", required=True, help="the strategy file of the sliced run")

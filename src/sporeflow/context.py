@@ -56,11 +56,12 @@ class SweepJob:
         parts = []
         for key, last in zip(self.keys, lasts):
             if key in values:
-                parts.append(f"{last if lasts.count(last) == 1 else key}={_short(values[key])}")
+                parts.append(f"{last if lasts.count(last) == 1 else key}={short_value(values[key])}")
         return " ".join(parts)
 
 
-def _short(value: str) -> str:
+def short_value(value: str) -> str:
+    """A swept value as people read it: floats to 4 significant digits, the rest as given."""
     try:
         number = float(value)
     except ValueError:

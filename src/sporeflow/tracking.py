@@ -2,8 +2,9 @@
 
 Every MLflow call goes through `Tracker._call`: a sqlite store that is busy with another
 process's write ("database is locked") is retried with back-off; any other failure
-(unreachable server, bad URI, a store still locked after the retries) is logged once as a
-warning and tracking switches off for the rest of the process; training carries on. Only rank
+(unreachable server, bad URI) is logged once as a warning and tracking switches off for the
+rest of the process; training carries on. A store still busy after a minute of retries (many
+concurrent sweep jobs on one sqlite file) loses that one write, with a warning, and stays on. Only rank
 0 constructs an enabled Tracker. Several processes may open one fresh sqlite store at once:
 its creation (schema migration, experiment) happens under a file lock beside the database.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 MAX_PARAM_LENGTH = 6000       # MLflow 3's limit on a param value
 BATCH_LIMIT = 1000            # metrics per log_batch call (MLflow's limit)
 PARAM_BATCH_LIMIT = 100
-LOCKED_RETRIES = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)   # seconds between tries of a busy sqlite store
+LOCKED_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)   # seconds between tries of a busy sqlite store
 
 
 def default_uri(launch_dir: Path) -> str:
@@ -121,11 +123,15 @@ class Tracker:
             try:
                 return fn()
             except Exception as ex:  # noqa: BLE001 - tracking must never end a run
-                if pause is None or not _is_busy(ex):
+                if not _is_busy(ex):
                     self._disable(what, ex)
                     return None
+                if pause is None:   # busy for a minute: this write is lost, later ones are tried
+                    log.warning("MLflow store %s still busy after %.0f s of retries: %s lost; tracking stays on",
+                                self.uri, sum(LOCKED_RETRIES), what)
+                    return None
                 log.debug("%s: %s busy, retrying in %.1f s", what, self.uri, pause)
-                time.sleep(pause)
+                time.sleep(pause * random.uniform(1.0, 1.5))   # jitter: concurrent jobs do not retry in step
         return None
 
     def connect(self) -> None:

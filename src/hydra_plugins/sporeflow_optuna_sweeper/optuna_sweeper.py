@@ -15,8 +15,9 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
 - `<sweep dir>/optuna_trials.csv` maps trials to job numbers (the sweep's parent run reads it);
   `<sweep dir>/optimization_results.yaml` holds the best parameters and value.
 """
-from __future__ import annotations
 
+# (no `from __future__ import annotations` here: Hydra imports plugin modules without putting
+# them in sys.modules, and dataclasses cannot then resolve string annotations)
 import csv
 import logging
 import math

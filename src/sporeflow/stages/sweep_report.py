@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sporeflow import objective
+from sporeflow.context import short_value
 from sporeflow.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[s
     rows = []
     for job in jobs:
         m = job.metrics
-        row = [str(job.number), job.status, *(job.values.get(k, "") for k in keys)]
+        row = [str(job.number), job.status, *(short_value(job.values.get(k, "")) for k in keys)]
         row += [(format(m[k], "+.4f" if k == "gain" else ".4f") if k in m else "-") for k, _ in metrics]
         if paired:
             row.append(f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-")
@@ -187,3 +188,31 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished sweep
         log.warning("curves plot failed: %s", ex)
         return None
+
+
+def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str, str]]:
+    """Deep links into MLflow 3's UI. Its URLs carry the ML view (workflowType), the runs
+    filter and the sort (searchFilter, orderByKey/orderByAsc), not the chosen columns: the
+    sweep link filters to its jobs sorted by the objective; the compare page lists every
+    param and metric of the jobs side by side."""
+    import json
+    from urllib.parse import urlencode
+
+    runs = f"{base}/#/experiments/{experiment_id}/runs"
+    links = [("experiment", f"{runs}?{urlencode({'workflowType': 'machine_learning'})}")]
+    if sweep is None:
+        return links
+    tags = sweep.data.tags
+    key = objective.metric_key(tags.get("sweep.objective", "auto"), any(j.data.tags.get("stage") == "pipeline"
+                                                                       for j in jobs))
+    query = {"workflowType": "machine_learning", "searchFilter": f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
+             "orderByKey": f"metrics.`{key}`", "orderByAsc": "false" if objective.maximize(key) else "true"}
+    links.append(("sweep", f"{runs}?{urlencode(query)}"))
+    best = tags.get("sweep.best_run_id")
+    if best:
+        links.append(("best job", f"{runs}/{best}"))
+    if jobs:
+        ids = [j.info.run_id for j in jobs]
+        links.append(("compare", f"{base}/#/compare-runs?" + urlencode({"runs": json.dumps(ids),
+                                                                      "experiments": json.dumps([experiment_id])})))
+    return links

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sporeflow"
 
 # module (or package prefix) -> layer; the longest matching prefix wins
 LAYER_OF = {
-    "app": "entry", "cli": "entry", "cpu_isa": "entry",
+    "app": "entry", "cli": "entry", "cpu_isa": "entry", "sweep": "entry",
     "launch": "topology", "logfollow": "topology",
     "stages": "stages",
     "schema": "config",
@@ -21,7 +21,8 @@ LAYER_OF = {
     "dim_reduce": "dim_reduce",
     "data": "library", "models": "library", "losses": "library", "optim": "library", "schedules": "library",
     "tracking": "tracking", "checkpoints": "services", "files": "services", "rundir": "services",
-    "errors": "base", "context": "base", "signals": "base", "processes": "base", "": "base",   # "" = sporeflow/__init__.py
+    "errors": "base", "context": "base", "signals": "base", "processes": "base", "locks": "base",
+    "objective": "base", "": "base",   # "" = sporeflow/__init__.py
 }
 # layer -> the layers it may import (its own included)
 MAY_IMPORT = {

@@ -177,7 +177,8 @@ class SweepRun(Callback):
             tracker.run(best.run_id).set_tags({"sporeflow.best_in_sweep": "true"})
             lines.append(f"best: job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}")
         lines += self._record_trials(tracker, parent, jobs)
-        lines += [f"failed: job {o['job']} ({' '.join(o['overrides'])}): {o['error']}" for o in failed]
+        label = lambda o: SweepJob(self.run_id, tuple(self.keys), o["job"]).label(o["overrides"])  # noqa: E731
+        lines += [f"failed: job {o['job']} ({label(o)}): {o['error']}" for o in failed]
         lines += [f"table and plots: {self.sweep_dir}/comparison.txt, gain_vs_params.png, best_job_curves.png"]
         parent.flush()
         return lines

@@ -160,6 +160,35 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
     assert sweep.info.status == "FINISHED" and sweep.data.metrics["jobs_finished"] == 2
 
 
+def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
+    """parallel=data2 in two concurrent joblib jobs: two msrun launches (own ports, own worker
+    logs), both runs complete children of the sweep, each trained by 2 workers."""
+    proc = multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "parallel=data2", "epochs=1",
+                    "optimizer.lr=0.01,0.02")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = store(tmp_path)
+    stages = by_stage(runs)
+    (sweep,) = stages["sweep"]
+    assert len(stages["train"]) == 2
+    for job in stages["train"]:
+        assert job.info.status == "FINISHED" and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        assert job.data.tags["batch.workers"] == "2" and "final/acc" in job.data.metrics
+        run_dir = Path(job.data.tags["run_dir"])
+        assert (run_dir / "msrun_logs" / "worker_0.log").is_file() and (run_dir / "msrun_logs" / "worker_1.log").is_file()
+
+
+def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
+    proc = multirun(tmp_path, "hydra/launcher=submitit_local", "epochs=1", "optimizer.lr=0.01")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = store(tmp_path)
+    stages = by_stage(runs)
+    (sweep,), (job,) = stages["sweep"], stages["train"]
+    assert sweep.data.tags["sweep.launcher"].endswith("LocalLauncher") and sweep.info.status == "FINISHED"
+    assert job.data.tags["mlflow.parentRunId"] == sweep.info.run_id and job.info.status == "FINISHED"
+    assert job.data.tags["sporeflow.pid"] != sweep.data.tags["sporeflow.pid"], "submitit ran the job elsewhere"
+    assert list((tmp_path / "multirun" / ".submitit").glob("*/*_result.pkl")), "submitit's own job files"
+
+
 def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     import optuna
 

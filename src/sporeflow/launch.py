@@ -138,36 +138,49 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
     if msrun is None:
         raise LaunchError(f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
                           "into this Python's environment")
-    before_start()
-    port = cfg.parallel.master_port or free_port()
+    par = cfg.parallel
+    master_node = par.node_rank == 0          # the node whose rank 0 reports (and owns the MLflow run)
+    if master_node:
+        before_start()
+    port = par.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
     cmd[0] = msrun
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
     env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
     env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
-    print(f"[sporeflow] launching {cfg.parallel.workers} workers with msrun; console: rank 0; "
+    local, cores = par.workers // par.nodes, available_cores()
+    first_rank = par.node_rank * local          # msrun numbers ranks node by node
+    where = f" (node {par.node_rank} of {par.nodes}, master {par.master_addr}:{port})" if par.nodes > 1 else ""
+    print(f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: rank {first_rank}; "
           f"every rank's log in {log_dir}", file=sys.stderr)
-    local, cores = cfg.parallel.workers // cfg.parallel.nodes, available_cores()
     if local > cores:
         print(f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
               "job runs slower than stand-alone; it trains the same experiment (the global batch "
               f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)", file=sys.stderr)
     log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / "worker_0.log"):
+    with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / f"worker_{first_rank}.log"):
         proc = subprocess.Popen(cmd, cwd=ctx.launch_dir, env=env, start_new_session=True,
                                 stdout=msrun_log, stderr=subprocess.STDOUT,
                                 preexec_fn=parent_death_preexec(signal.SIGTERM))
         try:
-            proc.wait()
+            no_cluster = wait_for_job(proc, log_dir, multi_node=par.nodes > 1)
         except Interrupted as ex:
             stop_job(proc, ex.signum)
-            on_end("KILLED")
+            if master_node:
+                on_end("KILLED")
             raise
     result_path = ctx.run_dir / RESULT_FILE
-    if proc.returncode != 0 or not result_path.is_file():
+    if not master_node and proc.returncode == 0 and not no_cluster:
+        print(f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 ({par.master_addr}) "
+              "reports the results and the MLflow run", file=sys.stderr)
+        return float("nan")
+    if no_cluster or proc.returncode != 0 or not result_path.is_file():
         failed, dead = failing_rank(log_dir), dead_worker(log_dir)
-        on_end("FAILED")
+        if master_node:
+            on_end("FAILED")
+        if no_cluster:
+            raise LaunchError(cluster_not_formed(cfg, port, log_dir))
         if failed:
             name, tail = failed
             raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
@@ -175,6 +188,48 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
             raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
         raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
     return float(json.loads(result_path.read_text()).get("objective", float("nan")))
+
+
+# What msrun's scheduler and workers log when the nodes of a job never all connect
+CLUSTER_FAILED = ("Building networking for MS_SCHED failed", "Failed to initialize distributed job cluster")
+
+
+def _cluster_failed(log_dir: Path) -> bool:
+    for log_file in [log_dir / "scheduler.log", *log_dir.glob("worker_*.log")]:
+        try:
+            text = log_file.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(marker in text for marker in CLUSTER_FAILED):
+            return True
+    return False
+
+
+def wait_for_job(proc: subprocess.Popen, log_dir: Path, multi_node: bool, poll: float = 1.0) -> bool:
+    """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
+    stopped at once instead of after msrun's own heartbeat time-outs."""
+    while True:
+        try:
+            proc.wait(timeout=poll)
+            return multi_node and _cluster_failed(log_dir)
+        except subprocess.TimeoutExpired:
+            if multi_node and _cluster_failed(log_dir):
+                stop_job(proc, signal.SIGTERM)
+                return True
+
+
+def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
+    """Which node is missing, from where this launcher stands."""
+    par = cfg.parallel
+    address = f"{par.master_addr}:{port}"
+    if par.node_rank == 0:
+        others = "node 1" if par.nodes == 2 else f"one or more of nodes 1..{par.nodes - 1}"
+        return (f"the {par.nodes}-node job did not form within parallel.cluster_time_out={par.cluster_time_out} s: "
+                f"{others} never joined the master at {address}. Start the same command there with "
+                f"parallel.node_rank=<its number>, and check that it can reach {address} (logs in {log_dir})")
+    return (f"node {par.node_rank} could not join the master at parallel.master_addr={address} within "
+            f"parallel.cluster_time_out={par.cluster_time_out} s: is node 0 running the same command, and is "
+            f"{address} reachable from this node? (logs in {log_dir})")
 
 
 def write_result(ctx: RunContext, objective: float) -> None:

@@ -19,10 +19,21 @@ class Worker:
     Rank 0 is the main worker: the only one that reports (MLflow, console)."""
     rank: int = 0
     world_size: int = 1
+    local_workers: int = 1     # workers on this node (msrun numbers ranks node by node)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def is_node_main(self) -> bool:
+        """The first worker of its node: writes what the node's other workers read from its disk
+        (snapshots, the PCA basis), so nodes need not share a filesystem."""
+        return self.rank % max(1, self.local_workers) == 0
+
+    @property
+    def multi_node(self) -> bool:
+        return self.world_size > self.local_workers
 
     def dataset_args(self) -> dict:
         """The data-set sharding that gives this worker its own part of every epoch."""
@@ -58,7 +69,7 @@ def init_parallel(par: DictConfig) -> Worker:
         kwargs["strategy_ckpt_config"] = {"save_file": strategy.save_file, "load_file": strategy.load_file,
                                           "only_trainable_params": strategy.only_trainable_params}
     ms.set_auto_parallel_context(**kwargs)
-    return Worker(get_rank(), get_group_size())
+    return Worker(get_rank(), get_group_size(), par.workers // par.nodes)
 
 
 def seed_everything(seed: int) -> None:

@@ -430,6 +430,10 @@ def _check_dim_reduce(cfg: DictConfig) -> None:
             f"boost=dim_reduce: stage 1 would keep {expected} snapshots ((epochs={cfg.epochs} - "
             f"boost.snapshot.start_epoch={snap.start_epoch} + 1) x boost.snapshot.per_epoch={snap.per_epoch}), "
             f"but boost.n_component={boost.n_component} needs more than {boost.n_component}")
+    if boost.stage1_run is not None and cfg.parallel.nodes > 1:
+        raise ConfigError(f"boost.stage1_run with parallel.nodes={cfg.parallel.nodes}: a finished stage 1's files "
+                          "live on one node's disk, which the other nodes cannot read; run its stage 1 again "
+                          "(leave boost.stage1_run unset), or run on one node")
     if cfg.resume not in (False, "false"):
         raise ConfigError("resume=... is not available for boost=dim_reduce pipelines yet; "
                           "finished stage-1 runs are reused automatically (boost.reuse_stage1)")

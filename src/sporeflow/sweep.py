@@ -179,7 +179,9 @@ class SweepRun(Callback):
         lines += self._record_trials(tracker, parent, jobs)
         label = lambda o: SweepJob(self.run_id, tuple(self.keys), o["job"]).label(o["overrides"])  # noqa: E731
         lines += [f"failed: job {o['job']} ({label(o)}): {o['error']}" for o in failed]
-        lines += [f"table and plots: {self.sweep_dir}/comparison.txt, gain_vs_params.png, best_job_curves.png"]
+        written = ", ".join(p.name for p in filter(None, plots))
+        lines.append(f"table{' and plots' if written else ''}: {self.sweep_dir}/comparison.txt"
+                     + (f", {written}" if written else ""))
         parent.flush()
         return lines
 

@@ -138,6 +138,10 @@ class Tracker:
         """Open the store and create the experiment if needed (done once, on first use)."""
         if self._client is not None or not self.enabled:
             return
+        db = sqlite_path(self.uri)
+        if self.read_only and db is not None and not db.exists():
+            self.enabled = False   # nothing to look up, and a reader never creates a store (node > 0)
+            return
         if self.uri.startswith(("http://", "https://")):
             problem = _server_reachable(self.uri)
             if problem:

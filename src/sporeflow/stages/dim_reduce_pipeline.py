@@ -96,14 +96,14 @@ class DimReducePipeline:
         if snapshots[0].suffix == ".npy":
             check_npy_layout(stage1.snapshots, layout)
         pca_dir = stage1.run_dir / "pca"
-        existed = set(pca_dir.glob("*.npy")) if self.worker.is_main else set()
+        existed = set(pca_dir.glob("*.npy")) if self.worker.is_node_main else set()
         compute = lambda: load_or_compute_basis(  # noqa: E731
             snapshots, layout, self.boost.n_component, pca_dir, self.boost.pca_mat_path,
             self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.worker.is_main)
-        if self.worker.is_main:  # rank 0 computes (or finds) the basis, the others read its file
+        if self.worker.is_node_main:  # one worker per node computes (or finds) the basis, its node reads it
             basis, basis_path = compute()
         barrier(self.worker)
-        if not self.worker.is_main:
+        if not self.worker.is_node_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
         self._store_basis_once(stage1, basis_path, new=basis_path not in existed)
@@ -136,7 +136,7 @@ class DimReducePipeline:
 
     def _reused_baseline(self, name: str, fingerprint: str) -> StageResult | None:
         """A finished baseline with this fingerprint (its metrics, curve and predictions), or None."""
-        if not self.boost.reuse_baselines:
+        if not self.boost.reuse_baselines or self.worker.multi_node:
             return None
         for run in reuse.finished_runs(self.tracker, "baseline_fingerprint", fingerprint):
             metrics = reuse.final_metrics(run)
@@ -187,7 +187,8 @@ class DimReducePipeline:
                 self.curves["stage1"] = reuse.eval_curve(self.tracker, reused.reused_from)
                 return reused
             stage_dir = self.ctx.run_dir / "stage1"
-            snapshots = stage_dir / "snapshots" if self.worker.is_main else None  # weights agree across ranks
+            # weights agree across ranks: one worker per node keeps them, on that node's own disk
+            snapshots = stage_dir / "snapshots" if self.worker.is_node_main else None
             result = self._child("stage1", self.cfg, StagePlan(snapshot_dir=snapshots),
                                  {"stage1_fingerprint": fingerprint})
         return Stage1(stage_dir, result.metrics, rank=self.worker.rank, run_id=result.run_id)
@@ -208,7 +209,7 @@ class DimReducePipeline:
                 raise DimReduceError(f"boost.stage1_run={self.boost.stage1_run}: its run dir "
                                      f"{run.data.tags.get('run_dir')} lacks checkpoints/final.ckpt or snapshots/")
             return stage1
-        if not self.boost.reuse_stage1:
+        if not self.boost.reuse_stage1 or self.worker.multi_node:   # its files live on one node's disk
             return None
         for run in reuse.finished_runs(self.tracker, "stage1_fingerprint", fingerprint):
             stage1 = usable(run)

@@ -22,7 +22,7 @@ LAYER_OF = {
     "data": "library", "models": "library", "losses": "library", "optim": "library", "schedules": "library",
     "tracking": "tracking", "checkpoints": "services", "files": "services", "rundir": "services",
     "errors": "base", "context": "base", "signals": "base", "processes": "base", "locks": "base",
-    "objective": "base", "": "base",   # "" = sporeflow/__init__.py
+    "objective": "base", "slurm": "base", "": "base",   # "" = sporeflow/__init__.py
 }
 # layer -> the layers it may import (its own included)
 MAY_IMPORT = {

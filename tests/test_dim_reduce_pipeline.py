@@ -44,7 +44,10 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     best_baseline = max(parent.data.metrics[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
     assert parent.data.metrics["gain"] == pytest.approx(parent.data.metrics["stage2/acc"] - best_baseline)
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"comparison.png", "comparison.txt", "pca"} <= artifacts
+    assert {"comparison.png", "comparison.txt"} <= artifacts
+    (stage1,) = by_stage["stage1"]   # the basis belongs to stage 1: stored once, on its run
+    assert parent.data.tags["pca_basis_run"] == stage1.info.run_id
+    assert [a.path for a in client.list_artifacts(stage1.info.run_id, "pca")]
     (stage2,) = by_stage["stage2"]
     assert stage2.data.tags["n_snapshots"] == str(3 * 4)
     assert stage2.data.params["boost.n_component"] == "8"

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sporeflow import objective, rundir, schedules
+from sporeflow import objective, rundir, schedules, slurm
 from sporeflow.errors import ConfigError
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -250,6 +250,7 @@ def register_configs() -> None:
     # cached: Hydra copies resolver caches into each job's config, so a joblib/submitit worker
     # process resolves the sweep dir to the main process's name, not a new uid of its own
     OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("sporeflow.slurm", slurm.resolve, replace=True)   # per task: not cached
 
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.

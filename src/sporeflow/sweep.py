@@ -30,7 +30,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow import objective
+from sporeflow import objective, slurm
 from sporeflow.context import SweepJob
 from sporeflow.signals import Interrupted
 from sporeflow.stages import sweep_report as report
@@ -100,7 +100,7 @@ class SweepRun(Callback):
         os.environ.update(SweepJob(self.run_id, tuple(self.keys), int(config.hydra.job.num)).environ())
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if self.run_id is None:
+        if self.run_id is None or slurm.node_rank() != 0:   # a multi-node job reports from node 0
             return
         from hydra.core.utils import JobStatus
 

@@ -30,7 +30,6 @@ from mindspore.parallel._utils import _get_parallel_mode
 _assign = ops.MultitypeFuncGraph("assign")
 _project = ops.MultitypeFuncGraph("project")
 _back_project = ops.MultitypeFuncGraph("back_project")
-_row = ops.MultitypeFuncGraph("row")
 _trial = ops.MultitypeFuncGraph("trial")
 _residual_momentum = ops.MultitypeFuncGraph("residual_momentum")
 _final = ops.MultitypeFuncGraph("final")
@@ -46,16 +45,9 @@ def _project_grad(p_slice, grad):
     return ops.matmul(p_slice, ops.reshape(grad, (-1, 1)))
 
 
-@_back_project.register("Tensor", "Tensor")
-def _back_project_rows(rows, p_slice):
-    """(2 x k) @ (k x size): dk and gk back-projected in one pass over the basis slice, which
-    stays in its k x size layout (transposing it copied the whole basis twice per step)."""
-    return ops.matmul(rows, p_slice)
-
-
-@_row.register("Int64", "Tensor", "Tensor")
-def _row_as(index, both, like):
-    return ops.reshape(both[index], ops.shape(like))
+@_back_project.register("Tensor", "Tensor", "Tensor")
+def _back_project_vec(vec_k, p_slice, like):
+    return ops.reshape(ops.matmul(ops.transpose(p_slice, (1, 0)), vec_k), ops.shape(like))
 
 
 @_trial.register("Tensor", "Tensor", "Tensor", "Tensor")
@@ -173,10 +165,8 @@ class DimReduceStep(nn.Cell):
         ops.assign(self.gk_last_back, self.gk_last)
         ops.assign(self.h_back, self.h)
         dk = self._quasi_newton(gk)
-        rows = ops.transpose(ops.concat((dk, gk), 1), (1, 0))          # 2 x k
-        both = self.hyper_map(ops.partial(_back_project, rows), self.basis)
-        dn = self.hyper_map(ops.partial(_row, 0), both, grads)          # P^T dk, per weight
-        grad_proj = self.hyper_map(ops.partial(_row, 1), both, grads)   # P^T gk, per weight
+        dn = self.hyper_map(ops.partial(_back_project, dk), self.basis, grads)
+        grad_proj = self.hyper_map(ops.partial(_back_project, gk), self.basis, grads)
 
         r = self.zero
         if self._accepts(self.rhos[0], gk, dk, dn, old_loss, *inputs):

@@ -75,6 +75,11 @@ CASES = {
                                    ["not a .npy array"]),
     "device_num that disagrees with workers": (["parallel=data2", "parallel.device_num=4"],
                                                ["parallel.device_num=4 must equal parallel.workers=2"]),
+    "sweep objective the run does not report": (["sweep.objective=gain"],
+                                                ["sweep.objective='gain' with boost=none", "auto, acc, loss"]),
+    "stage-1 reuse across nodes": (["boost=dim_reduce", "parallel=data2", "parallel.nodes=2",
+                                    "boost.stage1_run=0123abcd"], ["boost.stage1_run with parallel.nodes=2",
+                                                                    "cannot read"]),
 }
 
 

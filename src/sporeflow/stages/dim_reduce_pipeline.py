@@ -242,9 +242,12 @@ class DimReducePipeline:
         self.parent.flush()
 
     def _compare(self) -> dict[str, float]:
-        metrics = {f"{stage}/{k}": v for stage, result in self.results.items() for k, v in result.items()
+        # stage 2 and the gain first: MLflow's compare page plots the first metric a run logged
+        ordered = sorted(self.results, key=lambda stage: stage != "stage2")
+        metrics = {f"{stage}/{k}": v for stage in ordered for k, v in self.results[stage].items()
                    if k in ("acc", "loss")}
-        metrics["gain"] = gain(self.results)
+        metrics = {"stage2/acc": metrics.pop("stage2/acc"), "gain": gain(self.results), **metrics} \
+            if "stage2/acc" in metrics else {**metrics, "gain": gain(self.results)}
         paired = {other: compare_paired(self.correct["stage2"], right) for other, right in self.correct.items()
                   if other != "stage2" and "stage2" in self.correct}
         for other, cmp in paired.items():

@@ -213,6 +213,7 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
         links.append(("best job", f"{runs}/{best}"))
     if jobs:
         ids = [j.info.run_id for j in jobs]
-        links.append(("compare", f"{base}/#/compare-runs?" + urlencode({"runs": json.dumps(ids),
-                                                                      "experiments": json.dumps([experiment_id])})))
+        links.append(("compare", f"{base}/#/compare-runs?" + urlencode({
+            "runs": json.dumps(ids), "experiments": json.dumps([experiment_id]),
+            "workflowType": "machine_learning"})))   # else the compare page may switch to the GenAI view
     return links

@@ -50,6 +50,8 @@ def two_nodes():
     for ns, veth, address in zip(names, veths, addresses):
         steps += [("link", "set", veth, "netns", ns), ("-n", ns, "addr", "add", f"{address}/24", "dev", veth),
                   ("-n", ns, "link", "set", veth, "up"), ("-n", ns, "link", "set", "lo", "up")]
+    for ns in names:   # a namespace an earlier, killed run of this test left behind
+        _ip("netns", "del", ns)
     try:
         for step in steps:
             done = _ip(*step)

@@ -138,7 +138,9 @@ def test_matches_numpy_reference_and_takes_both_branches(tmp_path):
     case = make_case(tmp_path / "case.npz", steps=24)
     ours, _, _ = run_ours(case)
     ref, accepted = np_dim_reduce(case)
-    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+    # ours is float32 against a float64 reference: after 24 steps a float32 matmul's reduction
+    # order alone moves a weight by ~1e-5 (the float32 built-in comparison above holds 1e-5)
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=2e-5)
     assert 0.0 in accepted and 1.0 in accepted  # line search both rejects and accepts here
 
 

@@ -41,13 +41,15 @@ def _assign_value(target, value):
 
 
 @_project.register("Tensor", "Tensor")
-def _project_grad(p_slice, grad):
-    return ops.matmul(p_slice, ops.reshape(grad, (-1, 1)))
+def _project_grad(p_slice_t, grad):
+    """(P g) for one weight as a 1 x k row: g^T (size x k); the basis slice is read once, in place."""
+    return ops.matmul(ops.reshape(grad, (1, -1)), p_slice_t)
 
 
 @_back_project.register("Tensor", "Tensor", "Tensor")
-def _back_project_vec(vec_k, p_slice, like):
-    return ops.reshape(ops.matmul(ops.transpose(p_slice, (1, 0)), vec_k), ops.shape(like))
+def _back_project_vec(vec_k, p_slice_t, like):
+    """P^T v for one weight: (size x k) @ (k x 1), no transpose of the basis."""
+    return ops.reshape(ops.matmul(p_slice_t, vec_k), ops.shape(like))
 
 
 @_trial.register("Tensor", "Tensor", "Tensor", "Tensor")
@@ -71,11 +73,12 @@ def _final_update(alpha, weight_decay, r, weight, momentum, dn):
 
 
 def split_basis(basis: np.ndarray, weights) -> tuple:
-    """The k x M basis as one k x size(w) slice per weight, in the optimizer's weight order."""
+    """The k x M basis as one size(w) x k slice per weight (transposed once, here: the layout
+    both projections read without copying), in the optimizer's weight order."""
     slices, start = [], 0
     for w in weights:
         size = int(np.prod(w.shape)) if len(w.shape) else 1
-        slices.append(Tensor(np.ascontiguousarray(basis[:, start:start + size]), mstype.float32))
+        slices.append(Tensor(np.ascontiguousarray(basis[:, start:start + size].T), mstype.float32))
         start += size
     if start != basis.shape[1]:
         raise ValueError(f"the PCA basis has {basis.shape[1]} columns but the network's trainable "
@@ -161,7 +164,7 @@ class DimReduceStep(nn.Cell):
         if self.stats_clone is not None:
             old_loss = ops.depend(old_loss, self.hyper_map(_assign, self.stats_clone, self.stats))
 
-        gk = ops.addn(self.hyper_map(_project, self.basis, grads))
+        gk = ops.transpose(ops.addn(self.hyper_map(_project, self.basis, grads)), (1, 0))   # k x 1
         ops.assign(self.gk_last_back, self.gk_last)
         ops.assign(self.h_back, self.h)
         dk = self._quasi_newton(gk)

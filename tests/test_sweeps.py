@@ -321,6 +321,8 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
         compare = _rendered(browser, links["compare"], tmp_path / "profile2", ["Metrics Show diff only", "Artifacts"])
         for name in names:
             assert name in compare, f"compare page lacks {name!r}"
+        assert "Metrics: stage2/acc" in compare, "the compare page's default plot should show stage 2's accuracy"
+        assert "workflowType=machine_learning" in links["compare"]
         section = compare.split("Metrics Show diff only", 1)[1].split("Artifacts", 1)[0].split()
         metric_names = [t for t in section if "/" in t or not re.fullmatch(r"-?[0-9.e+-]+", t)]
         shown = dict(zip(metric_names, map(float, section[len(metric_names):])))

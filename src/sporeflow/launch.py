@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -112,17 +113,38 @@ def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
     return None
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> None:
-    """Pass `signum` to msrun's process group (msrun, scheduler, workers); SIGKILL what is
-    left after `grace` seconds."""
+    """Pass `signum` to msrun's process group (msrun, scheduler, workers) and wait until the whole
+    group is gone - msrun may exit while a worker still ends its MLflow run; SIGKILL what is left
+    after `grace` seconds."""
     try:
         os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace
+    try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
         pass
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
 
 
 def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,

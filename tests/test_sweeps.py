@@ -158,6 +158,11 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
         pids.add(job.data.tags["sporeflow.pid"])
     assert len(pids) == 2 and str(os.getpid()) not in pids, "each job ran in its own joblib worker"
     assert sweep.info.status == "FINISHED" and sweep.data.metrics["jobs_finished"] == 2
+    table = sporeflow(tmp_path, "compare", "--sweep", "latest", "--format", "csv")   # plain runs: acc, loss
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    best_first = sorted(jobs, key=lambda j: -j.data.metrics["final/acc"])
+    assert [r["optimizer.lr"] for r in rows] == [j.data.params["optimizer.lr"] for j in best_first], table.stderr
+    assert float(rows[0]["acc"]) == pytest.approx(best_first[0].data.metrics["final/acc"], abs=5e-5)
 
 
 def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):

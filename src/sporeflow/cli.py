@@ -33,9 +33,8 @@ def _mean_sd(values: list[float]) -> str:
     return f"{mean:.4f}+-{sd:.4f}"
 
 
-def compare(args: argparse.Namespace) -> int:
-    """One row per dim_reduce pipeline: each stage's accuracy, the gain with its 95% interval and
-    McNemar p-value; with --seeds, one row per configuration: mean +- sd over its seeds."""
+def _open_experiment(args: argparse.Namespace):
+    """(uri, MlflowClient, experiment) of --uri/--experiment, or None after saying what is missing."""
     from mlflow.tracking import MlflowClient
 
     from sporeflow.tracking import resolve_uri
@@ -45,14 +44,25 @@ def compare(args: argparse.Namespace) -> int:
     exp = client.get_experiment_by_name(args.experiment)
     if exp is None:
         print(f"no experiment {args.experiment!r} in {uri}", file=sys.stderr)
+        return None
+    return uri, client, exp
+
+
+def compare(args: argparse.Namespace) -> int:
+    """One row per dim_reduce pipeline: each stage's accuracy, the gain with its 95% interval and
+    McNemar p-value; with --seeds, one row per configuration: mean +- sd over its seeds; with
+    --sweep, one row per job of that sweep (plain runs too)."""
+    opened = _open_experiment(args)
+    if opened is None:
         return 2
+    uri, client, exp = opened
+    if args.sweep:
+        return compare_sweep(client, exp, uri, args)
     runs = client.search_runs([exp.experiment_id], "tags.stage = 'pipeline'", max_results=args.last,
                               order_by=["attributes.start_time DESC"])
     if not runs:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
-    if args.sweep:
-        return compare_sweep(client, exp, uri, args)
     if args.seeds:
         groups: dict[str, list] = {}
         for run in runs:
@@ -122,17 +132,13 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
     import subprocess
-    from mlflow.tracking import MlflowClient
 
     from sporeflow.stages.sweep_report import ui_links
-    from sporeflow.tracking import resolve_uri
 
-    uri = resolve_uri(args.uri, Path.cwd())
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(args.experiment)
-    if exp is None:
-        print(f"no experiment {args.experiment!r} in {uri}", file=sys.stderr)
+    opened = _open_experiment(args)
+    if opened is None:
         return 2
+    uri, client, exp = opened
     base = f"http://127.0.0.1:{args.port}"
     sweep = _sweep_run(client, exp, args.sweep)
     jobs = client.search_runs([exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'",

@@ -12,6 +12,17 @@ log = logging.getLogger(__name__)
 STAGES = ("stage1", "stage2")
 
 
+def save_figure(fig, path: Path) -> Path:
+    """Write a matplotlib figure as a PNG (its folder created) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
     others = [(m[metric], name) for name, m in results.items() if name not in STAGES and metric in m]
     return max(others)[1] if others else None
@@ -60,11 +71,7 @@ def comparison_plot(results: dict[str, dict], path: Path, n_eval: int | None = N
             low, high = gain_cmp.ci95
             title += f"\n95% CI {low:+.4f}..{high:+.4f}, McNemar p={gain_cmp.p_value:.3g}"
         ax.set_title(title, fontsize=9)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished pipeline
         log.warning("comparison plot failed: %s", ex)
         return None
@@ -95,11 +102,7 @@ def seeds_plot(groups: dict[str, dict[str, list[float]]], path: Path) -> Path | 
         ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel("eval accuracy (mean +- sd over seeds)")
         ax.legend(fontsize=7, loc="upper center")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
     except Exception as ex:  # noqa: BLE001 - a plot must not fail the command
         log.warning("seeds plot failed: %s", ex)
         return None

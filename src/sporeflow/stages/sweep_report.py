@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sporeflow import objective
 from sporeflow.context import short_value
+from sporeflow.stages.comparison import save_figure
 from sporeflow.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -136,11 +137,7 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("gain: stage2 - best baseline (acc, 95% CI)" if y_key == "gain" else y_key)
         fig.suptitle(f"{len(done)} jobs: {y_key} against each swept parameter", fontsize=10)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished sweep
         log.warning("gain plot failed: %s", ex)
         return None
@@ -180,11 +177,7 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
         ax.set_title(f"best job {job.number}: {job.name}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished sweep
         log.warning("curves plot failed: %s", ex)
         return None

@@ -186,7 +186,7 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
                                 stdout=msrun_log, stderr=subprocess.STDOUT,
                                 preexec_fn=parent_death_preexec(signal.SIGTERM))
         try:
-            no_cluster = wait_for_job(proc, log_dir, multi_node=par.nodes > 1)
+            no_cluster = wait_for_job(proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60)
         except Interrupted as ex:
             stop_job(proc, ex.signum)
             if master_node:
@@ -227,17 +227,22 @@ def _cluster_failed(log_dir: Path) -> bool:
     return False
 
 
-def wait_for_job(proc: subprocess.Popen, log_dir: Path, multi_node: bool, poll: float = 1.0) -> bool:
+def wait_for_job(proc: subprocess.Popen, log_dir: Path, multi_node: bool, forming: float,
+                 poll: float = 1.0) -> bool:
     """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
-    stopped at once instead of after msrun's own heartbeat time-outs."""
-    while True:
+    stopped at once instead of after msrun's own heartbeat time-outs. The logs are read only
+    while the cluster may still be forming (`forming` seconds), not for the whole job."""
+    deadline = time.monotonic() + forming
+    while multi_node and time.monotonic() < deadline:
         try:
             proc.wait(timeout=poll)
-            return multi_node and _cluster_failed(log_dir)
+            return _cluster_failed(log_dir)
         except subprocess.TimeoutExpired:
-            if multi_node and _cluster_failed(log_dir):
+            if _cluster_failed(log_dir):
                 stop_job(proc, signal.SIGTERM)
                 return True
+    proc.wait()
+    return multi_node and _cluster_failed(log_dir)
 
 
 def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:

@@ -204,7 +204,7 @@ class SweepRun(Callback):
         complete = [t for t in trials if t["state"] == "COMPLETE"]
         if not complete:
             return []
-        sign = 1.0 if objective.maximize(self.objective if self.objective != "auto" else "acc") else -1.0
+        sign = 1.0 if objective.maximize(self.objective) else -1.0   # "auto" is an accuracy
         best = max(complete, key=lambda t: sign * float(t["value"]))
         parent.set_tags({"optuna.best_trial": best["trial"]})
         return [f"Optuna: {len(trials)} trials this run, best trial {best['trial']} (job {best['job']}) "

@@ -84,6 +84,29 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert float(annealed.data.params["optimizer.lr"]) == pytest.approx(0.1 * 0.02)
 
 
+def test_stage2_can_start_from_the_snapshot_mean(tmp_path):
+    """boost.start_from=mean: stage 2's first weights are the mean of stage 1's snapshots (numpy's)."""
+    import mindspore as ms
+    import numpy as np
+
+    proc = run_train(SMALL + ["boost.start_from=mean", "boost.baselines=[]"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    layout = __import__("json").loads((run_dir / "stage1" / "snapshots" / "layout.json").read_text())
+    flat = np.mean([np.load(p).astype(np.float64) for p in (run_dir / "stage1" / "snapshots").glob("snapshot_*.npy")],
+                   axis=0)
+    start = ms.load_checkpoint(str(run_dir / "stage2" / "start_mean_rank_0.ckpt"))
+    offset = 0
+    for name, shape in zip(layout["names"], layout["shapes"]):
+        size = int(np.prod(shape))
+        np.testing.assert_allclose(start[name].asnumpy(), flat[offset:offset + size].reshape(shape), atol=1e-6)
+        offset += size
+    final = ms.load_checkpoint(str(run_dir / "stage1" / "checkpoints" / "final.ckpt"))
+    assert any(not np.allclose(start[n].asnumpy(), final[n].asnumpy()) for n in layout["names"])
+    (stage2,) = runs_by_stage(tmp_path / "mlflow.db")[1]["stage2"]
+    assert stage2.data.tags["start_from"] == "mean" and stage2.data.params["boost.start_from"] == "mean"
+
+
 def sweep(tmp_path, *overrides):
     """`python train.py -m SMALL ... OVERRIDES` with one baseline; the runs by stage."""
     cmd = [sys.executable, str(TRAIN), "-m", *SMALL, *overrides, "boost.baselines=[baseline]",
@@ -116,6 +139,7 @@ def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
     (["boost.n_component=32"], ["12 snapshots", "n_component=32"]),
     (["boost.n_components=8"], ["boost.n_components: no such key", "allowed under boost", "n_component"]),
     (["boost.baselines=[plain]"], ["plain", "baseline, annealed, snapshot_mean"]),
+    (["boost.start_from=centre"], ["boost.start_from", "final, mean"]),
 ])
 def test_bad_dim_reduce_config_exits_2_before_training(tmp_path, override, expected):
     proc = run_train(SMALL + override, tmp_path)

@@ -4,9 +4,12 @@ Real MindSpore (GRAPH_MODE, CPU) trains a small softmax classifier; the callback
 the EventRecord and the readers (best-k, progress bar) act on what it holds."""
 from __future__ import annotations
 
+import time
+
 import mindspore as ms
 import mindspore.dataset as mds
 import numpy as np
+import psutil
 from mindspore import Model, nn
 
 from conftest import graph_mode_on_cpu
@@ -44,11 +47,15 @@ def test_callbacks_measure_into_the_record(tmp_path):
     p = parts()
     record = EventRecord(epochs=3, steps_per_epoch=N // BATCH)
     queue = record.subscribe()
+    alive_before_fit = time.time() - psutil.Process().create_time()
     fit(p, data(), 3, callbacks(record, p, tmp_path))
+    alive_after_fit = time.time() - psutil.Process().create_time()
     losses = [e for e in queue if e.name == "train/loss"]
     assert [e.step for e in losses] == list(range(2, 25, 2))        # every 2nd of 24 global steps
     assert losses[-1].value < losses[0].value
     assert [e.step for e in queue if e.name == "eval/acc"] == [8, 16, 24]
+    (startup,) = [e for e in queue if e.name == "train/seconds_to_first_step"]   # once, at step 1
+    assert startup.step == 1 and alive_before_fit < startup.value < alive_after_fit
     assert [epoch for epoch, _ in record.evals] == [1, 2, 3]
     # the evaluation recorded is the model's own, on the weights as they are now
     direct = p.model.eval(data(1), dataset_sink_mode=False)

@@ -84,6 +84,11 @@ class BoostName(Enum):
     dim_reduce = "dim_reduce"
 
 
+class StartFrom(Enum):
+    final = "final"  # stage 2 starts from stage 1's final weights (MindSpore's built-in does)
+    mean = "mean"    # ... from the mean of the snapshots: the PCA's own centre
+
+
 class Baseline(Enum):
     baseline = "baseline"            # plain training continued from stage 1, same budget
     annealed = "annealed"            # the same at anneal_factor x LR
@@ -146,6 +151,7 @@ class BoostConfig:
     alpha: float = 0.001
     sigma: float = 0.4
     epochs: int = 2               # stage-2 epochs
+    start_from: StartFrom = StartFrom.final   # stage 2's first weights: final or mean (of the snapshots)
     weight_decay: float = 0.0     # decoupled decay on the out-of-subspace update
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     pca_mat_path: Optional[str] = None

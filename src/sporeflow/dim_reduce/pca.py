@@ -104,6 +104,16 @@ def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray
     return out
 
 
+def snapshot_mean(paths, layout: Layout) -> dict[str, np.ndarray]:
+    """The mean of the snapshots by weight name (float64; one snapshot in memory at a time):
+    the centre the PCA's directions start from."""
+    total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
+    for path in paths:
+        for name, value in read_all(Path(path), layout).items():
+            total[name] += value
+    return {name: value / len(paths) for name, value in total.items()}
+
+
 Segment = tuple  # (parameter index, first flat element, end): one slice of one parameter
 
 

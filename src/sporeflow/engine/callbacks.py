@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, ContextManager
 
 import numpy as np
+import psutil
 from mindspore.train import Callback
 from tqdm.auto import tqdm
 
@@ -27,9 +28,15 @@ def loss_value(outputs) -> float:
     return float(np.asarray(outputs.asnumpy() if hasattr(outputs, "asnumpy") else outputs).mean())
 
 
+def seconds_since_process_start() -> float:
+    return time.time() - psutil.Process().create_time()
+
+
 class Throughput(Callback):
     """Images per second per epoch, measured between step ends (so graph compilation in the
-    first step of a stage is left out), recorded as `train/images_per_sec`."""
+    first step of a stage is left out), recorded as `train/images_per_sec`; and once, at the
+    stage's first step end, `train/seconds_to_first_step` since the process started (start-up:
+    imports, config, data, graph compilation, for the first stage of a process)."""
 
     def __init__(self, record: EventRecord, batch_size: int):
         super().__init__()
@@ -39,12 +46,17 @@ class Throughput(Callback):
         self._last: float | None = None
         self._images = 0
         self._seconds = 0.0
+        self._started = False
 
     def on_train_epoch_begin(self, run_context):
         self._last = None  # time spent in eval/checkpoints between epochs is not training
 
     def on_train_step_end(self, run_context):
         now = time.perf_counter()
+        if not self._started:
+            self._started = True
+            self.record.put("train/seconds_to_first_step", seconds_since_process_start(),
+                            self.record.global_step(run_context.original_args()))
         if self._last is not None:
             self._images += self.batch_size
             self._seconds += now - self._last

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.checkpoints import final_weights, write_run_marker
+from sporeflow.checkpoints import final_weights, save_atomic, write_run_marker
 from sporeflow.components import build_model
 from sporeflow.context import RunContext
-from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, read_all
+from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, snapshot_mean
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.runtime import Worker, barrier
 from sporeflow.stages.build import StagePlan
@@ -30,7 +31,7 @@ from sporeflow.stages.comparison import best_baseline, comparison_plot, gain, pa
 from sporeflow.stages import reuse
 from sporeflow.stages.paired import compare_paired
 from sporeflow.stages.runs import guarded, record_config, start_job_run
-from sporeflow.stages.stage import StageResult, evaluate_weights, load_predictions, tracked_stage
+from sporeflow.stages.stage import StageResult, evaluate_weights, load_predictions, network_with, tracked_stage
 from sporeflow.stages.sweep_report import CURVE_PREFIX
 from sporeflow.tracking import Tracker
 
@@ -66,6 +67,8 @@ class DimReducePipeline:
         self.batching: dict[str, str] = {}   # stage -> "2 workers x batch 16 = global batch 32, N updates"
         self.correct: dict[str, np.ndarray] = {}   # stage -> right/wrong per eval image
         self.curves: dict[str, list] = {}          # stage -> [(epoch, {"acc": ...})] of that stage
+        self._snapshot_mean_weights: dict | None = None
+        self.pca_seconds: float | None = None      # None: the basis was given or found cached
 
     def _derived(self, **updates) -> DictConfig:
         derived = self.cfg.copy()
@@ -100,17 +103,22 @@ class DimReducePipeline:
         compute = lambda: load_or_compute_basis(  # noqa: E731
             snapshots, layout, self.boost.n_component, pca_dir, self.boost.pca_mat_path,
             self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.worker.is_main)
+        started = time.perf_counter()
         if self.worker.is_node_main:  # one worker per node computes (or finds) the basis, its node reads it
             basis, basis_path = compute()
         barrier(self.worker)
         if not self.worker.is_node_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
+        if self.worker.is_node_main and basis_path not in existed:
+            self.pca_seconds = time.perf_counter() - started
         self._store_basis_once(stage1, basis_path, new=basis_path not in existed)
 
         stage2 = self._child("stage2", self._derived(epochs=self.boost.epochs),
-                             StagePlan(init_weights=stage1.weights, basis=np.asarray(basis)),
-                             {"pca_basis": str(basis_path), "n_snapshots": str(len(snapshots))})
+                             StagePlan(init_weights=self._stage2_start(stage1, snapshots, layout),
+                                       basis=np.asarray(basis)),
+                             {"pca_basis": str(basis_path), "n_snapshots": str(len(snapshots)),
+                              "start_from": self.boost.start_from.value})
         self.results["stage2"] = stage2.metrics
         stage1_fp = reuse.stage1_fingerprint(self.cfg)
         for name in (b.value for b in self.boost.baselines):
@@ -217,12 +225,22 @@ class DimReducePipeline:
                 return stage1
         return None
 
+    def _mean(self, snapshots, layout: Layout) -> dict[str, np.ndarray]:
+        """The snapshot mean, read once per job (stage 2's start and the snapshot_mean baseline)."""
+        if self._snapshot_mean_weights is None:
+            self._snapshot_mean_weights = snapshot_mean(snapshots, layout)
+        return self._snapshot_mean_weights
+
+    def _stage2_start(self, stage1: Stage1, snapshots, layout: Layout) -> Path:
+        """Stage 2's first weights: stage 1's final ones, or (`boost.start_from=mean`) their mean
+        over the snapshots - the point the PCA directions are centred on."""
+        if self.boost.start_from.value == "final":
+            return stage1.weights
+        path = self.ctx.run_dir / "stage2" / f"start_mean_rank_{self.worker.rank}.ckpt"
+        return save_atomic(network_with(self.cfg, stage1.weights, self._mean(snapshots, layout)), path)
+
     def _snapshot_mean(self, snapshots, layout: Layout, stage1: Stage1, tags: dict) -> StageResult:
-        total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
-        for path in snapshots:  # one snapshot in memory at a time
-            for name, value in read_all(path, layout).items():
-                total[name] += value
-        mean = {name: value / len(snapshots) for name, value in total.items()}
+        mean = self._mean(snapshots, layout)
         stage_dir = self.ctx.run_dir / "snapshot_mean"
         run = self.tracker.start_run("snapshot_mean", tags={"stage": "snapshot_mean"}, parent=self.parent)
         record_config(run, self.cfg, self.ctx, "snapshot_mean")
@@ -259,6 +277,8 @@ class DimReducePipeline:
             low, high = gain_cmp.ci95
             metrics.update({"gain_images": gain_cmp.images, "gain_ci_low": low, "gain_ci_high": high,
                             "gain_p_value": gain_cmp.p_value})
+        if self.pca_seconds is not None:
+            metrics["pca_seconds"] = self.pca_seconds
         self.parent.log_metrics(metrics, 0, flush=True)
         self._log_curves()
         n_eval = len(self.correct["stage2"]) if "stage2" in self.correct else None

@@ -194,14 +194,21 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
     return StageResult(name, exported, weights, throughput.mean, record.evals, batching, correct, run.run_id)
 
 
-def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
-                     stage_dir: Path) -> StageResult:
-    """A stage with no training: `base` weights overlaid with `weights` (name -> array),
-    BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
+def network_with(cfg: DictConfig, base: Path, weights: dict):
+    """The config's network holding `base`'s weights, its trainable ones replaced by `weights`
+    (name -> array): BatchNorm statistics and other non-trainables stay `base`'s."""
     network = build_model(cfg)
     load_weights(network, base)
     for param in network.trainable_params():
         param.set_data(Tensor(np.asarray(weights[param.name], dtype=np.float32)))
+    return network
+
+
+def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
+                     stage_dir: Path) -> StageResult:
+    """A stage with no training: `base` weights overlaid with `weights` (name -> array),
+    BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
+    network = network_with(cfg, base, weights)
     data = build_dataset(cfg)
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
         log.info("%s: BatchNorm statistics recomputed on the training split", name)

@@ -11,12 +11,12 @@ from sporeflow.dim_reduce.pca import Layout, load_or_compute_basis, streaming_pc
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots, snapshot_steps
 
 
-def write_snapshots(directory, net, n, seed=0):
-    """n snapshots of net's trainable weights along a random low-dimensional trajectory."""
+def write_snapshots(directory, net, n, seed=0, offset=0.0):
+    """n snapshots of net's trainable weights (+ offset) along a random low-dimensional trajectory."""
     rng = np.random.default_rng(seed)
     params = net.trainable_params()
     directory.mkdir(parents=True, exist_ok=True)
-    base = [p.asnumpy() for p in params]
+    base = [p.asnumpy() + np.float32(offset) for p in params]
     dirs = [[rng.normal(size=b.shape).astype(np.float32) for b in base] for _ in range(6)]
     rows = []
     for i in range(n):
@@ -29,13 +29,17 @@ def write_snapshots(directory, net, n, seed=0):
     return np.stack(rows)
 
 
-@pytest.mark.parametrize("chunk_mb", [256.0, 0.001])  # one block; one parameter per block
-def test_matches_dense_svd_up_to_sign(tmp_path, chunk_mb):
+@pytest.mark.parametrize("chunk_mb,offset", [(256.0, 0.0), (0.001, 0.0),  # one block; one parameter per block
+                                             (0.001, 1000.0)])  # weights far larger than their spread
+def test_matches_dense_svd_up_to_sign(tmp_path, chunk_mb, offset):
     net = TinyMLP()
-    data = write_snapshots(tmp_path / "snaps", net, 12)
+    data = write_snapshots(tmp_path / "snaps", net, 12, offset=offset)
     layout = Layout.of(net)
     basis = streaming_pca(list_snapshots(tmp_path / "snaps"), layout, 5, chunk_mb=chunk_mb)
     assert basis.dtype == np.float32 and basis.shape == (5, layout.total)
+    written = streaming_pca(list_snapshots(tmp_path / "snaps"), layout, 5, tmp_path / "basis.npy", chunk_mb)
+    np.testing.assert_array_equal(np.load(tmp_path / "basis.npy"), basis)   # the file, slice by slice
+    assert written.shape == basis.shape
     centred = data.astype(np.float64) - data.mean(axis=0)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     for got, want in zip(basis, vt[:5]):
@@ -119,10 +123,20 @@ def test_npy_snapshots_of_another_network_name_the_parameter(tmp_path):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(TinyMLP()), 3)
 
 
-def test_diverged_snapshots_are_named(tmp_path):
+@pytest.mark.parametrize("row,value", [(3, np.nan), (1, np.inf), (5, -np.inf)])  # 3: the reference row
+def test_diverged_snapshots_are_named(tmp_path, row, value):
     net = TinyMLP()
     data = write_snapshots(tmp_path / "ckpt", net, 6)
-    data[3, 5] = np.nan
+    data[row, 5] = value
     as_npy_snapshots(data, net, tmp_path / "npy")
-    with pytest.raises(DimReduceError, match="snapshot_e0004_s00001.npy holds NaN"):
+    with pytest.raises(DimReduceError, match=f"snapshot_e{row + 1:04d}_s00001.npy holds NaN or infinite"):
+        streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(net), 3)
+
+
+def test_truncated_snapshot_is_named(tmp_path):
+    net = TinyMLP()
+    as_npy_snapshots(write_snapshots(tmp_path / "ckpt", net, 6), net, tmp_path / "npy")
+    path = tmp_path / "npy" / "snapshot_e0002_s00001.npy"
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(DimReduceError, match="snapshot_e0002_s00001.npy is shorter than its header says"):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(net), 3)

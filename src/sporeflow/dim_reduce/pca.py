@@ -1,17 +1,23 @@
 """Streaming PCA of weight snapshots: the k x M basis stage 2 steps in.
 
 MindSpore's built-in loads all N snapshots as one N x M float64 matrix (plus per-parameter
-overhead), e.g. 30+ GB for ResNet-50 with 40 snapshots. Here the snapshots are read group of
-parameters by group, each group's N x g block centred and folded into the N x N Gram matrix;
-its top-k eigenvectors give the basis rows  p_j = v_j^T Xc / sqrt(lambda_j)  (orthonormal),
-written group by group into a float32 .npy (memory-mapped). Peak memory: one block of at most
-`chunk_mb` (large parameters are split across blocks), N x N, and the snapshot being read;
-each snapshot file is read twice per block (Gram pass, projection pass).
+overhead), e.g. 30+ GB for ResNet-50 with 40 snapshots. Here the snapshots are read a group of
+parameters at a time, as float32 differences to the middle snapshot; each group's N x g block is
+folded into the N x N Gram matrix (a float64 sum) and centring happens on that N x N matrix. Its
+top-k eigenvectors give the basis rows  p_j = v_j^T Xc / sqrt(lambda_j)  (orthonormal), whose
+slices are written group by group into a float32 .npy.
+
+Peak memory: blocks of at most `chunk_mb` in all (two buffers: one being read while the other is
+multiplied; large parameters are split across blocks), k basis columns of the same width, and
+N x N - not the k x M basis. Each snapshot file is read twice (Gram pass, projection pass; the
+second usually from the page cache).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +80,25 @@ def read_segments(path: Path, layout: Layout, segments) -> list[np.ndarray]:
     return [weights[layout.names[i]].ravel()[a:b] for i, a, b in segments]
 
 
+def read_flat_into(path: Path, layout: Layout, start: int, out: np.ndarray) -> bool:
+    """Read elements start.. of a float32 .npy snapshot straight into `out` (one read, no
+    temporary); False when the file is not a flat float32 .npy (read it with read_segments)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            return False
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if dtype != np.float32 or fortran:
+            return False
+        if shape != (layout.total,):
+            raise DimReduceError(f"snapshot {path.name} holds {shape} values, expected ({layout.total},)")
+        f.seek(f.tell() + 4 * start)
+        if f.readinto(out) != out.nbytes:
+            raise DimReduceError(f"snapshot {path.name} is shorter than its header says (truncated file)")
+    return True
+
+
 def read_all(path: Path, layout: Layout) -> dict[str, np.ndarray]:
     """Every weight of one snapshot, by name."""
     parts = read_segments(path, layout, [(i, 0, s) for i, s in enumerate(layout.sizes)])
@@ -118,9 +143,9 @@ Segment = tuple  # (parameter index, first flat element, end): one slice of one 
 
 
 def _groups(layout: Layout, n: int, chunk_mb: float) -> list[list[Segment]]:
-    """Consecutive slices of the flat weight vector whose N x width float64 block fits in
+    """Consecutive slices of the flat weight vector whose N x width float32 block fits in
     chunk_mb; a parameter larger than that is split across blocks."""
-    budget = max(1, int(chunk_mb * 2 ** 20 / (8 * n)))
+    budget = max(1, int(chunk_mb * 2 ** 20 / (4 * n)))
     groups, current, width = [], [], 0
     for i, size in enumerate(layout.sizes):
         start = 0
@@ -135,20 +160,51 @@ def _groups(layout: Layout, n: int, chunk_mb: float) -> list[list[Segment]]:
     return groups + [current] if current else groups
 
 
-def _block(paths, layout: Layout, group: list[Segment]) -> np.ndarray:
-    """The centred N x width float64 block of one group, filled in place row by row."""
-    width = sum(end - start for _, start, end in group)
-    block = np.empty((len(paths), width))
+def _width(group: list[Segment]) -> int:
+    return sum(end - start for _, start, end in group)
+
+
+def _differences(paths, layout: Layout, group: list[Segment], buffer: np.ndarray, ref: int) -> np.ndarray:
+    """The group's N x width block of snapshot minus snapshot `ref`, in `buffer`'s memory.
+
+    Differences, not raw weights: they are small (nearby points of one trajectory), so their
+    float32 products lose nothing to the size of the weights themselves, and centring them
+    later is the same as centring the snapshots (the reference cancels)."""
+    block = buffer[:, :_width(group)]
+    first = group[0]
+    start = sum(layout.sizes[:first[0]]) + first[1]   # a group is one run of the flat vector
     for row, p in enumerate(paths):
+        if p.suffix == ".npy" and read_flat_into(p, layout, start, block[row]):
+            continue
         col = 0
         for part in read_segments(p, layout, group):
             block[row, col:col + len(part)] = part
             col += len(part)
-        if not np.isfinite(block[row]).all():
-            raise DimReduceError(f"snapshot {p.name} holds NaN or infinite weights: stage 1 diverged "
-                                 "(lower optimizer.lr, or start snapshots later)")
-    block -= block.mean(axis=0)
+    reference = block[ref].copy()
+    if not np.isfinite(reference).all():
+        _diverged(paths[ref])
+    block -= reference
     return block
+
+
+def _blocks(paths, layout: Layout, groups, chunk_mb: float, ref: int):
+    """(group, differences block) for each group in turn; a reader thread fills the next block
+    while the caller multiplies this one (numpy releases the GIL in copies and BLAS), so file
+    reads overlap the arithmetic. Two buffers of chunk_mb / 2 each."""
+    width = max(_width(g) for g in groups)
+    buffers = [np.empty((len(paths), width), np.float32) for _ in range(min(2, len(groups)))]
+    with ThreadPoolExecutor(1, thread_name_prefix="pca-read") as reader:
+        pending = reader.submit(_differences, paths, layout, groups[0], buffers[0], ref)
+        for i, group in enumerate(groups):
+            block = pending.result()
+            if i + 1 < len(groups):
+                pending = reader.submit(_differences, paths, layout, groups[i + 1], buffers[(i + 1) % 2], ref)
+            yield group, block
+
+
+def _diverged(path: Path):
+    raise DimReduceError(f"snapshot {path.name} holds NaN or infinite weights: stage 1 diverged "
+                         "(lower optimizer.lr, or start snapshots later)")
 
 
 def check_count(n_snapshots: int, n_component: int) -> None:
@@ -168,24 +224,12 @@ def fingerprint(paths, layout: Layout, n_component: int) -> str:
     return h.hexdigest()[:16]
 
 
-def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None = None,
-                  chunk_mb: float = 256.0, progress: bool = False) -> np.ndarray:
-    """The k x M float32 basis of the centred snapshots (rows orthonormal, sign-normalised)."""
-    paths = [Path(p) for p in paths]
-    n = len(paths)
-    check_count(n, n_component)
-    for folder in {p.parent for p in paths if p.suffix == ".npy"}:
-        check_npy_layout(folder, layout)
-    groups = _groups(layout, n, chunk_mb)
-    offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
-    bar = tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress)
-
-    gram = np.zeros((n, n))
-    for group in groups:
-        block = _block(paths, layout, group)
-        gram += block @ block.T
-        bar.update(n)
-    eigvals, eigvecs = np.linalg.eigh(gram)
+def _coefficients(gram: np.ndarray, n_component: int) -> np.ndarray:
+    """N x k weights turning snapshot differences into orthonormal basis rows: the top-k
+    eigenvectors of the centred Gram matrix over sqrt(eigenvalue), each sign-normalised."""
+    n = len(gram)
+    centring = np.eye(n) - 1.0 / n
+    eigvals, eigvecs = np.linalg.eigh(centring @ gram @ centring)
     order = np.argsort(eigvals)[::-1][:n_component]
     eigvals, eigvecs = eigvals[order], eigvecs[:, order]
     if eigvals[-1] <= eigvals[0] * 1e-12:
@@ -195,23 +239,64 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     # a deterministic sign: the largest |coefficient| of each direction is positive
     signs = np.sign(eigvecs[np.abs(eigvecs).argmax(axis=0), np.arange(n_component)])
     coef = eigvecs * signs / np.sqrt(eigvals)
+    return coef - coef.mean(axis=0)   # = centring @ coef: the rows then sum to zero exactly
 
-    def project(basis: np.ndarray) -> np.ndarray:
-        for group in groups:
-            block = _block(paths, layout, group)
-            first, last = group[0], group[-1]
-            basis[:, offsets[first[0]] + first[1]:offsets[last[0]] + last[2]] = coef.T @ block
-            del block
+
+def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None = None,
+                  chunk_mb: float = 256.0, progress: bool = False) -> np.ndarray:
+    """The k x M float32 basis of the centred snapshots (rows orthonormal, sign-normalised).
+
+    Two passes over the snapshot files, one block of parameters at a time: the first folds each
+    block's N x N Gram matrix (of differences to the middle snapshot) into a float64 sum, the
+    second writes each block's basis columns. Centring happens on the N x N matrices."""
+    paths = [Path(p) for p in paths]
+    n = len(paths)
+    check_count(n, n_component)
+    for folder in {p.parent for p in paths if p.suffix == ".npy"}:
+        check_npy_layout(folder, layout)
+    groups = _groups(layout, n, chunk_mb * n / (2 * n + n_component))  # 2 blocks + k columns in chunk_mb
+    offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
+    ref = n // 2
+    bar = tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress)
+
+    gram = np.zeros((n, n))
+    for _, block in _blocks(paths, layout, groups, chunk_mb, ref):
+        with np.errstate(invalid="ignore", over="ignore"):  # a diverged snapshot: named just below
+            part = block @ block.T
+        bad = np.flatnonzero(~np.isfinite(np.diag(part)))
+        if bad.size:
+            _diverged(paths[bad[0]])
+        gram += part
+        bar.update(n)
+    coef_t = np.ascontiguousarray(_coefficients(gram, n_component).T, dtype=np.float32)
+
+    def columns():
+        """(first flat index, k x width basis columns) per group; one k x width buffer reused."""
+        out = np.empty((n_component, max(_width(g) for g in groups)), np.float32)
+        for group, block in _blocks(paths, layout, groups, chunk_mb, ref):
+            first = group[0]
+            cols = out[:, :block.shape[1]]
+            np.matmul(coef_t, block, out=cols)
+            yield offsets[first[0]] + first[1], cols
             bar.update(n)
         bar.close()
-        return basis
 
     if out_path is None:
-        return project(np.empty((n_component, layout.total), dtype=np.float32))
+        basis = np.empty((n_component, layout.total), dtype=np.float32)
+        for start, cols in columns():
+            basis[:, start:start + cols.shape[1]] = cols
+        return basis
     with atomic_path(out_path) as tmp:
-        basis = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total))
-        project(basis).flush()
-        del basis
+        # the .npy header, then each basis row's slice written at its place: no k x M array in memory
+        header = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total))
+        data_offset = header.offset
+        del header
+        with open(tmp, "r+b") as f:
+            for start, cols in columns():
+                for row in range(n_component):
+                    os.pwrite(f.fileno(), cols[row], data_offset + 4 * (row * layout.total + start))
+            f.flush()
+            os.fsync(f.fileno())
     return np.load(out_path, mmap_mode="r")
 
 

@@ -1,14 +1,17 @@
 """Framework overhead: `python train.py` against a minimal hand-written MindSpore script doing the
 same work - same network class, data files and transforms, Momentum (lr 0.01), batch 64,
-GRAPH_MODE, an evaluation of the test split after every epoch - with `dataset_sink_mode` off and
-on (the script) and `train.sink_mode` false / true (train.py).
+GRAPH_MODE, an evaluation of the test split after every epoch - the script with
+`dataset_sink_mode` off and on (train.py trains per step: its callbacks act per step).
 
-Figures, each job in a fresh process, the same oneDNN ISA cap for all (sporeflow's default):
-  steady state  images/s in epochs 2.., excluding evaluation; per-step mode measured between
+Figures, each job in a fresh process and fresh folder, the same oneDNN ISA cap for all
+(sporeflow's default), medians over repeats:
+  steady state  images/s in epochs 2.., evaluation left out; per-step mode measured between
                 step ends (as sporeflow's `train/images_per_sec`), sink mode over whole epochs;
   start-up      seconds from process start to the end of the first training step (imports,
                 config, data, graph compilation; sporeflow: `train/seconds_to_first_step`);
   wall          the whole process (sporeflow adds its MLflow store, checkpoints, final eval).
+Then what MLflow adds to train.py's start-up: its import, opening a fresh and an existing
+sqlite store (each in a fresh process).
 Goals (issue 13): steady state <= 1.03x the script's time per image, start-up <= 1.5x.
 Usage: python bench/bench_overhead.py [lenet5,resnet18] [repeats]
 """
@@ -108,14 +111,14 @@ def script(model: str, sink: bool) -> dict:
             "wall": time.perf_counter() - start, "acc": found["acc"]}
 
 
-def sporeflow(model: str, sink: bool) -> dict:
+def sporeflow(model: str) -> dict:
     from mlflow.tracking import MlflowClient
 
     images, epochs = CASES[model]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={tmp}/run", f"model={model}",
                "dataset=fashion_mnist", f"dataset.num_samples={images}", f"dataset.batch_size={BATCH}",
-               "optimizer=momentum", f"optimizer.lr={LR}", f"epochs={epochs}", f"train.sink_mode={str(sink).lower()}"]
+               "optimizer=momentum", f"optimizer.lr={LR}", f"epochs={epochs}"]
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=tmp, env=isa_env(), capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -129,6 +132,29 @@ def sporeflow(model: str, sink: bool) -> dict:
                 "wall": wall, "acc": run.data.metrics["final/acc"]}
 
 
+MLFLOW_COST = r"""
+import sys, time
+t = time.perf_counter()
+from mlflow.tracking import MlflowClient
+imported = time.perf_counter()
+client = MlflowClient(sys.argv[1])
+client.get_experiment_by_name("sporeflow") or client.create_experiment("sporeflow")
+print(f"RESULT {imported - t:.3f} {time.perf_counter() - imported:.3f}")
+"""
+
+
+def mlflow_cost() -> dict:
+    """Seconds to import MLflow and to open a fresh / an existing sqlite store, in fresh processes."""
+    found = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in ("fresh", "existing"):
+            out = subprocess.run([sys.executable, "-c", MLFLOW_COST, f"sqlite:///{tmp}/mlflow.db"], env=isa_env(),
+                                 check=True, capture_output=True, text=True).stdout
+            imported, opened = (float(v) for v in out.split("RESULT")[1].split())
+            found["import"], found[store] = imported, opened
+    return found
+
+
 def median_of(repeats: int, measure, *args) -> dict:
     runs = [measure(*args) for _ in range(repeats)]
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
@@ -137,21 +163,26 @@ def median_of(repeats: int, measure, *args) -> dict:
 def main() -> None:
     models = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CASES)
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    rows = []
+    rows = {}
     for model in models:
-        for sink in (False, True):
-            rows.append((model, sink, median_of(repeats, script, model, sink), median_of(repeats, sporeflow, model, sink)))
-            print(f"  measured {model} sink={sink}", file=sys.stderr, flush=True)
-    print(f"train.py vs a hand-written MindSpore script, batch {BATCH}, GRAPH_MODE, CPU ({os.cpu_count()} cores), "
-          f"median of {repeats} runs each:")
-    print(f"  {'case':22s} {'script img/s':>12s} {'train.py img/s':>15s} {'time/image':>11s} "
-          f"{'script start s':>15s} {'train.py start s':>17s} {'start-up':>9s} {'wall s (script/train.py)':>25s}")
-    for model, sink, base, ours in rows:
+        rows[model] = {"script, sink off": median_of(repeats, script, model, False),
+                       "script, sink on": median_of(repeats, script, model, True),
+                       "train.py": median_of(repeats, sporeflow, model)}
+        print(f"  measured {model}", file=sys.stderr, flush=True)
+    cost = median_of(repeats, mlflow_cost)
+    print(f"train.py vs a hand-written MindSpore script, Fashion-MNIST 32x32, batch {BATCH}, GRAPH_MODE, "
+          f"CPU ({os.cpu_count()} cores), median of {repeats} runs each:")
+    print(f"  {'case':34s} {'images/s':>9s} {'time/image':>11s} {'start-up s':>11s} {'ratio':>6s} {'wall s':>7s} "
+          f"{'test acc':>9s}")
+    for model, found in rows.items():
         images, epochs = CASES[model]
-        label = f"{model} {images // 1000 if images >= 1000 else images}{'k' if images >= 1000 else ''} x{epochs}, sink {'on' if sink else 'off'}"
-        print(f"  {label:22s} {base['rate']:12.0f} {ours['rate']:15.0f} {base['rate'] / ours['rate']:10.2f}x "
-              f"{base['startup']:15.1f} {ours['startup']:17.1f} {ours['startup'] / base['startup']:8.2f}x "
-              f"{base['wall']:12.1f} / {ours['wall']:.1f}")
+        base = found["script, sink off"]
+        for label, r in found.items():
+            print(f"  {f'{model} {images} images x{epochs} epochs, {label}':34s} {r['rate']:9.0f} "
+                  f"{base['rate'] / r['rate']:10.2f}x {r['startup']:11.1f} {r['startup'] / base['startup']:5.2f}x "
+                  f"{r['wall']:7.1f} {r['acc']:9.4f}")
+    print(f"  MLflow in train.py's start-up: import {cost['import']:.1f} s, open a fresh sqlite store "
+          f"{cost['fresh']:.1f} s (schema migrations), an existing one {cost['existing']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""Sweep cost: the 6-job rho x sigma dim-reduce sweep of the README
+(`python train.py -m boost=dim_reduce boost.rho=0.4,0.55,0.7 boost.sigma=0.2,0.4`, the default
+LeNet-5 / digits job), with stage-1 and baseline reuse on (the default) and off
+(`boost.reuse_stage1=false boost.reuse_baselines=false`), each in a fresh folder: wall time,
+how many stage runs were trained, and the size of what the sweep stored.
+Usage: python bench/bench_sweep.py
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP = ["-m", "boost=dim_reduce", "boost.rho=0.4,0.55,0.7", "boost.sigma=0.2,0.4", "callbacks.progress_bar=false"]
+NO_REUSE = ["boost.reuse_stage1=false", "boost.reuse_baselines=false"]
+
+
+def size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2 ** 20
+
+
+def sweep(extra: list[str]) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, str(REPO / "train.py"), *SWEEP, *extra, f"hydra.sweep.dir={tmp}/multirun"]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=tmp, env={**os.environ, "MLFLOW_TRACKING_URI": ""}, capture_output=True,
+                              text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}")
+        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
+        runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id], max_results=1000)
+        stages = Counter(r.data.tags.get("stage", "sweep") for r in runs)
+        return {"wall": wall, "stages": stages, "artifacts": size_mb(Path(tmp) / "mlartifacts"),
+                "outputs": size_mb(Path(tmp) / "multirun")}
+
+
+def main() -> None:
+    found = {"reuse on (default)": sweep([]), "reuse off": sweep(NO_REUSE)}
+    print("6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 epochs), "
+          f"{os.cpu_count()} cores:")
+    print(f"  {'':20s} {'wall s':>7s} {'stage1':>7s} {'stage2':>7s} {'baselines':>10s} {'MLflow MB':>10s} "
+          f"{'run dirs MB':>12s}")
+    for label, r in found.items():
+        s = r["stages"]
+        print(f"  {label:20s} {r['wall']:7.1f} {s['stage1']:7d} {s['stage2']:7d} "
+              f"{s['baseline'] + s['annealed'] + s['snapshot_mean']:10d} {r['artifacts']:10.1f} {r['outputs']:12.1f}")
+    on, off = found["reuse on (default)"], found["reuse off"]
+    print(f"  reuse saves {off['wall'] - on['wall']:.0f} s ({off['wall'] / on['wall']:.2f}x faster)")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from trainjob import REPO, metric_history, run_train, runs
+
 sys.path.insert(0, str(REPO / "src"))
 
 CASES = {  # model -> (training images, epochs); both on Fashion-MNIST at 32x32, test split capped alike
@@ -112,22 +113,13 @@ def script(model: str, sink: bool) -> dict:
 
 
 def sporeflow(model: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
     images, epochs = CASES[model]
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={tmp}/run", f"model={model}",
-               "dataset=fashion_mnist", f"dataset.num_samples={images}", f"dataset.batch_size={BATCH}",
-               "optimizer=momentum", f"optimizer.lr={LR}", f"epochs={epochs}"]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tmp, env=isa_env(), capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}")
-        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
-        (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-        rates = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "train/images_per_sec"),
-                                         key=lambda m: m.step)]
+        wall = run_train([f"hydra.run.dir={tmp}/run", f"model={model}", "dataset=fashion_mnist",
+                          f"dataset.num_samples={images}", f"dataset.batch_size={BATCH}", "optimizer=momentum",
+                          f"optimizer.lr={LR}", f"epochs={epochs}"], Path(tmp), isa_env())
+        client, (run,) = runs(Path(tmp))
+        rates = metric_history(client, run, "train/images_per_sec")
         return {"rate": statistics.fmean(rates[1:]), "startup": run.data.metrics["train/seconds_to_first_step"],
                 "wall": wall, "acc": run.data.metrics["final/acc"]}
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from trainjob import metric_history, run_train, runs
+
 CASES = {"lenet5": ["model=lenet5", "dataset.num_samples=12000", "epochs=3"],
          "resnet18": ["model=resnet18", "dataset.num_samples=1024", "epochs=3"]}
 JOBS = (("standalone", "standalone", []), ("data2", "data2", []),
@@ -28,22 +27,11 @@ JOBS = (("standalone", "standalone", []), ("data2", "data2", []),
 
 def run(args: list[str]) -> tuple[float, float]:
     """(wall seconds, the job's images/s after its first epoch) of one train.py job in a fresh folder."""
-    from mlflow.tracking import MlflowClient
-
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={tmp}/run", "dataset=fashion_mnist",
-               "dataset.batch_size=64", "optimizer=momentum", "optimizer.lr=0.01", "callbacks.progress_bar=false",
-               *args]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tmp, env={**os.environ, "MLFLOW_TRACKING_URI": ""}, capture_output=True,
-                              text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}")
-        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
-        (found,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-        history = sorted(client.get_metric_history(found.info.run_id, "train/images_per_sec"), key=lambda m: m.step)
-        return wall, statistics.fmean(m.value for m in history[1:])
+        wall = run_train([f"hydra.run.dir={tmp}/run", "dataset=fashion_mnist", "dataset.batch_size=64",
+                          "optimizer=momentum", "optimizer.lr=0.01", "callbacks.progress_bar=false", *args], Path(tmp))
+        client, (found,) = runs(Path(tmp))
+        return wall, statistics.fmean(metric_history(client, found, "train/images_per_sec")[1:])
 
 
 def main() -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from trainjob import REPO, run_train, runs
+
 sys.path.insert(0, str(REPO / "src"))
 
 RECIPE = ["dataset=fashion_mnist", "optimizer=momentum", "optimizer.lr=0.01", "epochs=16", "boost=dim_reduce",
@@ -50,25 +50,11 @@ ARMS = {  # arm -> (job, stage) whose run and predictions.npy hold it
 REFERENCE = "stage 2 (sporeflow)"
 
 
-def train(launch: Path, run_dir: Path, args: list[str]) -> None:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={run_dir}", *args]
-    proc = subprocess.run(cmd, cwd=launch, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-
-
 def stage_runs(launch: Path, run_dir: Path) -> dict[str, object]:
-    """The pipeline's child runs by stage, reused ones (stage 1 of the second job) followed."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{launch / 'mlflow.db'}")
-    (pipeline,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id],
-                                     f"tags.run_dir = '{run_dir}' and tags.stage = 'pipeline'")
-    children = client.search_runs([pipeline.info.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{pipeline.info.run_id}'")
-    runs = {r.data.tags["stage"]: r for r in children}
-    return {"pipeline": pipeline, **runs}
+    """The pipeline's runs by stage (a reused stage 1 is not among them: it belongs to job a)."""
+    _, (pipeline,) = runs(launch, f"tags.run_dir = '{run_dir}' and tags.stage = 'pipeline'")
+    _, children = runs(launch, f"tags.mlflow.parentRunId = '{pipeline.info.run_id}'")
+    return {"pipeline": pipeline, **{r.data.tags["stage"]: r for r in children}}
 
 
 def arm_result(run, stage_dir: Path) -> dict:
@@ -136,21 +122,21 @@ def run_seed(model: str, seed: int, root: Path) -> dict[str, dict]:
     args = [*RECIPE, *MODELS[model], f"seed={seed}"]
     job = {"a": launch / f"seed{seed}_a", "b": launch / f"seed{seed}_b"}
     started = time.perf_counter()
-    train(launch, job["a"], args)
-    train(launch, job["b"], args + SECOND_JOB)
+    run_train([f"hydra.run.dir={job['a']}", *args], launch)
+    run_train([f"hydra.run.dir={job['b']}", *args, *SECOND_JOB], launch)
     out = job["a"] / "builtin.json"
     subprocess.run([sys.executable, __file__, "--builtin-worker", str(job["a"]), str(out)], check=True,
                    capture_output=True, text=True)
-    runs = {name: stage_runs(launch, path) for name, path in job.items()}
+    by_job = {name: stage_runs(launch, path) for name, path in job.items()}
     results = {}
     for arm, (name, stage) in ARMS.items():
         if name == "builtin":
             results[arm] = json.loads(out.read_text())
             continue
-        run = runs[name][stage]
+        run = by_job[name][stage]
         stage_dir = Path(run.data.tags["run_dir"])
         results[arm] = arm_result(run, stage_dir)
-    results["_pca_seconds"] = runs["a"]["pipeline"].data.metrics.get("pca_seconds", float("nan"))
+    results["_pca_seconds"] = by_job["a"]["pipeline"].data.metrics.get("pca_seconds", float("nan"))
     print(f"  {model} seed {seed}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return results
 

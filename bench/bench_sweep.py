@@ -8,14 +8,12 @@ Usage: python bench/bench_sweep.py
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from trainjob import run_train, runs
+
 SWEEP = ["-m", "boost=dim_reduce", "boost.rho=0.4,0.55,0.7", "boost.sigma=0.2,0.4", "callbacks.progress_bar=false"]
 NO_REUSE = ["boost.reuse_stage1=false", "boost.reuse_baselines=false"]
 
@@ -25,19 +23,9 @@ def size_mb(folder: Path) -> float:
 
 
 def sweep(extra: list[str]) -> dict:
-    from mlflow.tracking import MlflowClient
-
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, str(REPO / "train.py"), *SWEEP, *extra, f"hydra.sweep.dir={tmp}/multirun"]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tmp, env={**os.environ, "MLFLOW_TRACKING_URI": ""}, capture_output=True,
-                              text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}")
-        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
-        runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id], max_results=1000)
-        stages = Counter(r.data.tags.get("stage", "sweep") for r in runs)
+        wall = run_train([*SWEEP, *extra, f"hydra.sweep.dir={tmp}/multirun"], Path(tmp))
+        stages = Counter(r.data.tags.get("stage", "sweep") for r in runs(Path(tmp))[1])
         return {"wall": wall, "stages": stages, "artifacts": size_mb(Path(tmp) / "mlartifacts"),
                 "outputs": size_mb(Path(tmp) / "multirun")}
 

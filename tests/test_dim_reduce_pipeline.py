@@ -51,6 +51,8 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     (stage2,) = by_stage["stage2"]
     assert stage2.data.tags["n_snapshots"] == str(3 * 4)
     assert stage2.data.params["boost.n_component"] == "8"
+    assert stage2.data.tags["start_from"] == "final"
+    assert 0 < parent.data.metrics["pca_seconds"] < (stage2.info.start_time - stage1.info.end_time) / 1000
 
     table = sporeflow_compare(tmp_path)
     assert table.returncode == 0, table.stderr

@@ -103,15 +103,15 @@ class DimReducePipeline:
         compute = lambda: load_or_compute_basis(  # noqa: E731
             snapshots, layout, self.boost.n_component, pca_dir, self.boost.pca_mat_path,
             self.boost.pca_chunk_mb, progress=self.cfg.callbacks.progress_bar and self.worker.is_main)
-        started = time.perf_counter()
         if self.worker.is_node_main:  # one worker per node computes (or finds) the basis, its node reads it
+            started = time.perf_counter()
             basis, basis_path = compute()
+            if basis_path not in existed:
+                self.pca_seconds = time.perf_counter() - started
         barrier(self.worker)
         if not self.worker.is_node_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
-        if self.worker.is_node_main and basis_path not in existed:
-            self.pca_seconds = time.perf_counter() - started
         self._store_basis_once(stage1, basis_path, new=basis_path not in existed)
 
         stage2 = self._child("stage2", self._derived(epochs=self.boost.epochs),

@@ -7,11 +7,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-all bench clean help
+.PHONY: install train test test-slow test-all bench clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
-	@echo "make test    - install if needed, then run the test suite"
+	@echo "make test    - install if needed, then run the test suite but the slow tests (~17 min)"
+	@echo "make test-slow - the tests marked slow (~12 min); make test-all runs both"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
 	@echo "make clean   - remove outputs/, multirun/ runs, mlflow.db, mlartifacts/"
 
@@ -28,8 +29,17 @@ install: $(STAMP)
 train: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) train.py $(ARGS)
 
+# `make test` leaves the tests marked slow (about a minute each) to `make test-slow`; CI runs both.
+PYTEST := PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest
+
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PYTEST) -m slow $(PYTEST_ARGS)
+
+test-all: install
+	$(PYTEST) $(PYTEST_ARGS)
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) $$b || exit 1; done

@@ -123,6 +123,7 @@ def sporeflow_compare(tmp_path, *args):
                           capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
 
 
+@pytest.mark.slow
 def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
     by_stage = sweep(tmp_path, "boost.rho=0.4,0.7")
     assert len(by_stage["pipeline"]) == 2 and len(by_stage["stage2"]) == 2
@@ -157,6 +158,7 @@ def test_unknown_stage1_run_is_a_clear_error(tmp_path):
     assert "boost.stage1_run=0123456789abcdef: no such MLflow run" in proc.stderr
 
 
+@pytest.mark.slow
 def test_compare_aggregates_a_seed_sweep(tmp_path):
     """`-m seed=1,2` then `sporeflow compare --seeds`: one row, mean +- sd per arm over the seeds."""
     import statistics

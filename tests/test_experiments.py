@@ -25,13 +25,15 @@ REDUCED = {
                                      "boost.baseline_epochs=1", "optimizer.lr=0.01", "train.amp_level=O0"],
 }
 PRESETS = sorted(p.stem for p in (REPO / "experiments").glob("*.yaml"))
+SLOW_PRESETS = {"resnet50_imagenet_dim_reduce"}   # a ResNet-50 graph compiled for two stages
 
 
 def test_every_preset_has_a_reduced_run():
     assert sorted(REDUCED) == PRESETS
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=[pytest.mark.slow] if p in SLOW_PRESETS else [])
+                                    for p in PRESETS])
 def test_preset_runs_reduced(tmp_path, preset):
     proc = run_train([f"experiment={preset}", *SHORT, *REDUCED[preset]], tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -153,6 +153,7 @@ def test_sigterm_to_the_launcher_stops_every_process_of_a_parallel_job(tmp_path)
     assert run.info.status == "KILLED"
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_launcher_takes_the_workers_with_it(tmp_path):
     proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
                                            "checkpoints/rank_0/epoch_0001.ckpt")
@@ -249,6 +250,7 @@ def test_a_full_disk_fails_the_run_with_one_line_and_keeps_earlier_checkpoints(t
         subprocess.run(["umount", "-l", str(small)])
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_named_with_its_rank_and_signal(tmp_path):
     import os
     import signal as signals

@@ -23,6 +23,7 @@ def weights(path):
     return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
 
 
+@pytest.mark.slow
 def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
     par, solo = tmp_path / "par", tmp_path / "solo"
     par.mkdir()
@@ -48,6 +49,7 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
     assert (par / "run" / "msrun_logs" / "worker_1.log").is_file()
 
 
+@pytest.mark.slow
 def test_data8_starts_eight_workers_and_finishes(tmp_path):
     proc = run_train(["parallel=data8", "epochs=1", "dataset.batch_size=64"], tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -55,6 +57,7 @@ def test_data8_starts_eight_workers_and_finishes(tmp_path):
     assert len(list((tmp_path / "run" / "msrun_logs").glob("worker_*.log"))) == 8
 
 
+@pytest.mark.slow
 def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
     start = time.time()
     proc = run_train(["parallel=data2", "epochs=1", "model._target_=failing_models.FailOnRank"], tmp_path,
@@ -103,6 +106,7 @@ def test_thread_budget_divides_cores():
     assert threads_per_worker(1, cores=2) == 2
 
 
+@pytest.mark.slow
 def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
     """Stage 2 averages gradients and trial losses by true division: every rank takes the same
     line-search decisions and the weights never drift apart (the built-in hangs, then NaNs)."""
@@ -138,6 +142,7 @@ def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
     assert cmd[-1] == f"runtime.threads={threads_per_worker(4)}"
 
 
+@pytest.mark.slow
 def test_data2_is_the_same_experiment_with_a_quiet_console(tmp_path):
     """Adding parallel=data2 to the default job keeps the global batch (split 2 x 16) and lands
     within 1 point of stand-alone; the console shows rank 0 only."""

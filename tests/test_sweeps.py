@@ -165,6 +165,7 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
     assert float(rows[0]["acc"]) == pytest.approx(best_first[0].data.metrics["final/acc"], abs=5e-5)
 
 
+@pytest.mark.slow
 def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
     """parallel=data2 in two concurrent joblib jobs: two msrun launches (own ports, own worker
     logs), both runs complete children of the sweep, each trained by 2 workers."""
@@ -194,6 +195,7 @@ def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
     assert list((tmp_path / "multirun" / ".submitit").glob("*/*_result.pkl")), "submitit's own job files"
 
 
+@pytest.mark.slow
 def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     import optuna
 

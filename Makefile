@@ -26,11 +26,14 @@ install: $(STAMP)
 	@# a reused venv may point its editable install at another checkout: re-point, no deps
 	$(PY) -m pip install --quiet --no-deps -e .
 
+# the venv's python with the venv's bin first on PATH (msrun, mlflow)
+RUN := PATH="$(abspath $(VENV))/bin:$$PATH" $(PY)
+
 train: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) train.py $(ARGS)
+	$(RUN) train.py $(ARGS)
 
 # `make test` leaves the tests marked slow (about a minute each) to `make test-slow`; CI runs both.
-PYTEST := PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest
+PYTEST := $(RUN) -m pytest
 
 test: install
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
@@ -42,7 +45,7 @@ test-all: install
 	$(PYTEST) $(PYTEST_ARGS)
 
 bench: install
-	@for b in bench/bench_*.py; do echo "== $$b"; PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) $$b || exit 1; done
+	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done
 
 clean:
 	rm -rf outputs mlflow.db mlartifacts .pytest_cache

@@ -2,8 +2,8 @@
 import hydra
 from omegaconf import DictConfig
 
-from sporeflow.app import run_cli, run_task
-from sporeflow.schema import register_configs
+from sporeflow.entry.app import run_cli, run_task
+from sporeflow.entry.hydra_setup import register_configs
 
 register_configs()
 

@@ -41,7 +41,7 @@ def measure(isa: str | None, steps: int, batch: int) -> float:
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 32
-    from sporeflow.cpu_isa import resolve
+    from sporeflow.runtime.cpu_isa import resolve
 
     print(f"LeNet-5 train step, batch {batch}, median of {steps} steps; auto here -> {resolve('auto')}")
     base = measure(None, steps, batch)

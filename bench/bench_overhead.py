@@ -89,7 +89,7 @@ json.dump(result, open(out, "w"))
 
 
 def isa_env() -> dict:
-    from sporeflow.cpu_isa import resolve
+    from sporeflow.runtime.cpu_isa import resolve
 
     isa = resolve("auto")
     return {**os.environ, "MLFLOW_TRACKING_URI": "", **({"ONEDNN_MAX_CPU_ISA": isa} if isa else {})}

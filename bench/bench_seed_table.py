@@ -75,8 +75,8 @@ def builtin_worker(run_dir: str, out: str) -> None:
     from mindspore.train import FixedLossScaleManager
     from omegaconf import OmegaConf
 
-    from sporeflow.checkpoints import load_weights
-    from sporeflow.components import build_dataset, build_loss, build_model
+    from sporeflow.storage.checkpoints import load_weights
+    from sporeflow.config.components import build_dataset, build_loss, build_model
     from sporeflow.dim_reduce.pca import Layout, read_all
     from sporeflow.dim_reduce.snapshots import list_snapshots
     from sporeflow.engine.predictions import correct_per_example
@@ -149,7 +149,7 @@ def spread(values: list[float]) -> str:
 def report(model: str, per_seed: list[dict]) -> None:
     import numpy as np
 
-    from sporeflow.stages.paired import compare_paired
+    from sporeflow.report.paired import compare_paired
 
     n_test = len(per_seed[0][REFERENCE]["correct"])
     pca = statistics.fmean(r["_pca_seconds"] for r in per_seed)

@@ -34,9 +34,9 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow import objective
-from sporeflow.errors import ConfigError, SporeflowError
-from sporeflow.sweep import TRIALS_FILE
+from sporeflow.config import objective
+from sporeflow.core.errors import ConfigError, SporeflowError
+from sporeflow.entry.sweep_run import TRIALS_FILE
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import mindspore.dataset as mds
 from mindspore.dataset import transforms, vision
 
 from sporeflow.data.sampling import EpochSampler
-from sporeflow.errors import DataError
+from sporeflow.core.errors import DataError
 
 SPLITS = ("train", "test")
 

@@ -12,7 +12,7 @@ import numpy as np
 from mindspore.dataset import vision
 
 from sporeflow.data.base import ImageDataset
-from sporeflow.errors import DataError
+from sporeflow.core.errors import DataError
 
 RECORD = 1 + 32 * 32 * 3
 FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}

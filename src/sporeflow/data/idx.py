@@ -16,8 +16,8 @@ import mindspore.dataset as mds
 import numpy as np
 
 from sporeflow.data.base import ImageDataset
-from sporeflow.errors import DataError
-from sporeflow.files import atomic_path
+from sporeflow.core.errors import DataError
+from sporeflow.storage.files import atomic_path
 
 FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

@@ -12,7 +12,7 @@ import mindspore.dataset as mds
 from mindspore.dataset import vision
 
 from sporeflow.data.base import ImageDataset
-from sporeflow.errors import DataError
+from sporeflow.core.errors import DataError
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}

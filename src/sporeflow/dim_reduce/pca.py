@@ -25,7 +25,7 @@ import mindspore as ms
 import numpy as np
 from tqdm.auto import tqdm
 
-from sporeflow.files import atomic_path
+from sporeflow.storage.files import atomic_path
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
 
 

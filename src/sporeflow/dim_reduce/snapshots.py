@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from mindspore.train import Callback
 
-from sporeflow.errors import SporeflowError
-from sporeflow.files import atomic_path, write_text_atomic
+from sporeflow.core.errors import SporeflowError
+from sporeflow.storage.files import atomic_path, write_text_atomic
 
 PATTERN = "snapshot_e*_s*.npy"
 LAYOUT_FILE = "layout.json"

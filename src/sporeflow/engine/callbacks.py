@@ -17,7 +17,7 @@ import psutil
 from mindspore.train import Callback
 from tqdm.auto import tqdm
 
-from sporeflow.checkpoints import prune, save_atomic
+from sporeflow.storage.checkpoints import prune, save_atomic
 from sporeflow.engine.events import EventRecord
 
 

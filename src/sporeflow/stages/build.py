@@ -10,13 +10,13 @@ from pathlib import Path
 from mindspore import Model, nn
 from omegaconf import DictConfig
 
-from sporeflow.checkpoints import load_weights
-from sporeflow.components import build_loss, build_model, build_optimizer
+from sporeflow.storage.checkpoints import load_weights
+from sporeflow.config.components import build_loss, build_model, build_optimizer
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
-from sporeflow.strategies import apply_strategies
+from sporeflow.config.strategies import apply_strategies
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,20 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.checkpoints import final_weights, save_atomic, write_run_marker
-from sporeflow.components import build_model
-from sporeflow.context import RunContext
+from sporeflow.storage.checkpoints import final_weights, save_atomic, write_run_marker
+from sporeflow.config.components import build_model
+from sporeflow.core.context import RunContext
 from sporeflow.dim_reduce.pca import Layout, check_count, check_npy_layout, load_or_compute_basis, snapshot_mean
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
-from sporeflow.runtime import Worker, barrier
+from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.stages.build import StagePlan
-from sporeflow.stages.comparison import best_baseline, comparison_plot, gain, paired_lines, summary_table
+from sporeflow.report.comparison import best_baseline, comparison_plot, gain, paired_lines, summary_table
 from sporeflow.stages import reuse
-from sporeflow.stages.paired import compare_paired
+from sporeflow.report.paired import compare_paired
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.stage import StageResult, evaluate_weights, load_predictions, network_with, tracked_stage
-from sporeflow.stages.sweep_report import CURVE_PREFIX
-from sporeflow.tracking import Tracker
+from sporeflow.report.sweep_report import CURVE_PREFIX
+from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,14 @@ import sys
 
 from omegaconf import DictConfig
 
-from sporeflow import objective
-from sporeflow.checkpoints import find_resume_dir
-from sporeflow.context import RunContext
-from sporeflow.runtime import init_context
+from sporeflow.config import objective
+from sporeflow.storage.checkpoints import find_resume_dir
+from sporeflow.core.context import RunContext
+from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.stages.runs import close_stale_runs
 from sporeflow.stages.stage import tracked_stage
-from sporeflow.tracking import Tracker
+from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 

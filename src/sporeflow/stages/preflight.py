@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from sporeflow.checkpoints import CheckpointError, checkpoint_dir, find_resume_dir, newest_complete_checkpoint
-from sporeflow.components import build_dataset, build_model
-from sporeflow.context import RunContext
+from sporeflow.storage.checkpoints import CheckpointError, checkpoint_dir, find_resume_dir, newest_complete_checkpoint
+from sporeflow.config.components import build_dataset, build_model
+from sporeflow.core.context import RunContext
 from sporeflow.dim_reduce.pca import Layout
-from sporeflow.errors import ConfigError
+from sporeflow.core.errors import ConfigError
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:

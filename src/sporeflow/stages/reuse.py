@@ -14,10 +14,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.context import global_batch_size
-from sporeflow.locks import exclusive
-from sporeflow.runtime import Worker, barrier
-from sporeflow.tracking import Tracker
+from sporeflow.core.context import global_batch_size
+from sporeflow.storage.locks import exclusive
+from sporeflow.runtime.mindspore_context import Worker, barrier
+from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from typing import Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.checkpoints import read_run_marker
-from sporeflow.context import RunContext
-from sporeflow.processes import is_alive
-from sporeflow.tracking import TrackedRun, Tracker, flatten
+from sporeflow.storage.checkpoints import read_run_marker
+from sporeflow.core.context import RunContext
+from sporeflow.core.processes import is_alive
+from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
 T = TypeVar("T")
 

@@ -15,10 +15,10 @@ import numpy as np
 from mindspore import Model, Tensor
 from omegaconf import DictConfig
 
-from sporeflow.checkpoints import (checkpoint_dir, load_weights, newest_complete_checkpoint, read_run_marker,
+from sporeflow.storage.checkpoints import (checkpoint_dir, load_weights, newest_complete_checkpoint, read_run_marker,
                                    restore_exact, save_atomic, write_run_marker)
-from sporeflow.components import build_dataset, build_loss, build_model
-from sporeflow.context import RunContext, global_batch_size, worker_batch_size
+from sporeflow.config.components import build_dataset, build_loss, build_model
+from sporeflow.core.context import RunContext, global_batch_size, worker_batch_size
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss,
@@ -27,13 +27,13 @@ from sporeflow.engine.divergence import DivergenceGuard, TrainingDiverged
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.predictions import correct_per_example
 from sporeflow.engine.loop import StageParts, fit
-from sporeflow.errors import DataError, DivergedError
-from sporeflow.files import atomic_path
-from sporeflow.runtime import Worker
+from sporeflow.core.errors import DataError, DivergedError
+from sporeflow.storage.files import atomic_path
+from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.writer import MlflowWriter
-from sporeflow.tracking import TrackedRun, Tracker
+from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from mindspore.train import Callback
 
 from sporeflow.engine.events import EventRecord
-from sporeflow.tracking import TrackedRun
+from sporeflow.tracking.tracker import TrackedRun
 
 
 class MlflowWriter(Callback):

@@ -1,0 +1,198 @@
+"""The Hydra task function and the process exit codes around it.
+
+`run_task` is what train.py's @hydra.main calls. It applies the CPU ISA choice before
+MindSpore loads, validates, and then plays one of three roles: an msrun worker (trains its
+rank), the launcher (starts msrun for a parallel job and trains nothing) or a stand-alone run.
+The pipeline gets a plain config and a RunContext and never imports Hydra. `run_cli` maps
+errors to exit codes: 2 for input a user must fix (entry/messages.py words it; no run dir is
+left behind), 1 for a failed run, 128 + the signal for an interrupted one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import DictConfig
+
+from sporeflow.config.components import build_model
+from sporeflow.config.schema import BoostName, validate
+from sporeflow.config.strategies import check_parallel_plan
+from sporeflow.core import signals
+from sporeflow.core.context import RunContext, SweepJob
+from sporeflow.core.errors import SporeflowError
+from sporeflow.entry import messages
+from sporeflow.launch import msrun
+from sporeflow.runtime import cpu_isa
+from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
+
+log = logging.getLogger("sporeflow")
+
+
+def _git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the sporeflow code that runs - its own checkout, wherever the command
+    was launched from; (None, None) when the code is not in a git checkout."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    return commit, bool(git("status", "--porcelain", "--untracked-files=no"))
+
+
+def _run_context() -> RunContext:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    in_sweep = hc.mode == RunMode.MULTIRUN or msrun.under_msrun()   # msrun workers inherit the job's env
+    commit, dirty = _git_state()
+    return RunContext(
+        run_dir=Path(hc.runtime.output_dir).resolve(),
+        launch_dir=Path(hc.runtime.cwd).resolve(),
+        overrides=list(hc.overrides.task),
+        hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve() if hc.output_subdir else None,
+        git_commit=commit,
+        git_dirty=dirty,
+        entry_script=Path(sys.argv[0]).resolve(),
+        sweep=SweepJob.from_environ() if in_sweep else None,
+    )
+
+
+def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
+    """What to run after an interruption: the same command again (pipelines reuse a finished
+    stage 1), or resume= from the newest checkpoint."""
+    if cfg.boost.name is BoostName.dim_reduce:
+        return "start the same command again: a finished stage 1 is reused"
+    saved = sorted(ctx.run_dir.rglob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not saved:
+        return f"no checkpoint was written yet in {ctx.run_dir}"
+    return (f"last checkpoint {saved[-1]}; continue with: python train.py {' '.join(ctx.overrides)} "
+            f"resume={ctx.run_dir}").replace("  ", " ")
+
+
+def _validated(cfg: DictConfig) -> DictConfig:
+    """The ISA choice (before validation: checking `_target_`s imports MindSpore), then the
+    config and its parallel plan checked; returns the plain, resolved config."""
+    isa = cpu_isa.apply(cfg.runtime.cpu_isa.value)
+    log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
+    plain = validate(cfg)
+    check_parallel_plan(plain, lambda: build_model(plain))
+    return plain
+
+
+def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
+    """One rank of an msrun job: the launcher checked the inputs and claimed the run dir;
+    rank 0 leaves the result where the launcher reads it."""
+    from mindspore.communication import get_rank
+
+    from sporeflow.stages.pipeline import run_pipeline   # imports MindSpore: after the ISA choice
+
+    msrun.record_worker_pid(ctx, cfg.parallel.workers)
+    value = run_pipeline(cfg, ctx)
+    if get_rank() == 0:
+        msrun.write_result(ctx, value)
+    return value
+
+
+def _run_as_launcher(cfg: DictConfig, ctx: RunContext) -> float:
+    """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
+    from sporeflow.stages import runs
+
+    return msrun.launch(cfg, ctx, before_start=lambda: runs.prepare_store(cfg, ctx),
+                        on_end=lambda status: runs.mark_ended(cfg, ctx, status))
+
+
+def _run_stand_alone(cfg: DictConfig, ctx: RunContext) -> float:
+    from sporeflow.stages.pipeline import run_pipeline   # imports MindSpore: after the ISA choice
+
+    return run_pipeline(cfg, ctx)
+
+
+def _checked_and_claimed(cfg: DictConfig, ctx: RunContext) -> None:
+    """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
+    from sporeflow.stages.preflight import check_inputs   # imports MindSpore: after the ISA choice
+
+    check_inputs(cfg, ctx)
+    claim_run_dir(ctx.run_dir)
+
+
+def run_task(cfg: DictConfig) -> float:
+    """Validate, then play this process's role; returns the job's objective (`sweep.objective`:
+    by default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises."""
+    worker = msrun.under_msrun()
+    if worker:
+        signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
+    signals.install()
+    ctx = _run_context()
+    try:
+        plain = _validated(cfg)
+        if not worker:
+            _checked_and_claimed(plain, ctx)
+        role = _run_as_worker if worker else _run_as_launcher if msrun.needs_launch(plain) else _run_stand_alone
+        return role(plain, ctx)
+    except messages.usage_errors():
+        remove_unused_run_dir(ctx.run_dir)   # only if nothing but Hydra's own files is in it
+        raise
+    except signals.Interrupted as ex:
+        ex.hint = resume_hint(plain, ctx)
+        raise
+
+
+def remove_unused_run_dir(run_dir: Path) -> None:
+    """A refused command leaves no run dir behind: Hydra made it (and wrote .hydra/ and the
+    job log) before sporeflow could check anything."""
+    if not run_dir.is_dir():
+        return
+    if {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", CLAIM_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        date_dir = run_dir.parent   # Hydra's outputs/<date>/ when it is left empty; nothing above it
+        if date_dir.parent.name in ("outputs", "multirun") and not any(date_dir.iterdir()):
+            date_dir.rmdir()
+
+
+def _run_ending_sweeps(hydra_main: Callable[[], object]) -> None:
+    """hydra_main(); a sweep Hydra did not end (a job raised, Ctrl-C) still ends its MLflow run."""
+    from sporeflow.entry import sweep_run
+
+    try:
+        hydra_main()
+    except BaseException as ex:
+        sweep_run.end_unfinished(ex)
+        raise
+    sweep_run.end_unfinished(None)
+
+
+def run_cli(hydra_main: Callable[[], object]) -> None:
+    """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
+    user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's exit(1)
+    if not {"-m", "--multirun"} & set(sys.argv[1:]):
+        sys.stderr = messages.WithoutHydraJobLine(sys.stderr)
+    try:
+        _run_ending_sweeps(hydra_main)
+    except signals.Interrupted as ex:
+        print(f"Interrupted by {ex.name}" + (f": the run is marked KILLED; {ex.hint}" if ex.hint
+                                             else " before any run started"), file=sys.stderr)
+        sys.exit(ex.exit_code)
+    except messages.usage_errors() as ex:
+        if user_wants_traceback:
+            raise
+        print(messages.refusal(ex), file=sys.stderr)
+        sys.exit(2)
+    except SporeflowError as ex:
+        if user_wants_traceback:
+            raise
+        print(f"Error: {ex}", file=sys.stderr)
+        sys.exit(1)

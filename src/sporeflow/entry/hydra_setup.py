@@ -1,0 +1,21 @@
+"""What Hydra must know before it composes a config: sporeflow's schema in its ConfigStore and
+sporeflow's resolvers. train.py calls `register_configs()` at import (so do the tests)."""
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from sporeflow.config.schema import SCHEMA_NAME, RunConfig
+from sporeflow.launch import slurm
+from sporeflow.storage import rundir
+
+
+def register_configs() -> None:
+    """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults) and
+    register `${sporeflow.uid:}` (run and sweep dir names) and `${sporeflow.slurm:...}`."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
+    # cached: Hydra copies resolver caches into each job's config, so a joblib/submitit worker
+    # process resolves the sweep dir to the main process's name, not a new uid of its own
+    OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("sporeflow.slurm", slurm.resolve, replace=True)  # per task: not cached

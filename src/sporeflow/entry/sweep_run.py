@@ -1,0 +1,218 @@
+"""A sweep is one MLflow run: the Hydra callback registered in conf/train.yaml
+(`hydra.callbacks.sweep_run`).
+
+on_multirun_start  creates the parent run `sweep-<date>-<time>` (tags: the sweep's overrides,
+                   sweeper, launcher, sweep dir, objective) in the main process;
+on_job_start       runs wherever the job runs (this process, a joblib worker, a submitit/SLURM
+                   task: the callback travels pickled inside Hydra's context) and exports the
+                   parent id, the swept keys and the job number as environment variables
+                   (context.SweepJob) - msrun workers inherit them too. Not MLFLOW_RUN_ID:
+                   MLflow would resume that run and drop the variable;
+on_job_end         writes `sporeflow_job.json` (status, value or error) into the job's dir;
+on_multirun_end    ends the parent: best job's params and objective, jobs finished/failed, the
+                   table and plots (sweep_report) logged and written into the sweep dir.
+
+When a job raises, Hydra 1.3's BasicSweeper re-raises and never calls on_multirun_end:
+app.run_cli calls `end_unfinished(error)`, so the parent still ends (FAILED, or KILLED on
+Ctrl-C) with the same summary. Single runs never touch any of this.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.config import objective
+from sporeflow.launch import slurm
+from sporeflow.core.context import SweepJob
+from sporeflow.core.signals import Interrupted
+from sporeflow.report import sweep_report as report
+from sporeflow.tracking.tracker import Tracker
+
+log = logging.getLogger(__name__)
+
+JOB_FILE = "sporeflow_job.json"
+TRIALS_FILE = "optuna_trials.csv"   # written by the Optuna sweeper: trial, job, state, value, params
+_ACTIVE: list["SweepRun"] = []    # sweeps started in this process and not ended yet
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys a sweep varies: command-line sweep overrides (a=1,2 / range / choice) and the
+    sweeper's `params` (Optuna's search space, or BasicSweeper's)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    task = OmegaConf.to_container(config.hydra.overrides.task)
+    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()]
+    params = config.hydra.sweeper.get("params") or {}
+    return list(dict.fromkeys([*keys, *params]))
+
+
+def _short_error(error: Any) -> str:
+    text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    return " ".join(text.split())[:500]
+
+
+class SweepRun(Callback):
+    """The MLflow parent run of one multirun (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.keys: list[str] = []
+        self.sweep_dir: Path | None = None
+        self.objective = "auto"
+        self.tracking: dict = {}
+        self.launch_dir = Path.cwd()
+
+    def _tracker(self) -> Tracker:
+        return Tracker.from_config(OmegaConf.create(self.tracking), self.launch_dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.tracking.enabled:
+            return
+        self.launch_dir = Path(config.hydra.runtime.cwd or Path.cwd())
+        self.tracking = OmegaConf.to_container(config.tracking, resolve=True)
+        self.keys = swept_keys(config)
+        self.sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        self.objective = config.sweep.objective
+        tracker = self._tracker()
+        run = tracker.start_run(time.strftime("sweep-%Y-%m-%d-%H-%M-%S"), tags={
+            "stage": "sweep", "sweep.overrides": " ".join(OmegaConf.to_container(config.hydra.overrides.task)),
+            "sweep.keys": ",".join(self.keys), "sweep.dir": str(self.sweep_dir),
+            "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
+            "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
+            "sweep.objective": self.objective})
+        self.run_id = run.run_id
+        if self.run_id is not None:
+            _ACTIVE.append(self)
+            print(f"[sporeflow] sweep run {self.run_id} in {tracker.uri}; jobs write under {self.sweep_dir}",
+                  file=sys.stderr)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.run_id is None:
+            return
+        os.environ.update(SweepJob(self.run_id, tuple(self.keys), int(config.hydra.job.num)).environ())
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if self.run_id is None or slurm.node_rank() != 0:   # a multi-node job reports from node 0
+            return
+        from hydra.core.utils import JobStatus
+
+        ok = job_return.status == JobStatus.COMPLETED
+        outcome = {"job": int(config.hydra.job.num), "status": "COMPLETED" if ok else "FAILED",
+                   "overrides": list(config.hydra.overrides.task)}
+        if ok:
+            outcome["value"] = job_return.return_value
+        else:
+            outcome["error"] = _short_error(job_return._return_value)
+        try:
+            Path(config.hydra.runtime.output_dir, JOB_FILE).write_text(json.dumps(outcome, default=str))
+        except OSError as ex:   # the summary will count the job as unknown, the sweep goes on
+            log.warning("could not record job %s's outcome: %s", outcome["job"], ex)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.end()
+
+    def outcomes(self) -> list[dict]:
+        found = []
+        for path in sorted(self.sweep_dir.glob(f"*/{JOB_FILE}")) if self.sweep_dir else []:
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        return sorted(found, key=lambda o: o["job"])
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the parent run with what the jobs did; FAILED if a job failed, KILLED when the
+        sweep was interrupted. Never raises: a summary must not hide the sweep's own error."""
+        if self.run_id is None or self not in _ACTIVE:
+            return
+        _ACTIVE.remove(self)
+        tracker = self._tracker()
+        parent = tracker.run(self.run_id)
+        outcomes = self.outcomes()
+        failed = [o for o in outcomes if o["status"] == "FAILED"]
+        interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
+        status = "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
+        lines = []
+        try:
+            lines = self._summarise(tracker, parent, outcomes, failed)
+        except Exception as ex:  # noqa: BLE001 - the parent must still end
+            log.warning("sweep summary failed: %s", ex)
+        if failed:
+            parent.set_tags({"sporeflow.failure": "; ".join(f"job {o['job']}: {o['error']}" for o in failed)[:5000]})
+        elif error is not None:
+            parent.set_tags({"sporeflow.failure": _short_error(error)})
+        parent.end(status)
+        print("\n".join([f"[sporeflow] sweep {status}: {len(outcomes) - len(failed)} jobs finished, "
+                         f"{len(failed)} failed; MLflow run {self.run_id} ({tracker.uri})", *lines]), file=sys.stderr)
+
+    def _summarise(self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict]) -> list[str]:
+        jobs = report.sweep_jobs(tracker, self.run_id, self.keys)
+        key = report.objective_key(jobs, self.objective)
+        ranked = report.ranked(jobs, key)
+        header, rows = report.table_rows(ranked, self.keys)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        for fmt, name in (("text", "comparison.txt"), ("markdown", "comparison.md"), ("csv", "comparison.csv")):
+            (self.sweep_dir / name).write_text(report.render(header, rows, fmt))
+            parent.log_artifact(self.sweep_dir / name)
+        plots = [report.gain_plot(ranked, self.keys, key, self.sweep_dir / "gain_vs_params.png")]
+        best = ranked[0] if ranked and key in ranked[0].metrics else None
+        if best is not None:
+            plots.append(report.curves_plot(tracker, best, self.sweep_dir / "best_job_curves.png"))
+        for plot in filter(None, plots):
+            parent.log_artifact(plot)
+        parent.log_metrics({"jobs_finished": len(outcomes) - len(failed), "jobs_failed": len(failed)}, 0)
+        lines = [report.render(header, rows).rstrip()]
+        if best is not None:
+            parent.log_params({f"best.{k}": v for k, v in best.values.items()})
+            parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
+            parent.set_tags({"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number)})
+            tracker.run(best.run_id).set_tags({"sporeflow.best_in_sweep": "true"})
+            lines.append(f"best: job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}")
+        lines += self._record_trials(tracker, parent, jobs)
+        label = lambda o: SweepJob(self.run_id, tuple(self.keys), o["job"]).label(o["overrides"])  # noqa: E731
+        lines += [f"failed: job {o['job']} ({label(o)}): {o['error']}" for o in failed]
+        written = ", ".join(p.name for p in filter(None, plots))
+        lines.append(f"table{' and plots' if written else ''}: {self.sweep_dir}/comparison.txt"
+                     + (f", {written}" if written else ""))
+        parent.flush()
+        return lines
+
+
+    def _record_trials(self, tracker: Tracker, parent, jobs: list) -> list[str]:
+        """An Optuna sweep: each trial's value on the parent (step = trial number), the trial
+        number on each job's run, the best trial tagged."""
+        path = self.sweep_dir / TRIALS_FILE
+        if not path.is_file():
+            return []
+        with open(path, newline="") as f:
+            trials = list(csv.DictReader(f))
+        run_of_job = {j.number: j.run_id for j in jobs}
+        for trial in trials:
+            if trial["value"]:
+                parent.log_metrics({"trial/value": float(trial["value"])}, int(trial["trial"]))
+            if int(trial["job"]) in run_of_job:
+                tracker.run(run_of_job[int(trial["job"])]).set_tags({"optuna.trial": trial["trial"]})
+        parent.log_artifact(path)
+        complete = [t for t in trials if t["state"] == "COMPLETE"]
+        if not complete:
+            return []
+        sign = 1.0 if objective.maximize(self.objective) else -1.0   # "auto" is an accuracy
+        best = max(complete, key=lambda t: sign * float(t["value"]))
+        parent.set_tags({"optuna.best_trial": best["trial"]})
+        return [f"Optuna: {len(trials)} trials this run, best trial {best['trial']} (job {best['job']}) "
+                f"value {float(best['value']):.4f}"]
+
+
+def end_unfinished(error: BaseException | None) -> None:
+    """End every sweep of this process that Hydra did not end (a job raised, or Ctrl-C)."""
+    for sweep in list(_ACTIVE):
+        sweep.end(error)

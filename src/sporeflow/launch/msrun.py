@@ -1,0 +1,264 @@
+"""Process topology: how many workers a config asks for, and re-running this command under
+MindSpore's `msrun` when it asks for more than one.
+
+The launcher (the process the user started) does no training: it re-runs the same job
+(same overrides, same Hydra run dir) as `msrun --worker_num=N ... train.py`, waits, and on a
+worker failure calls the caller's `on_failure` (the entry marks the MLflow run FAILED) and
+shows the failing rank's last log lines. Nothing here knows about tracking.
+Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
+process, MS_SCHED, runs the script up to `init()` too).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import DictConfig
+
+from sporeflow.core.context import RunContext
+from sporeflow.core.errors import SporeflowError
+from sporeflow.launch.logfollow import LogFollower
+from sporeflow.core.signals import Interrupted, parent_death_preexec
+
+RESULT_FILE = "sporeflow_result.json"
+LOG_DIR = "msrun_logs"
+LOG_TAIL = 25
+log = logging.getLogger(__name__)
+STOP_GRACE = 30.0   # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
+
+
+class LaunchError(SporeflowError):
+    """msrun or one of its workers failed; the message names the rank and its error."""
+
+
+def under_msrun() -> bool:
+    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
+
+
+def needs_launch(cfg: DictConfig) -> bool:
+    return cfg.parallel.workers > 1 and not under_msrun()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
+    """CPU kernel threads each worker may use so that N workers do not oversubscribe C cores."""
+    return max(1, (cores or available_cores()) // max(1, local_workers))
+
+
+def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str], Path]:
+    par = cfg.parallel
+    local = par.workers // par.nodes
+    log_dir = ctx.run_dir / LOG_DIR
+    overrides = [o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))]
+    threads = cfg.runtime.threads or threads_per_worker(local)
+    cmd = ["msrun", f"--worker_num={par.workers}", f"--local_worker_num={local}",
+           f"--master_addr={par.master_addr}", f"--master_port={port}", f"--node_rank={par.node_rank}",
+           f"--log_dir={log_dir}", "--join=True", f"--cluster_time_out={par.cluster_time_out}",
+           "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
+           str(ctx.entry_script), *overrides, f"hydra.run.dir={ctx.run_dir}", f"runtime.threads={threads}"]
+    return cmd, log_dir
+
+
+def record_worker_pid(ctx: RunContext, workers: int) -> None:
+    """A worker notes its pid under its rank (msrun's RANK_ID), so that the launcher can name
+    the rank behind a pid msrun reports dead."""
+    rank = os.environ.get("RANK_ID")
+    if os.environ.get("MS_ROLE") == "MS_WORKER" and rank is not None:
+        log.info("worker rank %s of %d, pid %d", rank, workers, os.getpid())
+        log_dir = ctx.run_dir / LOG_DIR
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / f"worker_{rank}.pid").write_text(str(os.getpid()))
+
+
+def dead_worker(log_dir: Path) -> str | None:
+    """"rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
+    try:
+        text = (log_dir / "msrun.log").read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)", text)
+    if not found:
+        return None
+    pid, code = int(found.group(1)), int(found.group(2))
+    ranks = {int(p.read_text() or -1): p.stem.split("_")[-1] for p in log_dir.glob("worker_*.pid")}
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"rank {ranks.get(pid, '?')} (pid {pid}) {how}"
+
+
+def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
+    """(log name, last lines) of the first worker log that shows a Python error."""
+    for log in sorted(log_dir.glob("worker_*.log"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+        lines = log.read_text(errors="replace").splitlines()
+        if any(l.startswith("Traceback") or "Error:" in l for l in lines):
+            return log.name, lines[-LOG_TAIL:]
+    return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> None:
+    """Pass `signum` to msrun's process group (msrun, scheduler, workers) and wait until the whole
+    group is gone - msrun may exit while a worker still ends its MLflow run; SIGKILL what is left
+    after `grace` seconds."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,
+           on_end: Callable[[str], None] = lambda status: None) -> float:
+    """Run the job under msrun; returns rank 0's objective value (app.run_task's result).
+
+    `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
+    `on_end("KILLED")` when this launcher was interrupted (SIGINT/SIGTERM: passed on to every
+    process of the job). msrun runs in its own process group and dies with this process (a
+    parent-death signal); each worker in turn dies with msrun (`signals.die_with_parent`)."""
+    # msrun is installed beside this Python (the virtualenv's bin/), whether or not it is on PATH
+    msrun = shutil.which("msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if msrun is None:
+        raise LaunchError(f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
+                          "into this Python's environment")
+    par = cfg.parallel
+    master_node = par.node_rank == 0          # the node whose rank 0 reports (and owns the MLflow run)
+    if master_node:
+        before_start()
+    port = par.master_port or free_port()
+    cmd, log_dir = msrun_command(cfg, ctx, port)
+    cmd[0] = msrun
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
+    env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
+    env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
+    local, cores = par.workers // par.nodes, available_cores()
+    first_rank = par.node_rank * local          # msrun numbers ranks node by node
+    where = f" (node {par.node_rank} of {par.nodes}, master {par.master_addr}:{port})" if par.nodes > 1 else ""
+    print(f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: rank {first_rank}; "
+          f"every rank's log in {log_dir}", file=sys.stderr)
+    if local > cores:
+        print(f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
+              "job runs slower than stand-alone; it trains the same experiment (the global batch "
+              f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)", file=sys.stderr)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / f"worker_{first_rank}.log"):
+        proc = subprocess.Popen(cmd, cwd=ctx.launch_dir, env=env, start_new_session=True,
+                                stdout=msrun_log, stderr=subprocess.STDOUT,
+                                preexec_fn=parent_death_preexec(signal.SIGTERM))
+        try:
+            no_cluster = wait_for_job(proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60)
+        except Interrupted as ex:
+            stop_job(proc, ex.signum)
+            if master_node:
+                on_end("KILLED")
+            raise
+    result_path = ctx.run_dir / RESULT_FILE
+    if not master_node and proc.returncode == 0 and not no_cluster:
+        print(f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 ({par.master_addr}) "
+              "reports the results and the MLflow run", file=sys.stderr)
+        return float("nan")
+    if no_cluster or proc.returncode != 0 or not result_path.is_file():
+        failed, dead = failing_rank(log_dir), dead_worker(log_dir)
+        if master_node:
+            on_end("FAILED")
+        if no_cluster:
+            raise LaunchError(cluster_not_formed(cfg, port, log_dir))
+        if failed:
+            name, tail = failed
+            raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
+        if dead:
+            raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
+        raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
+    return float(json.loads(result_path.read_text()).get("objective", float("nan")))
+
+
+# What msrun's scheduler and workers log when the nodes of a job never all connect
+CLUSTER_FAILED = ("Building networking for MS_SCHED failed", "Failed to initialize distributed job cluster")
+
+
+def _cluster_failed(log_dir: Path) -> bool:
+    for log_file in [log_dir / "scheduler.log", *log_dir.glob("worker_*.log")]:
+        try:
+            text = log_file.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(marker in text for marker in CLUSTER_FAILED):
+            return True
+    return False
+
+
+def wait_for_job(proc: subprocess.Popen, log_dir: Path, multi_node: bool, forming: float,
+                 poll: float = 1.0) -> bool:
+    """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
+    stopped at once instead of after msrun's own heartbeat time-outs. The logs are read only
+    while the cluster may still be forming (`forming` seconds), not for the whole job."""
+    deadline = time.monotonic() + forming
+    while multi_node and time.monotonic() < deadline:
+        try:
+            proc.wait(timeout=poll)
+            return _cluster_failed(log_dir)
+        except subprocess.TimeoutExpired:
+            if _cluster_failed(log_dir):
+                stop_job(proc, signal.SIGTERM)
+                return True
+    proc.wait()
+    return multi_node and _cluster_failed(log_dir)
+
+
+def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
+    """Which node is missing, from where this launcher stands."""
+    par = cfg.parallel
+    address = f"{par.master_addr}:{port}"
+    if par.node_rank == 0:
+        others = "node 1" if par.nodes == 2 else f"one or more of nodes 1..{par.nodes - 1}"
+        return (f"the {par.nodes}-node job did not form within parallel.cluster_time_out={par.cluster_time_out} s: "
+                f"{others} never joined the master at {address}. Start the same command there with "
+                f"parallel.node_rank=<its number>, and check that it can reach {address} (logs in {log_dir})")
+    return (f"node {par.node_rank} could not join the master at parallel.master_addr={address} within "
+            f"parallel.cluster_time_out={par.cluster_time_out} s: is node 0 running the same command, and is "
+            f"{address} reachable from this node? (logs in {log_dir})")
+
+
+def write_result(ctx: RunContext, objective: float) -> None:
+    """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state)."""
+    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"objective": objective}))

@@ -1,0 +1,37 @@
+"""Where a task of a multi-node SLURM job stands, from SLURM's environment: which node it is
+and which host is node 0 (the msrun master). `conf/cluster/slurm.yaml` reads these through the
+`${sporeflow.slurm:...}` resolver, resolved in each task's own process - so one submitted job
+starts one sporeflow launcher per node, each running msrun for its node's workers. Outside
+SLURM they give a single node's values (node 0, 127.0.0.1)."""
+from __future__ import annotations
+
+import os
+
+
+def in_slurm() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+
+
+def node_rank() -> int:
+    return int(os.environ.get("SLURM_NODEID", 0)) if in_slurm() else 0
+
+
+def master_addr() -> str:
+    """The job's first host (SLURM_JOB_NODELIST, e.g. `gpu[07-08]` -> gpu07), parsed by submitit."""
+    if not in_slurm():
+        return "127.0.0.1"
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    return SlurmJobEnvironment().hostnames[0]
+
+
+def resolve(what: str) -> object:
+    """`${sporeflow.slurm:node_rank}`, `${sporeflow.slurm:master_addr}`, `${sporeflow.slurm:node_suffix}`
+    (the run-dir suffix of nodes > 0: `_node1`, so nodes sharing a filesystem do not share a run dir)."""
+    if what == "node_rank":
+        return node_rank()
+    if what == "master_addr":
+        return master_addr()
+    if what == "node_suffix":
+        return f"_node{node_rank()}" if node_rank() else ""
+    raise ValueError(f"sporeflow.launch.slurm:{what}: allowed: node_rank, master_addr, node_suffix")

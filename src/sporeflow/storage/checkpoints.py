@@ -1,0 +1,139 @@
+"""Checkpoint files: atomic writes (a kill mid-save never leaves a truncated file), pruning,
+and resume (newest complete checkpoint, exact-name restore, the run marker)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+
+from sporeflow.core.errors import SporeflowError
+from sporeflow.storage.files import atomic_path, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None,
+                integrated_save: bool = True) -> Path:
+    """Save a Cell or parameter list to `path` atomically (sporeflow.storage.files).
+
+    integrated_save=False keeps each rank's slices of sharded parameters (semi/auto parallel);
+    `sporeflow merge-ckpt` joins them later."""
+    size = sum(p.data.nbytes for p in obj.get_parameters()) if hasattr(obj, "get_parameters") else None
+    with atomic_path(path, size_hint=size) as tmp:
+        try:
+            ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
+        finally:
+            tmp.with_suffix(".tmp").unlink(missing_ok=True)  # MindSpore writes <name>.tmp, then renames it
+    return Path(path)
+
+
+def prune(directory: str | os.PathLike, pattern: str, keep: int) -> list[Path]:
+    """Delete all but the `keep` last (by name) files matching `pattern`; returns what was deleted."""
+    files = sorted(Path(directory).glob(pattern))  # names carry zero-padded epochs
+    doomed = files[:-keep] if keep > 0 else files
+    for f in doomed:
+        f.unlink(missing_ok=True)
+    return doomed
+
+
+def checkpoint_dir(stage_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
+    """Where a stage's checkpoints go: `<stage dir>/checkpoints`, `.../rank_<r>` in a parallel job."""
+    base = Path(stage_dir) / "checkpoints"
+    return base if world_size == 1 else base / f"rank_{rank}"
+
+
+def final_weights(stage_dir: Path, rank: int = 0) -> Path:
+    """A finished stage's `final.ckpt` for this rank: its own rank's file when the stage ran in
+    parallel, else the stand-alone one (so a stand-alone stage 1 serves a parallel job too)."""
+    per_rank = checkpoint_dir(stage_dir, rank, world_size=2) / "final.ckpt"
+    return per_rank if per_rank.is_file() else checkpoint_dir(stage_dir) / "final.ckpt"
+
+
+class CheckpointError(SporeflowError):
+    """A checkpoint is missing, unreadable or does not fit the network."""
+
+
+RUN_MARKER = "sporeflow_run.json"
+
+
+def write_run_marker(run_dir: Path, **info: Any) -> None:
+    """Record what a resume needs to continue this run (MLflow run id, stage) in the run dir."""
+    write_text_atomic(Path(run_dir) / RUN_MARKER, json.dumps(info, indent=2))
+
+
+def read_run_marker(run_dir: Path) -> dict:
+    path = Path(run_dir) / RUN_MARKER
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
+    """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
+    if resume is False or resume in ("false", "False", "", None):
+        return None
+    if resume is True or resume in ("true", "True"):
+        markers = sorted(Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"),
+                         key=lambda p: p.stat().st_mtime)
+        if not markers:
+            raise CheckpointError(f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
+                                  "give the run directory: resume=<run dir>")
+        return markers[-1].parent
+    run_dir = Path(str(resume)).expanduser()
+    if not (run_dir / "checkpoints").is_dir():
+        raise CheckpointError(f"resume={resume}: {run_dir / 'checkpoints'} does not exist")
+    return run_dir.resolve()
+
+
+def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:
+    """The newest `epoch_*.ckpt` that loads; a corrupt one is skipped with a warning."""
+    candidates = sorted(Path(directory).glob("epoch_*.ckpt"), reverse=True)
+    for path in candidates:
+        try:
+            return path, ms.load_checkpoint(str(path))
+        except (ValueError, RuntimeError, OSError) as ex:
+            log.warning("skipping unreadable checkpoint %s: %s", path, ex)
+    raise CheckpointError(f"no readable epoch_*.ckpt in {directory} "
+                          f"({len(candidates)} found, none loads)")
+
+
+def load_checkpoint_file(path: Path) -> dict:
+    """A checkpoint's parameters; a clear error for a missing or corrupt file."""
+    try:
+        return ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError) as ex:
+        raise CheckpointError(f"cannot read checkpoint {path}: {ex}") from ex
+
+
+def load_weights(network, path: Path) -> None:
+    """Network weights from a checkpoint file, every parameter matched by its exact name."""
+    restore_exact(load_checkpoint_file(path), network)
+
+
+def restore_exact(state: dict, *cells) -> list[str]:
+    """Copy checkpoint values into the cells' parameters, matched by exact name.
+
+    `load_param_into_net` matches names loosely (it strips prefixes), which let optimizer
+    moments overwrite network weights; here every parameter must find its own name.
+    Returns the checkpoint entries that were not used.
+    """
+    params = {}
+    for cell in cells:
+        for p in cell.get_parameters():
+            params.setdefault(p.name, p)
+    missing = [name for name in params if name not in state]
+    if missing:
+        raise CheckpointError(f"the checkpoint lacks {len(missing)} parameter(s) of this network, "
+                              f"e.g. {', '.join(missing[:5])}")
+    for name, param in params.items():
+        value = state[name]
+        if tuple(value.shape) != tuple(param.shape):
+            raise CheckpointError(f"parameter {name}: checkpoint shape {tuple(value.shape)} "
+                                  f"!= network shape {tuple(param.shape)}")
+        param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
+    return [name for name in state if name not in params]

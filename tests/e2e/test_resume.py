@@ -1,0 +1,117 @@
+"""Checkpoints and resume: exact-name restore, corrupt files skipped, SIGKILL then resume."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+from mlflow.tracking import MlflowClient
+
+from helpers.train import run_train, train_command
+from sporeflow.storage.checkpoints import (CheckpointError, find_resume_dir, newest_complete_checkpoint,
+                                   restore_exact, save_atomic)
+
+
+def trained_pair(steps=3, seed=0):
+    ms.set_seed(seed)
+    net = nn.Dense(5, 3)
+    opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")), opt)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        step(Tensor(rng.normal(size=(4, 5)).astype(np.float32)), Tensor(rng.integers(0, 3, 4).astype(np.int32)))
+    return net, opt, step
+
+
+def test_restore_exact_keeps_weights_and_moments_apart(tmp_path):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    _, _, step = trained_pair()
+    path = save_atomic(step, tmp_path / "epoch_0001.ckpt", append_dict={"epoch_num": 1})
+    state = ms.load_checkpoint(str(path))
+    net, opt, _ = trained_pair(steps=0, seed=1)
+    restore_exact(state, net, opt)
+    np.testing.assert_array_equal(net.weight.asnumpy(), state["weight"].asnumpy())
+    np.testing.assert_array_equal(opt.moments[0].asnumpy(), state["moments.weight"].asnumpy())
+    assert not np.allclose(state["weight"].asnumpy(), state["moments.weight"].asnumpy())
+
+
+def test_restore_exact_rejects_another_network(tmp_path):
+    _, _, step = trained_pair()
+    state = ms.load_checkpoint(str(save_atomic(step, tmp_path / "a.ckpt")))
+    other = nn.Dense(5, 4)
+    with pytest.raises(CheckpointError, match="weight: checkpoint shape"):
+        restore_exact(state, other)
+    with pytest.raises(CheckpointError, match="lacks"):
+        restore_exact({}, other)
+
+
+def test_corrupt_newest_checkpoint_is_skipped(tmp_path, caplog):
+    _, _, step = trained_pair()
+    save_atomic(step, tmp_path / "epoch_0001.ckpt", append_dict={"epoch_num": 1})
+    good = (tmp_path / "epoch_0001.ckpt").read_bytes()
+    (tmp_path / "epoch_0002.ckpt").write_bytes(good[: len(good) // 2])  # truncated by a crash
+    (tmp_path / ".epoch_0003.ckpt.123.tmp").write_bytes(good)          # an unfinished atomic save
+    path, state = newest_complete_checkpoint(tmp_path)
+    assert path.name == "epoch_0001.ckpt" and int(state["epoch_num"].asnumpy()) == 1
+    assert "skipping unreadable checkpoint" in caplog.text
+
+
+def test_no_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="no readable epoch_"):
+        newest_complete_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        find_resume_dir(str(tmp_path / "nope"), tmp_path)
+    with pytest.raises(CheckpointError, match="no sporeflow run"):
+        find_resume_dir(True, tmp_path)
+
+
+def _checkpoint(path):
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+
+
+@pytest.mark.e2e
+def test_sigkill_mid_training_then_resume_matches_uninterrupted(tmp_path):
+    args = ["epochs=4", "train.ema.enabled=true", "train.ema.decay=0.9", "train.clip_grad_norm=2.0"]
+    straight = tmp_path / "straight"
+    straight.mkdir()
+    proc = run_train(args, straight)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    cmd, env = train_command(args, killed)
+    victim = subprocess.Popen(cmd, cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = killed / "run" / "checkpoints" / "epoch_0002.ckpt"
+    deadline = time.time() + 300
+    while not target.exists() and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert not (killed / "run" / "checkpoints" / "final.ckpt").exists(), "killed too late"
+
+    proc = run_train(args + [f"resume={killed / 'run'}"], killed, run_dir="resumed")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    want = _checkpoint(straight / "run" / "checkpoints" / "epoch_0004.ckpt")
+    got = _checkpoint(killed / "run" / "checkpoints" / "epoch_0004.ckpt")
+    weights = [k for k in want if k.startswith(("conv", "fc"))]
+    moments = [k for k in want if k.startswith("moments.")]
+    emas = [k for k in want if k.startswith("ema.")]
+    assert weights and moments and emas
+    for group in (weights, moments, emas):
+        for key in group:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert got["global_step"] == want["global_step"] and int(got["step_num"]) == 4 * 45
+
+    client = MlflowClient(f"sqlite:///{killed}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == list(range(1, 4 * 45 + 1))  # continued at the right step, nothing doubled
+    acc_steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc_ema")]
+    assert acc_steps == [45, 90, 135, 180]

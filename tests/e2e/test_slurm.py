@@ -1,0 +1,91 @@
+"""The road to SLURM without a cluster (none exists here): the sbatch script sporeflow's
+`cluster=slurm` preset makes submitit write, and the msrun command each node's task would run,
+with SLURM's environment variables set by the test (fake_slurm_env). `hydra/launcher=submitit_local`
+runs a job for real in tests/test_sweeps.py."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from sporeflow.core.context import RunContext
+from sporeflow.launch.msrun import msrun_command
+from sporeflow.config.schema import validate
+
+SLURM_JOB = ["cluster=slurm", "parallel=data8", "parallel.nodes=2", "hydra.launcher.partition=cpu"]
+
+
+@pytest.fixture
+def fake_slurm_env(monkeypatch):
+    """What SLURM exports to the task on the second node of a 2-node job."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "cpu[07-08]")
+    monkeypatch.setenv("SLURM_NODEID", "1")
+
+
+def compose_with_hydra(overrides):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from helpers.train import CONF
+    from sporeflow.entry.hydra_setup import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides, return_hydra_config=True)
+
+
+def without_hydra(cfg):
+    """The task function's view: Hydra's own node removed (as Hydra does before calling it)."""
+    from omegaconf import open_dict
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def test_slurm_preset_asks_for_one_task_per_node_with_a_fake_srun(tmp_path, monkeypatch):
+    """submitit's SlurmExecutor insists on an `srun` on PATH before it writes a script: a fake one."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    launcher = compose_with_hydra(SLURM_JOB).hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    params = OmegaConf.to_container(launcher, resolve=False)
+    params = {k: v for k, v in params.items() if k not in ("_target_", "submitit_folder", "max_num_timeout", "name")}
+    params = {k: OmegaConf.select(launcher, k) if k in ("nodes",) else v for k, v in params.items()}
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")   # builds, never submits
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8",
+                 "#SBATCH --partition=cpu", "#SBATCH --time=120"):
+        assert line in script, script
+    assert "srun" in script   # one task per node, each a sporeflow launcher
+
+
+def test_each_node_task_runs_msrun_for_its_own_workers(fake_slurm_env, tmp_path):
+    cfg = compose_with_hydra(SLURM_JOB)
+    OmegaConf.update(cfg, "hydra.job.num", 3)   # what Hydra sets for the job
+    assert cfg.hydra.sweep.subdir == "3_node1"   # nodes sharing a filesystem never share a run dir
+    plain = validate(without_hydra(cfg))
+    ctx = RunContext(run_dir=tmp_path / "run", launch_dir=tmp_path, overrides=SLURM_JOB,
+                     entry_script=Path("train.py"))
+    cmd, _ = msrun_command(plain, ctx, plain.parallel.master_port)
+    for arg in ("--worker_num=8", "--local_worker_num=4", "--node_rank=1", "--master_addr=cpu07",
+                "--master_port=29517"):
+        assert arg in cmd, cmd
+
+
+def test_outside_slurm_the_preset_is_a_single_node(tmp_path):
+    plain = validate(without_hydra(compose_with_hydra(["cluster=slurm", "parallel=data2"])))
+    assert plain.parallel.node_rank == 0 and plain.parallel.master_addr == "127.0.0.1"

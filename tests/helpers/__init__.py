@@ -1,0 +1,1 @@
+"""What several tests share: paths, running train.py, data files in real formats, MindSpore setup."""

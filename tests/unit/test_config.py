@@ -1,0 +1,94 @@
+"""Every option of every group composes and validates; bad input fails with the promised error."""
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from helpers.train import CONF, REPO, run_train
+from sporeflow.core.errors import ConfigError
+from sporeflow.config.schema import allowed_keys, validate
+
+GROUPS = ["model", "dataset", "optimizer", "loss", "parallel", "boost", "callbacks", "experiment"]
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes_and_validates(compose_cfg, group, option):
+    device = ["device_target=Ascend"] if option in ("semi_auto8", "auto8") else []
+    cfg = validate(compose_cfg([f"{group}={option}", *device]))
+    if group == "experiment":
+        assert cfg.experiment == option, "a preset must set `experiment:` to its own name"
+    else:
+        assert cfg[group] is not None
+    assert cfg.model.num_classes == cfg.dataset.num_classes  # interpolated, not repeated
+
+
+def test_every_group_has_an_option():
+    for group in GROUPS:
+        assert options(group), f"conf/{group} is empty"
+
+
+def test_experiment_preset_overrides_group_choices(compose_cfg):
+    cfg = validate(compose_cfg(["experiment=lenet_fashion_mnist"]))
+    assert cfg.dataset._target_.endswith("IdxImages")
+    assert cfg.experiment == "lenet_fashion_mnist"
+    assert cfg.optimizer.lr == 0.01
+
+
+def test_typo_in_component_key_names_key_and_allowed(compose_cfg):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(["+optimizer.lrr=0.1"]))
+    assert "optimizer.lrr" in str(err.value)
+    assert "lr, momentum, weight_decay" in str(err.value)
+
+
+def test_typo_in_existing_key_fails_at_compose(compose_cfg):
+    with pytest.raises(ConfigCompositionException, match="optimizer.lrr"):
+        compose_cfg(["optimizer.lrr=0.1"])
+
+
+def test_bad_enum_value_lists_allowed(compose_cfg):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["mode=eager"])
+    assert "graph, pynative" in str(err.value.__cause__)
+
+
+def test_nonpositive_epochs_rejected(compose_cfg):
+    with pytest.raises(ConfigError, match="epochs=0"):
+        validate(compose_cfg(["epochs=0"]))
+
+
+def test_unimportable_target_names_group(compose_cfg):
+    with pytest.raises(ConfigError, match=r"model\._target_: cannot import 'nowhere\.Net'"):
+        validate(compose_cfg(["model._target_=nowhere.Net"]))
+
+
+def test_missing_required_argument(compose_cfg):
+    with pytest.raises(ConfigError, match="required"):
+        validate(compose_cfg(["~dataset.root", "dataset=fashion_mnist"]))
+
+
+def test_allowed_keys_walks_nested_schema():
+    assert "checkpoint" in allowed_keys("callbacks")
+    assert allowed_keys("callbacks.checkpoint") == ["every_n_epochs", "keep_last"]
+    assert "epochs" in allowed_keys("")
+    assert allowed_keys("optimizer") == []
+
+
+def test_cli_help_lists_groups(tmp_path):
+    proc = run_train(["--help"], tmp_path)
+    assert proc.returncode == 0
+    groups = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line and line.split(": ")[0] in GROUPS)
+    assert set(groups) == set(GROUPS)
+    assert groups["dataset"].split(", ") == options("dataset")
+    assert "mlflow ui" in proc.stdout
+
+
+def test_readme_documents_every_option():
+    readme = (REPO / "README.md").read_text()
+    for group in GROUPS:
+        for option in options(group):
+            assert f"`{option}`" in readme, f"README does not document {group}={option}"

@@ -1,0 +1,197 @@
+"""Data pipelines on the embedded digits and on IDX files written here in the real format."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from helpers.formats import write_cifar_bin, write_idx, write_jpeg_tree
+from sporeflow.data.digits import Digits, load_digits_split
+from sporeflow.data.idx import IdxImages, ensure_raw
+from sporeflow.data.sampling import EpochSampler
+from sporeflow.core.errors import DataError
+
+
+def batches(dataset):
+    return list(dataset.create_tuple_iterator(output_numpy=True))
+
+
+def test_digits_split_is_stratified_and_complete():
+    x_train, y_train = load_digits_split("train", 0.2)
+    x_test, y_test = load_digits_split("test", 0.2)
+    assert len(x_train) + len(x_test) == 1797
+    assert x_train.shape[1:] == (8, 8, 1) and x_train.dtype == np.uint8
+    assert x_train.max() == 255
+    assert set(np.unique(y_test)) == set(range(10))
+
+
+def test_digits_pipeline_shapes_and_normalisation():
+    data = Digits(batch_size=16, image_size=32, mean=0.0, std=1.0)
+    got = batches(data.create("test", shuffle=False))
+    images, labels = got[0]
+    assert images.shape == (16, 1, 32, 32) and images.dtype == np.float32
+    assert labels.dtype == np.int32
+    assert 0.0 <= images.min() and images.max() <= 1.0
+    assert sum(len(b[1]) for b in got) == 360
+
+
+def test_digits_shards_cover_the_split_once():
+    data = Digits(batch_size=2000, mean=0.0, std=1.0)
+    full_images, full_labels = batches(data.create("train", shuffle=False))[0]
+    shards = [batches(data.create("train", num_shards=2, shard_id=r, seed=3))[0] for r in (0, 1)]
+    n = len(full_labels)
+    assert len(shards[0][1]) == len(shards[1][1]) == (n + 1) // 2
+    seen = [img.tobytes() for shard in shards for img in shard[0]]
+    assert {img.tobytes() for img in full_images} == set(seen)
+    assert len(seen) - len(set(seen)) == (2 - n % 2) % 2  # only wrap-around padding repeats
+
+
+def test_sampler_epoch_order_depends_only_on_seed_and_epoch():
+    uninterrupted = EpochSampler(10, seed=5)
+    orders = [list(uninterrupted) for _ in range(4)]
+    assert len({tuple(o) for o in orders}) == 4            # reshuffled every epoch
+    resumed = EpochSampler(10, seed=5, start_epoch=2)
+    assert [list(resumed), list(resumed)] == orders[2:]
+    assert list(EpochSampler(10, seed=5, shuffle=False)) == list(range(10))
+
+
+def test_resumed_pipeline_replays_the_same_batches():
+    data = Digits(batch_size=64, mean=0.0, std=1.0)
+    run = data.create("train", seed=9)
+    it = run.create_tuple_iterator(output_numpy=True, num_epochs=3)
+    per_epoch = [[b[1].tolist() for b in it] for _ in range(3)]
+    resumed = data.create("train", seed=9, start_epoch=2)
+    assert [b[1].tolist() for b in resumed.create_tuple_iterator(output_numpy=True)] == per_epoch[2]
+    assert per_epoch[0] != per_epoch[1]
+
+
+def test_idx_gz_is_expanded_once_into_cache(idx_dir, tmp_path):
+    cache = tmp_path / "cache"
+    assert ensure_raw(idx_dir, cache) == cache
+    first = (cache / "train-images-idx3-ubyte").stat().st_mtime_ns
+    ensure_raw(idx_dir, cache)
+    assert (cache / "train-images-idx3-ubyte").stat().st_mtime_ns == first
+    with gzip.open(idx_dir / "train-images-idx3-ubyte.gz", "rb") as f:
+        assert (cache / "train-images-idx3-ubyte").read_bytes() == f.read()
+
+
+def test_idx_pipeline_reads_labels_and_pixels(idx_dir, tmp_path):
+    data = IdxImages(root=str(idx_dir), cache_dir=str(tmp_path / "c"), batch_size=64,
+                     image_size=28, mean=0.0, std=1.0)
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (64, 1, 28, 28)
+    for img, k in zip(images, labels):  # the generator painted band k of class k at 250/255
+        assert img[0, 2 * k + 4].mean() == pytest.approx(250 / 255, abs=1e-6)
+
+
+def test_idx_resized_for_lenet(idx_dir, tmp_path):
+    data = IdxImages(root=str(idx_dir), cache_dir=str(tmp_path / "c"), batch_size=8, image_size=32)
+    images, _ = batches(data.create("train"))[0]
+    assert images.shape == (8, 1, 32, 32)
+
+
+def test_idx_raw_files_read_in_place(tmp_path):
+    root = tmp_path / "raw"
+    write_idx(root, "train", np.zeros((4, 28, 28)), [1, 2, 3, 4], gz=False)
+    write_idx(root, "test", np.zeros((2, 28, 28)), [5, 6], gz=False)
+    assert ensure_raw(root, None) == root
+
+
+def test_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="does not exist.*train-images-idx3-ubyte"):
+        ensure_raw(tmp_path / "nope", tmp_path / "c")
+
+
+def test_missing_file_is_named(idx_dir, tmp_path):
+    (idx_dir / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match="lacks t10k-labels-idx1-ubyte"):
+        ensure_raw(idx_dir, tmp_path / "c")
+
+
+def test_not_idx_is_a_clear_error(tmp_path):
+    root = tmp_path / "bad"
+    write_idx(root, "train", np.zeros((4, 28, 28)), [1, 2, 3, 4], gz=False)
+    write_idx(root, "test", np.zeros((2, 28, 28)), [5, 6], gz=False)
+    (root / "t10k-images-idx3-ubyte").write_bytes(b"<html>not found</html>")
+    data = IdxImages(root=str(root), batch_size=2)
+    with pytest.raises(DataError, match="not an IDX file"):
+        data.create("test")
+
+
+def test_empty_split_is_a_clear_error(tmp_path):
+    root = tmp_path / "empty"
+    write_idx(root, "train", np.zeros((4, 28, 28)), [1, 2, 3, 4], gz=False)
+    write_idx(root, "test", np.zeros((0, 28, 28)), [], gz=False)
+    with pytest.raises(DataError, match="test split .* is empty"):
+        IdxImages(root=str(root), batch_size=2).create("test")
+
+
+def test_debian_fashion_mnist_package_reads(tmp_path):
+    """The real Fashion-MNIST files from Debian's dataset-fashion-mnist (installed by .ci/run)."""
+    root = "/usr/share/datasets/fashion-mnist"
+    data = IdxImages(root=root, cache_dir=str(tmp_path / "fm"), batch_size=100, image_size=32,
+                     num_samples=200, mean=0.2860, std=0.3530)
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (100, 1, 32, 32)
+    assert set(labels) <= set(range(10)) and len(set(labels)) > 5
+    assert (tmp_path / "fm" / "train-images-idx3-ubyte").stat().st_size == 16 + 60000 * 784
+
+
+def test_cifar10_reads_binary_records_and_augments(tmp_path):
+    from sporeflow.data.cifar import Cifar10
+
+    root = tmp_path / "cifar-10-batches-bin"
+    write_cifar_bin(root)
+    data = Cifar10(root=str(root), batch_size=50, mean=(0, 0, 0), std=(1, 1, 1))
+    assert data.num_rows("train") == 50_000 and data.num_rows("test") == 10_000
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (50, 3, 32, 32)
+    np.testing.assert_allclose(images[:, 0].mean(axis=(1, 2)), labels * 20 / 255, atol=1e-6)
+    train_images, _ = next(data.create("train", seed=1).create_tuple_iterator(output_numpy=True))
+    assert (train_images == 0).all(axis=1).any()  # RandomCrop's zero padding shows up
+
+
+def test_cifar10_layout_errors(tmp_path):
+    from sporeflow.data.cifar import Cifar10
+
+    with pytest.raises(DataError, match="cifar-10-batches-bin folder"):
+        Cifar10(root=str(tmp_path / "nope")).create("train")
+    root = tmp_path / "partial"
+    root.mkdir()
+    (root / "test_batch.bin").write_bytes(b"\0" * 3073)
+    with pytest.raises(DataError, match="lacks data_batch_1.bin"):
+        Cifar10(root=str(root)).create("train")
+
+
+def test_synthetic_any_shape():
+    from sporeflow.data.synthetic import Synthetic
+
+    data = Synthetic(batch_size=4, image_size=224, channels=3, num_samples=8, test_samples=4)
+    images, labels = batches(data.create("train"))[0]
+    assert images.shape == (4, 3, 224, 224) and labels.dtype == np.int32
+
+
+def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
+    from sporeflow.data.image_folder import ImageFolder
+
+    write_jpeg_tree(tmp_path, train=4, val=2)
+    data = ImageFolder(root=str(tmp_path), batch_size=6, image_size=224, num_classes=3,
+                       mean=(0, 0, 0), std=(1, 1, 1))
+    assert data.num_rows("train") == 12 and data.num_rows("test") == 6
+    images, labels = batches(data.create("test", shuffle=False))[0]
+    assert images.shape == (6, 3, 224, 224)
+    for image, label in zip(images, labels):  # class k is the image whose channel k is bright
+        assert image.mean(axis=(1, 2)).argmax() == label
+    train_images, _ = batches(data.create("train", seed=0))[0]
+    assert train_images.shape == (6, 3, 224, 224)
+
+
+def test_image_folder_layout_errors(tmp_path):
+    from sporeflow.data.image_folder import ImageFolder
+
+    with pytest.raises(DataError, match="lacks train/"):
+        ImageFolder(root=str(tmp_path)).create("train")
+    (tmp_path / "train" / "n01").mkdir(parents=True)
+    with pytest.raises(DataError, match="holds no images"):
+        ImageFolder(root=str(tmp_path)).create("train")

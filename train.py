@@ -1,4 +1,5 @@
 """sporeflow entry: `python train.py [group=option ...] [key=value ...]` (Hydra CLI; see --help)."""
+
 import hydra
 from omegaconf import DictConfig
 

@@ -3,6 +3,7 @@
 Each setting runs in a fresh process (oneDNN reads the variable once). Prints ms/step and the
 ratio to the uncapped (native) setting. Usage: python bench/bench_cpu_isa.py [steps] [batch]
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,13 @@ def measure(isa: str | None, steps: int, batch: int) -> float:
     env.pop("ONEDNN_MAX_CPU_ISA", None)
     if isa:
         env["ONEDNN_MAX_CPU_ISA"] = isa
-    out = subprocess.run([sys.executable, "-c", "import sys\n" + WORKER, str(steps), str(batch)],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + WORKER, str(steps), str(batch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return float(next(line.split()[1] for line in out.splitlines() if line.startswith("RESULT")))
 
 
@@ -43,7 +49,9 @@ def main() -> None:
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 32
     from sporeflow.runtime.cpu_isa import resolve
 
-    print(f"LeNet-5 train step, batch {batch}, median of {steps} steps; auto here -> {resolve('auto')}")
+    print(
+        f"LeNet-5 train step, batch {batch}, median of {steps} steps; auto here -> {resolve('auto')}"
+    )
     base = measure(None, steps, batch)
     print(f"  {'native (no cap)':16s} {base:8.2f} ms/step  1.00x")
     for isa in ("AVX2", "AVX512_CORE"):

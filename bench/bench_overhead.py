@@ -15,6 +15,7 @@ sqlite store (each in a fresh process).
 Goals (issue 13): steady state <= 1.03x the script's time per image, start-up <= 1.5x.
 Usage: python bench/bench_overhead.py [lenet5,resnet18] [repeats]
 """
+
 from __future__ import annotations
 
 import json
@@ -99,29 +100,66 @@ def script(model: str, sink: bool) -> dict:
     from sporeflow.data.idx import ensure_raw
 
     images, epochs = CASES[model]
-    data_dir = ensure_raw("/usr/share/datasets/fashion-mnist",
-                          str(Path.home() / ".cache" / "sporeflow" / "fashion_mnist"))
+    data_dir = ensure_raw(
+        "/usr/share/datasets/fashion-mnist",
+        str(Path.home() / ".cache" / "sporeflow" / "fashion_mnist"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", SCRIPT, model, str(images), str(epochs), str(BATCH), str(LR),
-                        "1" if sink else "0", str(data_dir), str(out)], env=isa_env(), check=True,
-                       capture_output=True, text=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                SCRIPT,
+                model,
+                str(images),
+                str(epochs),
+                str(BATCH),
+                str(LR),
+                "1" if sink else "0",
+                str(data_dir),
+                str(out),
+            ],
+            env=isa_env(),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         found = json.loads(out.read_text())
-    return {"rate": statistics.fmean(found["rates"][1:]), "startup": found["startup"],
-            "wall": time.perf_counter() - start, "acc": found["acc"]}
+    return {
+        "rate": statistics.fmean(found["rates"][1:]),
+        "startup": found["startup"],
+        "wall": time.perf_counter() - start,
+        "acc": found["acc"],
+    }
 
 
 def sporeflow(model: str) -> dict:
     images, epochs = CASES[model]
     with tempfile.TemporaryDirectory() as tmp:
-        wall = run_train([f"hydra.run.dir={tmp}/run", f"model={model}", "dataset=fashion_mnist",
-                          f"dataset.num_samples={images}", f"dataset.batch_size={BATCH}", "optimizer=momentum",
-                          f"optimizer.lr={LR}", f"epochs={epochs}"], Path(tmp), isa_env())
+        wall = run_train(
+            [
+                f"hydra.run.dir={tmp}/run",
+                f"model={model}",
+                "dataset=fashion_mnist",
+                f"dataset.num_samples={images}",
+                f"dataset.batch_size={BATCH}",
+                "optimizer=momentum",
+                f"optimizer.lr={LR}",
+                f"epochs={epochs}",
+            ],
+            Path(tmp),
+            isa_env(),
+        )
         client, (run,) = runs(Path(tmp))
         rates = metric_history(client, run, "train/images_per_sec")
-        return {"rate": statistics.fmean(rates[1:]), "startup": run.data.metrics["train/seconds_to_first_step"],
-                "wall": wall, "acc": run.data.metrics["final/acc"]}
+        return {
+            "rate": statistics.fmean(rates[1:]),
+            "startup": run.data.metrics["train/seconds_to_first_step"],
+            "wall": wall,
+            "acc": run.data.metrics["final/acc"],
+        }
 
 
 MLFLOW_COST = r"""
@@ -140,8 +178,13 @@ def mlflow_cost() -> dict:
     found = {}
     with tempfile.TemporaryDirectory() as tmp:
         for store in ("fresh", "existing"):
-            out = subprocess.run([sys.executable, "-c", MLFLOW_COST, f"sqlite:///{tmp}/mlflow.db"], env=isa_env(),
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", MLFLOW_COST, f"sqlite:///{tmp}/mlflow.db"],
+                env=isa_env(),
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             imported, opened = (float(v) for v in out.split("RESULT")[1].split())
             found["import"], found[store] = imported, opened
     return found
@@ -157,24 +200,34 @@ def main() -> None:
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     rows = {}
     for model in models:
-        rows[model] = {"script, sink off": median_of(repeats, script, model, False),
-                       "script, sink on": median_of(repeats, script, model, True),
-                       "train.py": median_of(repeats, sporeflow, model)}
+        rows[model] = {
+            "script, sink off": median_of(repeats, script, model, False),
+            "script, sink on": median_of(repeats, script, model, True),
+            "train.py": median_of(repeats, sporeflow, model),
+        }
         print(f"  measured {model}", file=sys.stderr, flush=True)
     cost = median_of(repeats, mlflow_cost)
-    print(f"train.py vs a hand-written MindSpore script, Fashion-MNIST 32x32, batch {BATCH}, GRAPH_MODE, "
-          f"CPU ({os.cpu_count()} cores), median of {repeats} runs each:")
-    print(f"  {'case':34s} {'images/s':>9s} {'time/image':>11s} {'start-up s':>11s} {'ratio':>6s} {'wall s':>7s} "
-          f"{'test acc':>9s}")
+    print(
+        f"train.py vs a hand-written MindSpore script, Fashion-MNIST 32x32, batch {BATCH}, GRAPH_MODE, "
+        f"CPU ({os.cpu_count()} cores), median of {repeats} runs each:"
+    )
+    print(
+        f"  {'case':34s} {'images/s':>9s} {'time/image':>11s} {'start-up s':>11s} {'ratio':>6s} {'wall s':>7s} "
+        f"{'test acc':>9s}"
+    )
     for model, found in rows.items():
         images, epochs = CASES[model]
         base = found["script, sink off"]
         for label, r in found.items():
-            print(f"  {f'{model} {images} images x{epochs} epochs, {label}':34s} {r['rate']:9.0f} "
-                  f"{base['rate'] / r['rate']:10.2f}x {r['startup']:11.1f} {r['startup'] / base['startup']:5.2f}x "
-                  f"{r['wall']:7.1f} {r['acc']:9.4f}")
-    print(f"  MLflow in train.py's start-up: import {cost['import']:.1f} s, open a fresh sqlite store "
-          f"{cost['fresh']:.1f} s (schema migrations), an existing one {cost['existing']:.1f} s")
+            print(
+                f"  {f'{model} {images} images x{epochs} epochs, {label}':34s} {r['rate']:9.0f} "
+                f"{base['rate'] / r['rate']:10.2f}x {r['startup']:11.1f} {r['startup'] / base['startup']:5.2f}x "
+                f"{r['wall']:7.1f} {r['acc']:9.4f}"
+            )
+    print(
+        f"  MLflow in train.py's start-up: import {cost['import']:.1f} s, open a fresh sqlite store "
+        f"{cost['fresh']:.1f} s (schema migrations), an existing one {cost['existing']:.1f} s"
+    )
 
 
 if __name__ == "__main__":

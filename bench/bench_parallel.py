@@ -8,6 +8,7 @@ epochs after the first (sporeflow's `train/images_per_sec`: rank 0's step rate x
 batch, graph compilation left out); wall is the whole command, start-up of every worker included.
 Usage: python bench/bench_parallel.py [lenet5,resnet18]
 """
+
 from __future__ import annotations
 
 import os
@@ -18,18 +19,34 @@ from pathlib import Path
 
 from trainjob import metric_history, run_train, runs
 
-CASES = {"lenet5": ["model=lenet5", "dataset.num_samples=12000", "epochs=3"],
-         "resnet18": ["model=resnet18", "dataset.num_samples=1024", "epochs=3"]}
-JOBS = (("standalone", "standalone", []), ("data2", "data2", []),
-        ("data2, budget off", "data2", [f"runtime.threads={os.cpu_count()}"]), ("data8", "data8", []),
-        ("data8, budget off", "data8", [f"runtime.threads={os.cpu_count()}"]))
+CASES = {
+    "lenet5": ["model=lenet5", "dataset.num_samples=12000", "epochs=3"],
+    "resnet18": ["model=resnet18", "dataset.num_samples=1024", "epochs=3"],
+}
+JOBS = (
+    ("standalone", "standalone", []),
+    ("data2", "data2", []),
+    ("data2, budget off", "data2", [f"runtime.threads={os.cpu_count()}"]),
+    ("data8", "data8", []),
+    ("data8, budget off", "data8", [f"runtime.threads={os.cpu_count()}"]),
+)
 
 
 def run(args: list[str]) -> tuple[float, float]:
     """(wall seconds, the job's images/s after its first epoch) of one train.py job in a fresh folder."""
     with tempfile.TemporaryDirectory() as tmp:
-        wall = run_train([f"hydra.run.dir={tmp}/run", "dataset=fashion_mnist", "dataset.batch_size=64",
-                          "optimizer=momentum", "optimizer.lr=0.01", "callbacks.progress_bar=false", *args], Path(tmp))
+        wall = run_train(
+            [
+                f"hydra.run.dir={tmp}/run",
+                "dataset=fashion_mnist",
+                "dataset.batch_size=64",
+                "optimizer=momentum",
+                "optimizer.lr=0.01",
+                "callbacks.progress_bar=false",
+                *args,
+            ],
+            Path(tmp),
+        )
         client, (found,) = runs(Path(tmp))
         return wall, statistics.fmean(metric_history(client, found, "train/images_per_sec")[1:])
 
@@ -41,12 +58,16 @@ def main() -> None:
         for label, option, extra in JOBS:
             try:
                 results[model, label] = run([*CASES[model], f"parallel={option}", *extra])
-            except RuntimeError as ex:   # a failed job is a finding: the table says so and goes on
+            except RuntimeError as ex:  # a failed job is a finding: the table says so and goes on
                 results[model, label] = (float("nan"), float("nan"))
-                print(f"  {model} {label} failed: {str(ex).strip().splitlines()[-1]}", file=sys.stderr)
+                print(
+                    f"  {model} {label} failed: {str(ex).strip().splitlines()[-1]}", file=sys.stderr
+                )
             print(f"  measured {model} {label}", file=sys.stderr, flush=True)
-    print(f"data parallel on one machine ({os.cpu_count()} cores), Fashion-MNIST 32x32, global batch 64, "
-          "3 epochs (images/s: epochs 2-3):")
+    print(
+        f"data parallel on one machine ({os.cpu_count()} cores), Fashion-MNIST 32x32, global batch 64, "
+        "3 epochs (images/s: epochs 2-3):"
+    )
     print(f"  {'model':9s} {'job':18s} {'images/s':>9s} {'vs standalone':>14s} {'wall s':>7s}")
     for (model, label), (wall, rate) in results.items():
         base = results[model, "standalone"][1]

@@ -11,6 +11,7 @@ Goals (issue 13): time <= 3x the cold I/O floor; peak RSS <= one snapshot + k x 
 + the block budget (pca_chunk_mb, 256 MB).
 Usage: python bench/bench_pca.py [sizes in millions, e.g. 1,11,25] [--snapshots 40] [--builtin-max-m 11]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 K, CHUNK_MB = 32, 256.0
 
@@ -32,7 +33,8 @@ WORKER = r"""
 import resource, sys, time
 from pathlib import Path
 from mindspore import nn
-kind, folder, k, hidden, chunk_mb = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+kind, folder = sys.argv[1], Path(sys.argv[2])
+k, hidden, chunk_mb = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 net = nn.SequentialCell([nn.Dense(1000, hidden), nn.Dense(hidden, 10)])
 import numpy as np
 from mindspore.boost.base import _load_weights, _compute_pca_mat
@@ -65,19 +67,27 @@ def write_snapshots(folder: Path, n: int, hidden: int, ckpt: bool) -> int:
     params = net.trainable_params()
     sizes = [int(np.prod(p.shape)) for p in params]
     (folder / "npy").mkdir(parents=True)
-    (folder / "npy" / "layout.json").write_text(json.dumps({"names": [p.name for p in params],
-                                                            "shapes": [list(p.shape) for p in params]}))
+    (folder / "npy" / "layout.json").write_text(
+        json.dumps({"names": [p.name for p in params], "shapes": [list(p.shape) for p in params]})
+    )
     rng = np.random.default_rng(0)
     weights = np.concatenate([p.asnumpy().ravel() for p in params])
     drift = rng.standard_normal(weights.size, dtype=np.float32) * np.float32(1e-3)
     for i in range(n):
-        weights += drift * np.float32(1 + 0.05 * i) + rng.standard_normal(weights.size, dtype=np.float32) * np.float32(3e-4)
+        weights += drift * np.float32(1 + 0.05 * i) + rng.standard_normal(
+            weights.size, dtype=np.float32
+        ) * np.float32(3e-4)
         np.save(folder / "npy" / f"snapshot_e{i + 1:04d}_s00001.npy", weights)
         if ckpt:
             (folder / "ckpt").mkdir(exist_ok=True)
             parts = np.split(weights, np.cumsum(sizes)[:-1])
-            ms.save_checkpoint([{"name": p.name, "data": Tensor(v.reshape(p.shape))} for p, v in zip(params, parts)],
-                               str(folder / "ckpt" / f"snapshot_{i:03d}.ckpt"))
+            ms.save_checkpoint(
+                [
+                    {"name": p.name, "data": Tensor(v.reshape(p.shape))}
+                    for p, v in zip(params, parts)
+                ],
+                str(folder / "ckpt" / f"snapshot_{i:03d}.ckpt"),
+            )
     return weights.size
 
 
@@ -86,13 +96,13 @@ def evict(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_file():
             with open(path, "rb") as f:
-                os.fsync(f.fileno())   # dirty pages cannot be dropped
+                os.fsync(f.fileno())  # dirty pages cannot be dropped
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def read_floor(folder: Path) -> float:
     """Seconds to read every .npy snapshot's bytes once."""
-    buffer = bytearray(64 * 2 ** 20)
+    buffer = bytearray(64 * 2**20)
     start = time.perf_counter()
     for path in sorted(folder.glob("*.npy")):
         with open(path, "rb", buffering=0) as f:
@@ -103,9 +113,12 @@ def read_floor(folder: Path) -> float:
 
 def pca(kind: str, folder: Path, hidden: int) -> tuple[float, float]:
     """(peak MB above the start, seconds) of one PCA in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", WORKER, kind, str(folder), str(K), str(hidden), str(CHUNK_MB)],
-                         capture_output=True, text=True)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER, kind, str(folder), str(K), str(hidden), str(CHUNK_MB)],
+        capture_output=True,
+        text=True,
+    )
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")), None)
     if line is None:
         raise RuntimeError(f"{kind} PCA failed:\n{out.stderr[-2000:]}")
     mb, seconds = line.split()[1:]
@@ -138,15 +151,21 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP", "/var/tmp")) as tmp:
         for million in (float(s) for s in args.sizes.split(",")):
-            rows[million] = measure(million, args.snapshots, million <= args.builtin_max_m, Path(tmp))
+            rows[million] = measure(
+                million, args.snapshots, million <= args.builtin_max_m, Path(tmp)
+            )
             print(f"  measured {million:g} M", file=sys.stderr, flush=True)
     n = args.snapshots
-    print(f"PCA of {n} snapshots, k={K}, float32 .npy, pca_chunk_mb={CHUNK_MB:g}, {os.cpu_count()} cores; "
-          "seconds (peak MB above start):")
-    print(f"  {'params':>7s} {'read cold':>10s} {'read warm':>10s} {'sporeflow cold':>18s} {'sporeflow warm':>18s} "
-          f"{'built-in':>22s} {'cold/floor':>11s} {'memory bound MB':>16s}")
+    print(
+        f"PCA of {n} snapshots, k={K}, float32 .npy, pca_chunk_mb={CHUNK_MB:g}, {os.cpu_count()} cores; "
+        "seconds (peak MB above start):"
+    )
+    print(
+        f"  {'params':>7s} {'read cold':>10s} {'read warm':>10s} {'sporeflow cold':>18s} {'sporeflow warm':>18s} "
+        f"{'built-in':>22s} {'cold/floor':>11s} {'memory bound MB':>16s}"
+    )
     largest = max((r for r in rows.values() if "builtin" in r), key=lambda r: r["m"], default=None)
-    for million, r in rows.items():
+    for r in rows.values():
         m = r["m"]
         if "builtin" in r:
             builtin = f"{r['builtin'][1]:7.1f} ({r['builtin'][0]:6.0f})"
@@ -155,10 +174,12 @@ def main() -> None:
             builtin = f"~{largest['builtin'][1] * scale:5.0f} (~{largest['builtin'][0] * scale:5.0f}) extrap."
         else:
             builtin = "not run"
-        bound = (m * 4 + K * m * 4 + n * n * 8) / 2 ** 20 + CHUNK_MB
-        print(f"  {m / 1e6:6.1f}M {r['floor_cold']:10.2f} {r['floor_warm']:10.2f} "
-              f"{r['cold'][1]:8.2f} ({r['cold'][0]:6.0f}) {r['warm'][1]:8.2f} ({r['warm'][0]:6.0f}) {builtin:>22s} "
-              f"{r['cold'][1] / r['floor_cold']:10.1f}x {bound:16.0f}")
+        bound = (m * 4 + K * m * 4 + n * n * 8) / 2**20 + CHUNK_MB
+        print(
+            f"  {m / 1e6:6.1f}M {r['floor_cold']:10.2f} {r['floor_warm']:10.2f} "
+            f"{r['cold'][1]:8.2f} ({r['cold'][0]:6.0f}) {r['warm'][1]:8.2f} ({r['warm'][0]:6.0f}) {builtin:>22s} "
+            f"{r['cold'][1] / r['floor_cold']:10.1f}x {bound:16.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ mean +- sd over seeds of test accuracy and loss, wall time per arm, and stage 2 
 paired on the same test images, pooled over seeds (difference in images, 95% CI, exact McNemar p).
 Usage: python bench/bench_seed_table.py [lenet5,resnet18] [seeds, e.g. 1,2,3] [--out DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,18 +35,32 @@ from trainjob import REPO, run_train, runs
 
 sys.path.insert(0, str(REPO / "src"))
 
-RECIPE = ["dataset=fashion_mnist", "optimizer=momentum", "optimizer.lr=0.01", "epochs=16", "boost=dim_reduce",
-          "boost.snapshot.start_epoch=8", "boost.snapshot.per_epoch=4", "callbacks.progress_bar=false",
-          "callbacks.best.keep=0", "boost.baselines=[baseline,annealed,snapshot_mean]"]
-MODELS = {   # training images per model: what fits the budget here (the test split is capped alike)
+RECIPE = [
+    "dataset=fashion_mnist",
+    "optimizer=momentum",
+    "optimizer.lr=0.01",
+    "epochs=16",
+    "boost=dim_reduce",
+    "boost.snapshot.start_epoch=8",
+    "boost.snapshot.per_epoch=4",
+    "callbacks.progress_bar=false",
+    "callbacks.best.keep=0",
+    "boost.baselines=[baseline,annealed,snapshot_mean]",
+]
+MODELS = {  # training images per model: what fits the budget here (the test split is capped alike)
     "lenet5": ["model=lenet5", "dataset.num_samples=12000"],
     "resnet18": ["model=resnet18", "dataset.num_samples=1536"],
 }
 SECOND_JOB = ["boost.start_from=mean", "boost.baselines=[baseline]", "boost.baseline_epochs=10"]
 ARMS = {  # arm -> (job, stage) whose run and predictions.npy hold it
-    "stage 1": ("a", "stage1"), "stage 2 (sporeflow)": ("a", "stage2"), "stage 2 (built-in)": ("builtin", None),
-    "stage 2 from mean": ("b", "stage2"), "plain +2 epochs": ("a", "baseline"),
-    "plain +10 epochs": ("b", "baseline"), "annealed +2": ("a", "annealed"), "snapshot mean": ("a", "snapshot_mean"),
+    "stage 1": ("a", "stage1"),
+    "stage 2 (sporeflow)": ("a", "stage2"),
+    "stage 2 (built-in)": ("builtin", None),
+    "stage 2 from mean": ("b", "stage2"),
+    "plain +2 epochs": ("a", "baseline"),
+    "plain +10 epochs": ("b", "baseline"),
+    "annealed +2": ("a", "annealed"),
+    "snapshot mean": ("a", "snapshot_mean"),
 }
 REFERENCE = "stage 2 (sporeflow)"
 
@@ -61,9 +76,12 @@ def arm_result(run, stage_dir: Path) -> dict:
     import numpy as np
 
     m = run.data.metrics
-    return {"acc": m["final/acc"], "loss": m["final/loss"],
-            "seconds": (run.info.end_time - run.info.start_time) / 1000,
-            "correct": np.load(stage_dir / "predictions.npy").tolist()}
+    return {
+        "acc": m["final/acc"],
+        "loss": m["final/loss"],
+        "seconds": (run.info.end_time - run.info.start_time) / 1000,
+        "correct": np.load(stage_dir / "predictions.npy").tolist(),
+    }
 
 
 def builtin_worker(run_dir: str, out: str) -> None:
@@ -75,12 +93,12 @@ def builtin_worker(run_dir: str, out: str) -> None:
     from mindspore.train import FixedLossScaleManager
     from omegaconf import OmegaConf
 
-    from sporeflow.storage.checkpoints import load_weights
     from sporeflow.config.components import build_dataset, build_loss, build_model
     from sporeflow.dim_reduce.pca import Layout, read_all
     from sporeflow.dim_reduce.snapshots import list_snapshots
     from sporeflow.engine.predictions import correct_per_example
     from sporeflow.stages.build import eval_metrics
+    from sporeflow.storage.checkpoints import load_weights
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -93,27 +111,54 @@ def builtin_worker(run_dir: str, out: str) -> None:
     ckpts.mkdir(exist_ok=True)
     for i, path in enumerate(list_snapshots(run / "stage1" / "snapshots")):
         weights = read_all(path, layout)
-        ms.save_checkpoint([{"name": n, "data": ms.Tensor(v)} for n, v in weights.items()],
-                           str(ckpts / f"snapshot_{i:04d}.ckpt"))
+        ms.save_checkpoint(
+            [{"name": n, "data": ms.Tensor(v)} for n, v in weights.items()],
+            str(ckpts / f"snapshot_{i:04d}.ckpt"),
+        )
     load_weights(net, run / "stage1" / "checkpoints" / "final.ckpt")
     b = cfg.boost
-    config = {"boost": {"mode": "manual", "dim_reduce": True},
-              "dim_reduce": {"rho": b.rho, "gamma": b.gamma, "alpha": b.alpha, "sigma": b.sigma,
-                             "n_components": b.n_component, "pca_mat_path": None,
-                             "weight_load_dir": str(ckpts), "timeout": 1800}}
+    config = {
+        "boost": {"mode": "manual", "dim_reduce": True},
+        "dim_reduce": {
+            "rho": b.rho,
+            "gamma": b.gamma,
+            "alpha": b.alpha,
+            "sigma": b.sigma,
+            "n_components": b.n_component,
+            "pca_mat_path": None,
+            "weight_load_dir": str(ckpts),
+            "timeout": 1800,
+        },
+    }
     data = build_dataset(cfg)
     train_data = data.create("train", seed=cfg.seed, start_epoch=0)
     loss_fn = build_loss(cfg)
     start = time.perf_counter()
-    model = Model(net, loss_fn=loss_fn, optimizer=nn.SGD(net.trainable_params(), 0.01), boost_level="O1",
-                  boost_config_dict=config, loss_scale_manager=FixedLossScaleManager(1.0, drop_overflow_update=False))
+    model = Model(
+        net,
+        loss_fn=loss_fn,
+        optimizer=nn.SGD(net.trainable_params(), 0.01),
+        boost_level="O1",
+        boost_config_dict=config,
+        loss_scale_manager=FixedLossScaleManager(1.0, drop_overflow_update=False),
+    )
     model.train(b.epochs, train_data, dataset_sink_mode=False)
     seconds = time.perf_counter() - start
     eval_data = data.create("test")
-    result = Model(net, loss_fn=loss_fn, metrics=eval_metrics()).eval(eval_data, dataset_sink_mode=False)
+    result = Model(net, loss_fn=loss_fn, metrics=eval_metrics()).eval(
+        eval_data, dataset_sink_mode=False
+    )
     correct = correct_per_example(net, eval_data)
-    Path(out).write_text(json.dumps({"acc": float(result["acc"]), "loss": float(result["loss"]),
-                                     "seconds": seconds, "correct": np.asarray(correct).tolist()}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "acc": float(result["acc"]),
+                "loss": float(result["loss"]),
+                "seconds": seconds,
+                "correct": np.asarray(correct).tolist(),
+            }
+        )
+    )
 
 
 def run_seed(model: str, seed: int, root: Path) -> dict[str, dict]:
@@ -125,8 +170,12 @@ def run_seed(model: str, seed: int, root: Path) -> dict[str, dict]:
     run_train([f"hydra.run.dir={job['a']}", *args], launch)
     run_train([f"hydra.run.dir={job['b']}", *args, *SECOND_JOB], launch)
     out = job["a"] / "builtin.json"
-    subprocess.run([sys.executable, __file__, "--builtin-worker", str(job["a"]), str(out)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, __file__, "--builtin-worker", str(job["a"]), str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     by_job = {name: stage_runs(launch, path) for name, path in job.items()}
     results = {}
     for arm, (name, stage) in ARMS.items():
@@ -137,7 +186,9 @@ def run_seed(model: str, seed: int, root: Path) -> dict[str, dict]:
         stage_dir = Path(run.data.tags["run_dir"])
         results[arm] = arm_result(run, stage_dir)
     results["_pca_seconds"] = by_job["a"]["pipeline"].data.metrics.get("pca_seconds", float("nan"))
-    print(f"  {model} seed {seed}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    print(
+        f"  {model} seed {seed}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
+    )
     return results
 
 
@@ -153,10 +204,14 @@ def report(model: str, per_seed: list[dict]) -> None:
 
     n_test = len(per_seed[0][REFERENCE]["correct"])
     pca = statistics.fmean(r["_pca_seconds"] for r in per_seed)
-    print(f"\n{model} / Fashion-MNIST ({MODELS[model][1].split('=')[1]} training, {n_test} test images), "
-          f"{len(per_seed)} seeds; stage-2 arms: 2 epochs, k=32 (sporeflow's PCA {pca:.1f} s, not in its wall time)")
-    print(f"  {'arm':22s} {'test acc (mean +- sd)':>22s} {'test loss':>18s} {'wall s':>8s}   "
-          f"{'stage 2 vs arm, pooled over seeds':s}")
+    print(
+        f"\n{model} / Fashion-MNIST ({MODELS[model][1].split('=')[1]} training, {n_test} test images), "
+        f"{len(per_seed)} seeds; stage-2 arms: 2 epochs, k=32 (sporeflow's PCA {pca:.1f} s, not in its wall time)"
+    )
+    print(
+        f"  {'arm':22s} {'test acc (mean +- sd)':>22s} {'test loss':>18s} {'wall s':>8s}   "
+        f"{'stage 2 vs arm, pooled over seeds':s}"
+    )
     reference = np.concatenate([r[REFERENCE]["correct"] for r in per_seed])
     for arm in ARMS:
         accs = [r[arm]["acc"] for r in per_seed]
@@ -177,14 +232,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="?", default="lenet5,resnet18")
     parser.add_argument("seeds", nargs="?", default="1,2,3")
-    parser.add_argument("--out", help="keep the runs and the MLflow stores here (default: a temp dir)")
+    parser.add_argument(
+        "--out", help="keep the runs and the MLflow stores here (default: a temp dir)"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp).resolve()
-        results = {model: [run_seed(model, seed, root) for seed in seeds] for model in args.models.split(",")}
-    print("The seed: ResNet-50/ImageNet, stage 1 70 epochs 66.05%; + 2 dim-reduce epochs 74.31%; "
-          "plain to 80 epochs 70.18%")
+        results = {
+            model: [run_seed(model, seed, root) for seed in seeds]
+            for model in args.models.split(",")
+        }
+    print(
+        "The seed: ResNet-50/ImageNet, stage 1 70 epochs 66.05%; + 2 dim-reduce epochs 74.31%; "
+        "plain to 80 epochs 70.18%"
+    )
     for model, per_seed in results.items():
         report(model, per_seed)
 

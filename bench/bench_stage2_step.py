@@ -6,6 +6,7 @@ figure is the median step time after warm-up. Goal (issue 13): DimReduceStep <= 
 size and below the built-in everywhere.
 Usage: python bench/bench_stage2_step.py [steps] [sizes, e.g. lenet,mlp,resnet18]
 """
+
 from __future__ import annotations
 
 import os
@@ -82,9 +83,12 @@ KINDS = ("sgd", "sporeflow", "builtin")
 
 def measure(kind: str, size: str, steps: int) -> tuple[int, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, "-c", WORKER, kind, size, str(steps), tmp], capture_output=True,
-                             text=True)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
+        out = subprocess.run(
+            [sys.executable, "-c", WORKER, kind, size, str(steps), tmp],
+            capture_output=True,
+            text=True,
+        )
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")), None)
     if line is None:
         raise RuntimeError(f"{kind}/{size} failed:\n{out.stderr[-2000:]}")
     params, ms = line.split()[1:]
@@ -99,12 +103,18 @@ def main() -> None:
         found = {kind: measure(kind, size, steps) for kind in KINDS}
         rows.append((size, found["sgd"][0], {k: v[1] for k, v in found.items()}))
         print(f"  measured {size}", file=sys.stderr)
-    print(f"stage-2 step, batch 32, k=32, GRAPH_MODE, CPU ({os.cpu_count()} cores), median of {steps} steps:")
-    print(f"  {'network':9s} {'params':>10s} {'SGD ms':>9s} {'sporeflow ms':>13s} {'built-in ms':>12s} "
-          f"{'sporeflow/SGD':>14s} {'sporeflow/built-in':>19s}")
+    print(
+        f"stage-2 step, batch 32, k=32, GRAPH_MODE, CPU ({os.cpu_count()} cores), median of {steps} steps:"
+    )
+    print(
+        f"  {'network':9s} {'params':>10s} {'SGD ms':>9s} {'sporeflow ms':>13s} {'built-in ms':>12s} "
+        f"{'sporeflow/SGD':>14s} {'sporeflow/built-in':>19s}"
+    )
     for size, params, t in rows:
-        print(f"  {size:9s} {params:10d} {t['sgd']:9.2f} {t['sporeflow']:13.2f} {t['builtin']:12.2f} "
-              f"{t['sporeflow'] / t['sgd']:13.2f}x {t['sporeflow'] / t['builtin']:18.2f}x")
+        print(
+            f"  {size:9s} {params:10d} {t['sgd']:9.2f} {t['sporeflow']:13.2f} {t['builtin']:12.2f} "
+            f"{t['sporeflow'] / t['sgd']:13.2f}x {t['sporeflow'] / t['builtin']:18.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ LeNet-5 / digits job), with stage-1 and baseline reuse on (the default) and off
 how many stage runs were trained, and the size of what the sweep stored.
 Usage: python bench/bench_sweep.py
 """
+
 from __future__ import annotations
 
 import os
@@ -14,34 +15,52 @@ from pathlib import Path
 
 from trainjob import run_train, runs
 
-SWEEP = ["-m", "boost=dim_reduce", "boost.rho=0.4,0.55,0.7", "boost.sigma=0.2,0.4", "callbacks.progress_bar=false"]
+SWEEP = [
+    "-m",
+    "boost=dim_reduce",
+    "boost.rho=0.4,0.55,0.7",
+    "boost.sigma=0.2,0.4",
+    "callbacks.progress_bar=false",
+]
 NO_REUSE = ["boost.reuse_stage1=false", "boost.reuse_baselines=false"]
 
 
 def size_mb(folder: Path) -> float:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2 ** 20
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
 def sweep(extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         wall = run_train([*SWEEP, *extra, f"hydra.sweep.dir={tmp}/multirun"], Path(tmp))
         stages = Counter(r.data.tags.get("stage", "sweep") for r in runs(Path(tmp))[1])
-        return {"wall": wall, "stages": stages, "artifacts": size_mb(Path(tmp) / "mlartifacts"),
-                "outputs": size_mb(Path(tmp) / "multirun")}
+        return {
+            "wall": wall,
+            "stages": stages,
+            "artifacts": size_mb(Path(tmp) / "mlartifacts"),
+            "outputs": size_mb(Path(tmp) / "multirun"),
+        }
 
 
 def main() -> None:
     found = {"reuse on (default)": sweep([]), "reuse off": sweep(NO_REUSE)}
-    print("6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 epochs), "
-          f"{os.cpu_count()} cores:")
-    print(f"  {'':20s} {'wall s':>7s} {'stage1':>7s} {'stage2':>7s} {'baselines':>10s} {'MLflow MB':>10s} "
-          f"{'run dirs MB':>12s}")
+    print(
+        "6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 epochs), "
+        f"{os.cpu_count()} cores:"
+    )
+    print(
+        f"  {'':20s} {'wall s':>7s} {'stage1':>7s} {'stage2':>7s} {'baselines':>10s} {'MLflow MB':>10s} "
+        f"{'run dirs MB':>12s}"
+    )
     for label, r in found.items():
         s = r["stages"]
-        print(f"  {label:20s} {r['wall']:7.1f} {s['stage1']:7d} {s['stage2']:7d} "
-              f"{s['baseline'] + s['annealed'] + s['snapshot_mean']:10d} {r['artifacts']:10.1f} {r['outputs']:12.1f}")
+        print(
+            f"  {label:20s} {r['wall']:7.1f} {s['stage1']:7d} {s['stage2']:7d} "
+            f"{s['baseline'] + s['annealed'] + s['snapshot_mean']:10d} {r['artifacts']:10.1f} {r['outputs']:12.1f}"
+        )
     on, off = found["reuse on (default)"], found["reuse off"]
-    print(f"  reuse saves {off['wall'] - on['wall']:.0f} s ({off['wall'] / on['wall']:.2f}x faster)")
+    print(
+        f"  reuse saves {off['wall'] - on['wall']:.0f} s ({off['wall'] / on['wall']:.2f}x faster)"
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ LeNet-5, batch 32, GRAPH_MODE, CPU; each variant's step is timed in turn (round-
 machine noise hits all alike) and the median is reported with its ratio to plain.
 Usage: python bench/bench_train_step.py [rounds] [steps_per_round]
 """
+
 from __future__ import annotations
 
 import os
@@ -12,12 +13,12 @@ import time
 
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # the default runtime.cpu_isa on AVX-512
 
-import mindspore as ms  # noqa: E402
-import numpy as np  # noqa: E402
-from mindspore import Tensor, nn  # noqa: E402
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn
 
-from sporeflow.engine.train_step import TrainStep  # noqa: E402
-from sporeflow.models.lenet import LeNet5  # noqa: E402
+from sporeflow.engine.train_step import TrainStep
+from sporeflow.models.lenet import LeNet5
 
 VARIANTS = {
     "plain (Model's TrainOneStepCell)": None,
@@ -26,8 +27,12 @@ VARIANTS = {
     "clip_grad_norm=1": {"clip_grad_norm": 1.0},
     "accumulation_steps=4": {"accumulation_steps": 4},
     "ema decay=0.999": {"ema_decay": 0.999},
-    "all together": {"loss_scale": 1024.0, "clip_grad_norm": 1.0, "accumulation_steps": 4,
-                     "ema_decay": 0.999},
+    "all together": {
+        "loss_scale": 1024.0,
+        "clip_grad_norm": 1.0,
+        "accumulation_steps": 4,
+        "ema_decay": 0.999,
+    },
 }
 
 
@@ -59,8 +64,10 @@ def main():
             out.asnumpy()
             times[name].append((time.perf_counter() - t) / steps * 1000)
     base = np.median(times["plain (Model's TrainOneStepCell)"])
-    print(f"LeNet-5 batch 32, GRAPH_MODE, median of {rounds} rounds x {steps} steps "
-          f"(ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')})")
+    print(
+        f"LeNet-5 batch 32, GRAPH_MODE, median of {rounds} rounds x {steps} steps "
+        f"(ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')})"
+    )
     for name, t in times.items():
         print(f"  {name:34s} {np.median(t):7.2f} ms/step  x{np.median(t) / base:5.2f}")
 

@@ -1,5 +1,6 @@
 """What the benchmarks of whole `python train.py` jobs share: run one job in a launch folder
 (its sqlite MLflow store lands there), fail loudly with its stderr, read its runs back."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,13 @@ def run_train(args: list[str], launch_dir: Path, env: dict | None = None) -> flo
     """Wall seconds of `python train.py ARGS` run in `launch_dir` (raises with its stderr on failure)."""
     cmd = [sys.executable, str(REPO / "train.py"), *args]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=launch_dir, env={**(env or os.environ), "MLFLOW_TRACKING_URI": ""},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd,
+        cwd=launch_dir,
+        env={**(env or os.environ), "MLFLOW_TRACKING_URI": ""},
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return time.perf_counter() - start
@@ -33,4 +39,7 @@ def runs(launch_dir: Path, filter_string: str = ""):
 
 def metric_history(client, run, key: str) -> list[float]:
     """A run's values of one metric in step order."""
-    return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+    return [
+        m.value
+        for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+    ]

@@ -1,5 +1,6 @@
 """Fixtures only (what tests import lives in tests/helpers): Hydra compose against the real
 conf/ and a small IDX data set."""
+
 from __future__ import annotations
 
 import os
@@ -45,11 +46,10 @@ def idx_dir(tmp_path):
         labels = rng.integers(0, 10, n)
         images = rng.integers(0, 40, (n, 28, 28))
         for i, k in enumerate(labels):
-            images[i, 2 * k + 4: 2 * k + 6, :] = 250
+            images[i, 2 * k + 4 : 2 * k + 6, :] = 250
         return images, labels
 
     root = tmp_path / "idx"
     write_idx(root, "train", *make(256))
     write_idx(root, "test", *make(64))
     return root
-

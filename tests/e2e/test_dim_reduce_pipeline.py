@@ -1,4 +1,5 @@
 """`python train.py boost=dim_reduce` end to end: stages, MLflow parent/child runs, stage-1 reuse."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,14 @@ from helpers.train import TRAIN, run_train
 
 pytestmark = pytest.mark.e2e
 
-SMALL = ["epochs=3", "boost=dim_reduce", "boost.snapshot.start_epoch=1", "boost.snapshot.per_epoch=4",
-         "boost.n_component=8", "boost.epochs=1"]
+SMALL = [
+    "epochs=3",
+    "boost=dim_reduce",
+    "boost.snapshot.start_epoch=1",
+    "boost.snapshot.per_epoch=4",
+    "boost.n_component=8",
+    "boost.epochs=1",
+]
 
 
 def runs_by_stage(db):
@@ -41,23 +48,34 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
         assert child.info.status == "FINISHED"
         assert 0.1 < parent.data.metrics[f"{stage}/acc"] <= 1.0
         assert f"{stage}/loss" in parent.data.metrics
-    best_baseline = max(parent.data.metrics[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
-    assert parent.data.metrics["gain"] == pytest.approx(parent.data.metrics["stage2/acc"] - best_baseline)
+    best_baseline = max(
+        parent.data.metrics[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean")
+    )
+    assert parent.data.metrics["gain"] == pytest.approx(
+        parent.data.metrics["stage2/acc"] - best_baseline
+    )
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"comparison.png", "comparison.txt"} <= artifacts
-    (stage1,) = by_stage["stage1"]   # the basis belongs to stage 1: stored once, on its run
+    (stage1,) = by_stage["stage1"]  # the basis belongs to stage 1: stored once, on its run
     assert parent.data.tags["pca_basis_run"] == stage1.info.run_id
     assert [a.path for a in client.list_artifacts(stage1.info.run_id, "pca")]
     (stage2,) = by_stage["stage2"]
     assert stage2.data.tags["n_snapshots"] == str(3 * 4)
     assert stage2.data.params["boost.n_component"] == "8"
     assert stage2.data.tags["start_from"] == "final"
-    assert 0 < parent.data.metrics["pca_seconds"] < (stage2.info.start_time - stage1.info.end_time) / 1000
+    assert (
+        0
+        < parent.data.metrics["pca_seconds"]
+        < (stage2.info.start_time - stage1.info.end_time) / 1000
+    )
 
     table = sporeflow_compare(tmp_path)
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(parent.info.run_id))
-    assert f"{parent.data.metrics['stage2/acc']:.4f}" in row and f"{parent.data.metrics['gain']:+.4f}" in row
+    assert (
+        f"{parent.data.metrics['stage2/acc']:.4f}" in row
+        and f"{parent.data.metrics['gain']:+.4f}" in row
+    )
 
     run_dir = tmp_path / "run"
     assert len(list((run_dir / "stage1" / "snapshots").glob("snapshot_*.npy"))) == 12
@@ -68,12 +86,16 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     import numpy as np
     from scipy.stats import binomtest
 
-    right = {stage: np.load(run_dir / stage / "predictions.npy")
-             for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean")}
+    right = {
+        stage: np.load(run_dir / stage / "predictions.npy")
+        for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean")
+    }
     assert {len(r) for r in right.values()} == {360}
     for stage, r in right.items():
         assert r.mean() == pytest.approx(parent.data.metrics[f"{stage}/acc"], abs=1e-6), stage
-    best = max(("baseline", "annealed", "snapshot_mean"), key=lambda b: parent.data.metrics[f"{b}/acc"])
+    best = max(
+        ("baseline", "annealed", "snapshot_mean"), key=lambda b: parent.data.metrics[f"{b}/acc"]
+    )
     b, c = int((right["stage2"] & ~right[best]).sum()), int((~right["stage2"] & right[best]).sum())
     m = parent.data.metrics
     assert m["gain_images"] == b - c and m["gain"] == pytest.approx((b - c) / 360, abs=1e-6)
@@ -94,33 +116,58 @@ def test_stage2_can_start_from_the_snapshot_mean(tmp_path):
     proc = run_train(SMALL + ["boost.start_from=mean", "boost.baselines=[]"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "run"
-    layout = __import__("json").loads((run_dir / "stage1" / "snapshots" / "layout.json").read_text())
-    flat = np.mean([np.load(p).astype(np.float64) for p in (run_dir / "stage1" / "snapshots").glob("snapshot_*.npy")],
-                   axis=0)
+    layout = __import__("json").loads(
+        (run_dir / "stage1" / "snapshots" / "layout.json").read_text()
+    )
+    flat = np.mean(
+        [
+            np.load(p).astype(np.float64)
+            for p in (run_dir / "stage1" / "snapshots").glob("snapshot_*.npy")
+        ],
+        axis=0,
+    )
     start = ms.load_checkpoint(str(run_dir / "stage2" / "start_mean_rank_0.ckpt"))
     offset = 0
     for name, shape in zip(layout["names"], layout["shapes"]):
         size = int(np.prod(shape))
-        np.testing.assert_allclose(start[name].asnumpy(), flat[offset:offset + size].reshape(shape), atol=1e-6)
+        np.testing.assert_allclose(
+            start[name].asnumpy(), flat[offset : offset + size].reshape(shape), atol=1e-6
+        )
         offset += size
     final = ms.load_checkpoint(str(run_dir / "stage1" / "checkpoints" / "final.ckpt"))
     assert any(not np.allclose(start[n].asnumpy(), final[n].asnumpy()) for n in layout["names"])
     (stage2,) = runs_by_stage(tmp_path / "mlflow.db")[1]["stage2"]
-    assert stage2.data.tags["start_from"] == "mean" and stage2.data.params["boost.start_from"] == "mean"
+    assert (
+        stage2.data.tags["start_from"] == "mean"
+        and stage2.data.params["boost.start_from"] == "mean"
+    )
 
 
 def sweep(tmp_path, *overrides):
     """`python train.py -m SMALL ... OVERRIDES` with one baseline; the runs by stage."""
-    cmd = [sys.executable, str(TRAIN), "-m", *SMALL, *overrides, "boost.baselines=[baseline]",
-           f"hydra.sweep.dir={tmp_path / 'multirun'}", "callbacks.progress_bar=false"]
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        *SMALL,
+        *overrides,
+        "boost.baselines=[baseline]",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return runs_by_stage(tmp_path / "mlflow.db")[1]
 
 
 def sporeflow_compare(tmp_path, *args):
-    return subprocess.run([str(Path(sys.executable).parent / "sporeflow"), "compare", *args], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "sporeflow"), "compare", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+    )
 
 
 @pytest.mark.slow
@@ -129,7 +176,10 @@ def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
     assert len(by_stage["pipeline"]) == 2 and len(by_stage["stage2"]) == 2
     assert len(by_stage["stage1"]) == 1, "the sweep should train stage 1 once"
     reused = [p for p in by_stage["pipeline"] if "stage1_reused_from" in p.data.tags]
-    assert len(reused) == 1 and reused[0].data.tags["stage1_reused_from"] == by_stage["stage1"][0].info.run_id
+    assert (
+        len(reused) == 1
+        and reused[0].data.tags["stage1_reused_from"] == by_stage["stage1"][0].info.run_id
+    )
     assert sorted(r.data.params["boost.rho"] for r in by_stage["stage2"]) == ["0.4", "0.7"]
 
     proc = run_train(SMALL + ["boost.reuse_stage1=false", "boost.baselines=[]"], tmp_path)
@@ -138,12 +188,18 @@ def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
     assert len(by_stage["stage1"]) == 2
 
 
-@pytest.mark.parametrize("override,expected", [
-    (["boost.n_component=32"], ["12 snapshots", "n_component=32"]),
-    (["boost.n_components=8"], ["boost.n_components: no such key", "allowed under boost", "n_component"]),
-    (["boost.baselines=[plain]"], ["plain", "baseline, annealed, snapshot_mean"]),
-    (["boost.start_from=centre"], ["boost.start_from", "final, mean"]),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        (["boost.n_component=32"], ["12 snapshots", "n_component=32"]),
+        (
+            ["boost.n_components=8"],
+            ["boost.n_components: no such key", "allowed under boost", "n_component"],
+        ),
+        (["boost.baselines=[plain]"], ["plain", "baseline, annealed, snapshot_mean"]),
+        (["boost.start_from=centre"], ["boost.start_from", "final, mean"]),
+    ],
+)
 def test_bad_dim_reduce_config_exits_2_before_training(tmp_path, override, expected):
     proc = run_train(SMALL + override, tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -165,7 +221,9 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
 
     by_stage = sweep(tmp_path, "seed=1,2")
     parents = by_stage["pipeline"]
-    assert len(parents) == 2 and len(by_stage["stage1"]) == 2     # a seed is part of stage 1's fingerprint
+    assert (
+        len(parents) == 2 and len(by_stage["stage1"]) == 2
+    )  # a seed is part of stage 1's fingerprint
     table = sporeflow_compare(tmp_path, "--seeds", "--plot", str(tmp_path / "seeds.png"))
     assert table.returncode == 0, table.stderr
     (row,) = [line for line in table.stdout.splitlines()[1:] if line.strip()]
@@ -176,6 +234,6 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     assert (tmp_path / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plain = sporeflow_compare(tmp_path)
     for parent in parents:
-        line = next(l for l in plain.stdout.splitlines() if l.startswith(parent.info.run_id))
+        line = next(ln for ln in plain.stdout.splitlines() if ln.startswith(parent.info.run_id))
         m = parent.data.metrics
         assert f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" in line

@@ -1,5 +1,6 @@
 """Every preset in experiments/ runs for a short budget on this machine, reduced by the
 overrides the README documents (presets for Ascend/8 devices are run stand-alone on CPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,32 +13,61 @@ pytestmark = pytest.mark.e2e
 SHORT = ["epochs=1", "callbacks.checkpoint.keep_last=1"]
 REDUCED = {
     "lenet_fashion_mnist": ["dataset.num_samples=256"],
-    "resnet50_cifar10": ["device_target=CPU", "parallel=standalone", "dataset=synthetic", "dataset.batch_size=8",
-                         "dataset.num_samples=16", "dataset.test_samples=8"],
+    "resnet50_cifar10": [
+        "device_target=CPU",
+        "parallel=standalone",
+        "dataset=synthetic",
+        "dataset.batch_size=8",
+        "dataset.num_samples=16",
+        "dataset.test_samples=8",
+    ],
     "mnist_semi_auto": ["device_target=CPU", "parallel=standalone", "dataset.num_samples=256"],
-    "resnet50_imagenet_stage1": ["parallel=standalone", "dataset=synthetic", "dataset.batch_size=4",
-                                 "dataset.num_samples=8", "dataset.test_samples=4", "dataset.num_classes=10", "optimizer.lr=0.01",
-                                 "train.amp_level=O0"],
-    "resnet50_imagenet_dim_reduce": ["epochs=2", "parallel=standalone", "dataset=synthetic", "dataset.batch_size=4",
-                                     "dataset.num_samples=8", "dataset.test_samples=4", "dataset.num_classes=10",
-                                     "boost.snapshot.start_epoch=1", "boost.snapshot.per_epoch=2",
-                                     "boost.n_component=3", "boost.epochs=1", "boost.baselines=[baseline]",
-                                     "boost.baseline_epochs=1", "optimizer.lr=0.01", "train.amp_level=O0"],
+    "resnet50_imagenet_stage1": [
+        "parallel=standalone",
+        "dataset=synthetic",
+        "dataset.batch_size=4",
+        "dataset.num_samples=8",
+        "dataset.test_samples=4",
+        "dataset.num_classes=10",
+        "optimizer.lr=0.01",
+        "train.amp_level=O0",
+    ],
+    "resnet50_imagenet_dim_reduce": [
+        "epochs=2",
+        "parallel=standalone",
+        "dataset=synthetic",
+        "dataset.batch_size=4",
+        "dataset.num_samples=8",
+        "dataset.test_samples=4",
+        "dataset.num_classes=10",
+        "boost.snapshot.start_epoch=1",
+        "boost.snapshot.per_epoch=2",
+        "boost.n_component=3",
+        "boost.epochs=1",
+        "boost.baselines=[baseline]",
+        "boost.baseline_epochs=1",
+        "optimizer.lr=0.01",
+        "train.amp_level=O0",
+    ],
 }
 PRESETS = sorted(p.stem for p in (REPO / "experiments").glob("*.yaml"))
-SLOW_PRESETS = {"resnet50_imagenet_dim_reduce"}   # a ResNet-50 graph compiled for two stages
+SLOW_PRESETS = {"resnet50_imagenet_dim_reduce"}  # a ResNet-50 graph compiled for two stages
 
 
 def test_every_preset_has_a_reduced_run():
     assert sorted(REDUCED) == PRESETS
 
 
-@pytest.mark.parametrize("preset", [pytest.param(p, marks=[pytest.mark.slow] if p in SLOW_PRESETS else [])
-                                    for p in PRESETS])
+@pytest.mark.parametrize(
+    "preset",
+    [pytest.param(p, marks=[pytest.mark.slow] if p in SLOW_PRESETS else []) for p in PRESETS],
+)
 def test_preset_runs_reduced(tmp_path, preset):
     proc = run_train([f"experiment={preset}", *SHORT, *REDUCED[preset]], tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-    assert runs and all(r.info.status == "FINISHED" and r.data.tags["experiment"] == preset for r in runs)
+    assert runs and all(
+        r.info.status == "FINISHED" and r.data.tags["experiment"] == preset for r in runs
+    )
     assert any("final/acc" in r.data.metrics or "stage2/acc" in r.data.metrics for r in runs)

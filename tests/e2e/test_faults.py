@@ -1,4 +1,5 @@
 """Nothing lost, nothing silent: real processes, real signals, a real sqlite MLflow store."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,9 +25,19 @@ def test_runs_started_together_get_their_own_dir_checkpoints_and_run(tmp_path, n
     """Started in the same second in one launch dir, on a store none of them has created yet."""
     procs = []
     for _ in range(n):
-        cmd, env = train_command(["epochs=1", "callbacks.checkpoint.keep_last=1"], tmp_path, run_dir=None)
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        cmd, env = train_command(
+            ["epochs=1", "callbacks.checkpoint.keep_last=1"], tmp_path, run_dir=None
+        )
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=600) for p in procs]
     for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
@@ -43,16 +54,23 @@ def test_runs_started_together_get_their_own_dir_checkpoints_and_run(tmp_path, n
 
 def test_a_run_dir_held_by_a_live_run_is_refused(tmp_path):
     cmd, env = train_command(["epochs=30"], tmp_path)
-    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         claim = tmp_path / "run" / ".sporeflow_claim.json"
         for _ in range(600):
             if claim.exists() or first.poll() is not None:
                 break
             subprocess.run(["sleep", "0.1"])
-        second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert second.returncode == 1
-        assert f"run dir {tmp_path / 'run'} is in use by another run (pid {first.pid})" in second.stderr
+        assert (
+            f"run dir {tmp_path / 'run'} is in use by another run (pid {first.pid})"
+            in second.stderr
+        )
         assert "Traceback" not in second.stderr
     finally:
         first.kill()
@@ -72,15 +90,20 @@ def test_divergence_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path)
     assert not (ckpts / "final.ckpt").exists()
     import mindspore as ms
     import numpy as np
-    for path in ckpts.glob("*.ckpt"):   # whatever was saved is finite
-        assert all(np.isfinite(v.asnumpy()).all() for v in ms.load_checkpoint(str(path)).values()), path
+
+    for path in ckpts.glob("*.ckpt"):  # whatever was saved is finite
+        assert all(
+            np.isfinite(v.asnumpy()).all() for v in ms.load_checkpoint(str(path)).values()
+        ), path
     (run,) = runs_of(tmp_path)
     assert run.info.status == "FAILED"
     assert "diverged at epoch" in run.data.tags["sporeflow.failure"]
 
 
 def test_divergence_check_can_be_switched_off(tmp_path):
-    cmd, env = train_command(["optimizer.lr=1e6", "epochs=2", "callbacks.stop_on_divergence=false"], tmp_path)
+    cmd, env = train_command(
+        ["optimizer.lr=1e6", "epochs=2", "callbacks.stop_on_divergence=false"], tmp_path
+    )
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "final.ckpt").exists()
@@ -94,7 +117,9 @@ def job_processes(marker: str) -> list:
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(
+                p.info["cmdline"] or []
+            ):
                 found.append(p)
         except psutil.Error:
             continue
@@ -105,7 +130,9 @@ def start_and_wait_for_a_checkpoint(args, tmp_path, first_ckpt: str):
     import time
 
     cmd, env = train_command(args, tmp_path)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 300
     while not (tmp_path / "run" / first_ckpt).exists():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -132,7 +159,7 @@ def test_a_signal_ends_the_run_killed_with_one_line_and_a_resume_hint(tmp_path, 
     _, err = proc.communicate(timeout=60)
     # MindSpore's own SIGINT handler turns a Ctrl-C that lands mid-step into SIGTERM: 130 or 143
     assert proc.returncode in ((130, 143) if sig == "SIGINT" else (143,)), err[-2000:]
-    (line,) = [l for l in err.splitlines() if l.startswith("Interrupted by")]
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("Interrupted by")]
     assert "the run is marked KILLED" in line and f"resume={tmp_path / 'run'}" in line
     ckpt = line.split("last checkpoint ")[1].split(";")[0]
     assert Path(ckpt).is_file()
@@ -142,9 +169,10 @@ def test_a_signal_ends_the_run_killed_with_one_line_and_a_resume_hint(tmp_path, 
 
 
 def test_sigterm_to_the_launcher_stops_every_process_of_a_parallel_job(tmp_path):
-    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
-                                           "checkpoints/rank_0/epoch_0001.ckpt")
-    assert len(job_processes(str(tmp_path))) >= 4    # launcher, msrun, scheduler, 2 workers
+    proc = start_and_wait_for_a_checkpoint(
+        ["parallel=data2", "epochs=300"], tmp_path, "checkpoints/rank_0/epoch_0001.ckpt"
+    )
+    assert len(job_processes(str(tmp_path))) >= 4  # launcher, msrun, scheduler, 2 workers
     proc.terminate()
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 143, err[-2000:]
@@ -156,21 +184,27 @@ def test_sigterm_to_the_launcher_stops_every_process_of_a_parallel_job(tmp_path)
 
 @pytest.mark.slow
 def test_sigkill_of_the_launcher_takes_the_workers_with_it(tmp_path):
-    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
-                                           "checkpoints/rank_0/epoch_0001.ckpt")
+    proc = start_and_wait_for_a_checkpoint(
+        ["parallel=data2", "epochs=300"], tmp_path, "checkpoints/rank_0/epoch_0001.ckpt"
+    )
     proc.kill()
     proc.communicate(timeout=30)
     assert wait_gone(str(tmp_path), 60) == [], "processes of the job outlived their launcher"
     # rank 0 gets SIGTERM from its dying parent and usually closes its run itself; when it was
     # blocked in a collective and the watchdog had to SIGKILL it, the next start closes the run
     cmd, env = train_command(["epochs=1"], tmp_path, run_dir="next")
-    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    )
     assert sorted(r.info.status for r in runs_of(tmp_path)) == ["FINISHED", "KILLED"]
 
 
 def test_sigterm_ends_a_pipeline_and_its_stage_runs_killed(tmp_path):
-    proc = start_and_wait_for_a_checkpoint(["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
-                                           tmp_path, "stage1/checkpoints/epoch_0001.ckpt")
+    proc = start_and_wait_for_a_checkpoint(
+        ["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
+        tmp_path,
+        "stage1/checkpoints/epoch_0001.ckpt",
+    )
     proc.terminate()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err[-2000:]
@@ -188,19 +222,28 @@ def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
     assert original.info.status == "FINISHED"
     ckpts = tmp_path / "first" / "checkpoints"
     for ckpt in ckpts.glob("epoch_*.ckpt"):
-        ckpt.write_bytes(ckpt.read_bytes()[:1000])            # truncated: none loads
+        ckpt.write_bytes(ckpt.read_bytes()[:1000])  # truncated: none loads
 
-    cases = [(["epochs=3", f"resume={tmp_path / 'first'}"], "no readable epoch_*.ckpt"),
-             (["epochs=3", "model=mlp", "dataset.image_size=28", f"resume={tmp_path / 'other'}"], "is not a checkpoint of")]
+    cases = [
+        (["epochs=3", f"resume={tmp_path / 'first'}"], "no readable epoch_*.ckpt"),
+        (
+            ["epochs=3", "model=mlp", "dataset.image_size=28", f"resume={tmp_path / 'other'}"],
+            "is not a checkpoint of",
+        ),
+    ]
     cmd, env = train_command(["epochs=1"], tmp_path, run_dir="other")
     assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True).returncode == 0
     for args, expected in cases:
         cmd, env = train_command(args, tmp_path, run_dir="resumed")
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 2, proc.stderr[-2000:]
-        assert expected in proc.stderr and "resume=" in proc.stderr and "Traceback" not in proc.stderr
+        assert (
+            expected in proc.stderr and "resume=" in proc.stderr and "Traceback" not in proc.stderr
+        )
     after = {r.info.run_id: r for r in runs_of(tmp_path)}
-    assert len(after) == 2                                  # no run was created by the refused resumes
+    assert len(after) == 2  # no run was created by the refused resumes
     assert after[original.info.run_id].info.status == "FINISHED"
     assert after[original.info.run_id].info.end_time == original.info.end_time
 
@@ -208,11 +251,17 @@ def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
 def test_runs_left_running_by_a_killed_pipeline_are_closed_at_the_next_start(tmp_path):
     import signal as signals
 
-    proc = start_and_wait_for_a_checkpoint(["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
-                                           tmp_path, "stage1/checkpoints/epoch_0001.ckpt")
+    proc = start_and_wait_for_a_checkpoint(
+        ["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
+        tmp_path,
+        "stage1/checkpoints/epoch_0001.ckpt",
+    )
     proc.send_signal(signals.SIGKILL)
     proc.communicate(timeout=30)
-    assert sorted(r.info.status for r in runs_of(tmp_path)) == ["RUNNING", "RUNNING"]   # parent, stage1
+    assert sorted(r.info.status for r in runs_of(tmp_path)) == [
+        "RUNNING",
+        "RUNNING",
+    ]  # parent, stage1
 
     cmd, env = train_command(["epochs=1"], tmp_path, run_dir="next")
     later = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -230,20 +279,34 @@ def test_a_full_disk_fails_the_run_with_one_line_and_keeps_earlier_checkpoints(t
 
     small = tmp_path / "small"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(small)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(small)], capture_output=True
+    )
     if mounted.returncode != 0:
-        unavailable(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()}): needs root")
+        unavailable(
+            f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()}): needs root"
+        )
     try:
-        cmd, env = train_command(["epochs=4", "callbacks.best.keep=0"], tmp_path, run_dir="small/run")
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        cmd, env = train_command(
+            ["epochs=4", "callbacks.best.keep=0"], tmp_path, run_dir="small/run"
+        )
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 1, proc.stderr[-3000:]
-        (line,) = [l for l in proc.stderr.splitlines() if l.startswith("Error:")]
-        assert "no space left writing" in line and "MB free on its device" in line and "MB needed" in line
+        (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+        assert (
+            "no space left writing" in line
+            and "MB free on its device" in line
+            and "MB needed" in line
+        )
         assert "Traceback" not in proc.stderr
         ckpts = small / "run" / "checkpoints"
         left = sorted(p.name for p in ckpts.iterdir())
-        assert left and all(name.startswith("epoch_") and name.endswith(".ckpt") for name in left), left
-        for name in left:                                  # earlier checkpoints intact, no temp files
+        assert left and all(
+            name.startswith("epoch_") and name.endswith(".ckpt") for name in left
+        ), left
+        for name in left:  # earlier checkpoints intact, no temp files
             assert ms.load_checkpoint(str(ckpts / name))
         (run,) = runs_of(tmp_path)
         assert run.info.status == "FAILED" and "no space left" in run.data.tags["sporeflow.failure"]
@@ -257,8 +320,9 @@ def test_a_killed_worker_is_named_with_its_rank_and_signal(tmp_path):
     import signal as signals
     import time
 
-    proc = start_and_wait_for_a_checkpoint(["parallel=data2", "epochs=300"], tmp_path,
-                                           "checkpoints/rank_1/epoch_0001.ckpt")
+    proc = start_and_wait_for_a_checkpoint(
+        ["parallel=data2", "epochs=300"], tmp_path, "checkpoints/rank_1/epoch_0001.ckpt"
+    )
     pid = int((tmp_path / "run" / "msrun_logs" / "worker_1.pid").read_text())
     start = time.time()
     os.kill(pid, signals.SIGKILL)

@@ -1,4 +1,5 @@
 """Parallel training with real msrun worker processes; refusals and strategy checks."""
+
 from __future__ import annotations
 
 import time
@@ -10,10 +11,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.train import REPO, run_train
-from sporeflow.core.errors import ConfigError
-from sporeflow.launch.msrun import threads_per_worker
 from sporeflow.config.schema import validate
 from sporeflow.config.strategies import check_strategy
+from sporeflow.core.errors import ConfigError
+from sporeflow.launch.msrun import threads_per_worker
 
 pytestmark = pytest.mark.e2e
 DROP = ["+dataset.drop_remainder=true", "epochs=2"]
@@ -28,7 +29,9 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
     par, solo = tmp_path / "par", tmp_path / "solo"
     par.mkdir()
     solo.mkdir()
-    proc = run_train(DROP + ["parallel=data2", "dataset.batch_size=32"], par, timeout=600)   # the global batch
+    proc = run_train(
+        DROP + ["parallel=data2", "dataset.batch_size=32"], par, timeout=600
+    )  # the global batch
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     proc = run_train(DROP + ["dataset.batch_size=32"], solo)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -53,15 +56,21 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
 def test_data8_starts_eight_workers_and_finishes(tmp_path):
     proc = run_train(["parallel=data8", "epochs=1", "dataset.batch_size=64"], tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [f"rank_{r}" for r in range(8)]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+        f"rank_{r}" for r in range(8)
+    ]
     assert len(list((tmp_path / "run" / "msrun_logs").glob("worker_*.log"))) == 8
 
 
 @pytest.mark.slow
 def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
     start = time.time()
-    proc = run_train(["parallel=data2", "epochs=1", "model._target_=helpers.failing_models.FailOnRank"], tmp_path,
-                     env={"PYTHONPATH": str(REPO / "tests")}, timeout=600)
+    proc = run_train(
+        ["parallel=data2", "epochs=1", "model._target_=helpers.failing_models.FailOnRank"],
+        tmp_path,
+        env={"PYTHONPATH": str(REPO / "tests")},
+        timeout=600,
+    )
     assert time.time() - start < 300
     assert proc.returncode == 1
     assert "worker_1.log failed" in proc.stderr
@@ -77,20 +86,30 @@ def test_semi_and_auto_parallel_refused_on_cpu_before_launch(tmp_path, option):
     """With the default model too: the parallel group holds no model's layer names."""
     proc = run_train([f"parallel={option}"], tmp_path)
     assert proc.returncode == 2
-    assert "cannot run with device_target=CPU" in proc.stderr and "parallel=data2|data4|data8" in proc.stderr
+    assert (
+        "cannot run with device_target=CPU" in proc.stderr
+        and "parallel=data2|data4|data8" in proc.stderr
+    )
     assert not (tmp_path / "run" / "msrun_logs").exists()
 
 
 def test_bad_strategy_names_the_layer_before_launch(tmp_path):
-    proc = run_train(["experiment=mnist_semi_auto", "parallel.shard.layer1=[[2,2],[1,2]]"], tmp_path)
+    proc = run_train(
+        ["experiment=mnist_semi_auto", "parallel.shard.layer1=[[2,2],[1,2]]"], tmp_path
+    )
     assert proc.returncode == 2
-    assert "parallel.shard.layer1=[[2, 2], [1, 2]]" in proc.stderr and "reduction dimension" in proc.stderr
-    proc = run_train(["experiment=mnist_semi_auto", "+parallel.shard.layer9=[[2,1],[1,2]]"], tmp_path)
+    assert (
+        "parallel.shard.layer1=[[2, 2], [1, 2]]" in proc.stderr
+        and "reduction dimension" in proc.stderr
+    )
+    proc = run_train(
+        ["experiment=mnist_semi_auto", "+parallel.shard.layer9=[[2,1],[1,2]]"], tmp_path
+    )
     assert proc.returncode == 2 and "shardable layers: layer1, layer2, layer3" in proc.stderr
 
 
 def test_strategy_rules():
-    check_strategy("layer1", [[2, 1], [1, 2]], (784, 512), 32, 8)   # the seed's
+    check_strategy("layer1", [[2, 1], [1, 2]], (784, 512), 32, 8)  # the seed's
     check_strategy("layer3", [[2, 2], [2, 1]], (512, 10), 32, 8)
     with pytest.raises(ConfigError, match="divide parallel.device_num=8"):
         check_strategy("layer1", [[3, 1], [1, 1]], (784, 512), 33, 8)
@@ -110,9 +129,20 @@ def test_thread_budget_divides_cores():
 def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
     """Stage 2 averages gradients and trial losses by true division: every rank takes the same
     line-search decisions and the weights never drift apart (the built-in hangs, then NaNs)."""
-    proc = run_train(["parallel=data2", "epochs=3", "boost=dim_reduce", "boost.snapshot.start_epoch=1",
-                      "boost.snapshot.per_epoch=4", "boost.n_component=8", "boost.epochs=1",
-                      "boost.baselines=[baseline]"], tmp_path, timeout=900)
+    proc = run_train(
+        [
+            "parallel=data2",
+            "epochs=3",
+            "boost=dim_reduce",
+            "boost.snapshot.start_epoch=1",
+            "boost.snapshot.per_epoch=4",
+            "boost.n_component=8",
+            "boost.epochs=1",
+            "boost.baselines=[baseline]",
+        ],
+        tmp_path,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (proc.stdout + proc.stderr).count("dim_reduce pipeline (") == 1  # rank 0 alone reports
     stage2 = tmp_path / "run" / "stage2" / "checkpoints"
@@ -122,21 +152,46 @@ def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
         np.testing.assert_array_equal(value, ranks[1][key], err_msg=key)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-    assert sorted(r.data.tags["stage"] for r in runs) == ["baseline", "pipeline", "stage1", "stage2"]
+    assert sorted(r.data.tags["stage"] for r in runs) == [
+        "baseline",
+        "pipeline",
+        "stage1",
+        "stage2",
+    ]
 
 
 def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
+    from sporeflow.config.schema import validate
     from sporeflow.core.context import RunContext
     from sporeflow.launch.msrun import msrun_command
-    from sporeflow.config.schema import validate
 
-    cfg = validate(compose_cfg(["parallel=data8", "parallel.nodes=2", "parallel.node_rank=1",
-                                "parallel.master_addr=10.0.0.5", "epochs=3"]))
-    ctx = RunContext(run_dir=tmp_path / "run", launch_dir=tmp_path, entry_script=Path("/x/train.py"),
-                     overrides=["parallel=data8", "epochs=3", "hydra.run.dir=elsewhere"])
+    cfg = validate(
+        compose_cfg(
+            [
+                "parallel=data8",
+                "parallel.nodes=2",
+                "parallel.node_rank=1",
+                "parallel.master_addr=10.0.0.5",
+                "epochs=3",
+            ]
+        )
+    )
+    ctx = RunContext(
+        run_dir=tmp_path / "run",
+        launch_dir=tmp_path,
+        entry_script=Path("/x/train.py"),
+        overrides=["parallel=data8", "epochs=3", "hydra.run.dir=elsewhere"],
+    )
     cmd, log_dir = msrun_command(cfg, ctx, 29500)
-    assert cmd[:7] == ["msrun", "--worker_num=8", "--local_worker_num=4", "--master_addr=10.0.0.5",
-                       "--master_port=29500", "--node_rank=1", f"--log_dir={tmp_path / 'run' / 'msrun_logs'}"]
+    assert cmd[:7] == [
+        "msrun",
+        "--worker_num=8",
+        "--local_worker_num=4",
+        "--master_addr=10.0.0.5",
+        "--master_port=29500",
+        "--node_rank=1",
+        f"--log_dir={tmp_path / 'run' / 'msrun_logs'}",
+    ]
     assert "/x/train.py" in cmd and "epochs=3" in cmd and "hydra.run.dir=elsewhere" not in cmd
     assert f"hydra.run.dir={tmp_path / 'run'}" in cmd
     assert cmd[-1] == f"runtime.threads={threads_per_worker(4)}"
@@ -169,7 +224,11 @@ def test_data2_is_the_same_experiment_with_a_quiet_console(tmp_path):
 
 
 def test_a_global_batch_that_does_not_split_is_refused(compose_cfg):
-    with pytest.raises(ConfigError, match=r"dataset.batch_size=30 is the global batch .* parallel.workers=4"):
+    with pytest.raises(
+        ConfigError, match=r"dataset.batch_size=30 is the global batch .* parallel.workers=4"
+    ):
         validate(compose_cfg(["parallel=data4", "dataset.batch_size=30"]))
-    cfg = validate(compose_cfg(["parallel=data4", "dataset.batch_size=30", "parallel.per_worker_batch=true"]))
+    cfg = validate(
+        compose_cfg(["parallel=data4", "dataset.batch_size=30", "parallel.per_worker_batch=true"])
+    )
     assert cfg.parallel.per_worker_batch

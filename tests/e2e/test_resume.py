@@ -1,4 +1,5 @@
 """Checkpoints and resume: exact-name restore, corrupt files skipped, SIGKILL then resume."""
+
 from __future__ import annotations
 
 import os
@@ -13,18 +14,28 @@ from mindspore import Tensor, nn
 from mlflow.tracking import MlflowClient
 
 from helpers.train import run_train, train_command
-from sporeflow.storage.checkpoints import (CheckpointError, find_resume_dir, newest_complete_checkpoint,
-                                   restore_exact, save_atomic)
+from sporeflow.storage.checkpoints import (
+    CheckpointError,
+    find_resume_dir,
+    newest_complete_checkpoint,
+    restore_exact,
+    save_atomic,
+)
 
 
 def trained_pair(steps=3, seed=0):
     ms.set_seed(seed)
     net = nn.Dense(5, 3)
     opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")), opt)
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")), opt
+    )
     rng = np.random.default_rng(seed)
     for _ in range(steps):
-        step(Tensor(rng.normal(size=(4, 5)).astype(np.float32)), Tensor(rng.integers(0, 3, 4).astype(np.int32)))
+        step(
+            Tensor(rng.normal(size=(4, 5)).astype(np.float32)),
+            Tensor(rng.integers(0, 3, 4).astype(np.int32)),
+        )
     return net, opt, step
 
 
@@ -55,7 +66,7 @@ def test_corrupt_newest_checkpoint_is_skipped(tmp_path, caplog):
     save_atomic(step, tmp_path / "epoch_0001.ckpt", append_dict={"epoch_num": 1})
     good = (tmp_path / "epoch_0001.ckpt").read_bytes()
     (tmp_path / "epoch_0002.ckpt").write_bytes(good[: len(good) // 2])  # truncated by a crash
-    (tmp_path / ".epoch_0003.ckpt.123.tmp").write_bytes(good)          # an unfinished atomic save
+    (tmp_path / ".epoch_0003.ckpt.123.tmp").write_bytes(good)  # an unfinished atomic save
     path, state = newest_complete_checkpoint(tmp_path)
     assert path.name == "epoch_0001.ckpt" and int(state["epoch_num"].asnumpy()) == 1
     assert "skipping unreadable checkpoint" in caplog.text
@@ -85,7 +96,9 @@ def test_sigkill_mid_training_then_resume_matches_uninterrupted(tmp_path):
     killed = tmp_path / "killed"
     killed.mkdir()
     cmd, env = train_command(args, killed)
-    victim = subprocess.Popen(cmd, cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        cmd, cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     target = killed / "run" / "checkpoints" / "epoch_0002.ckpt"
     deadline = time.time() + 300
     while not target.exists() and victim.poll() is None and time.time() < deadline:

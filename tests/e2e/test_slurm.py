@@ -2,6 +2,7 @@
 `cluster=slurm` preset makes submitit write, and the msrun command each node's task would run,
 with SLURM's environment variables set by the test (fake_slurm_env). `hydra/launcher=submitit_local`
 runs a job for real in tests/test_sweeps.py."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from sporeflow.config.schema import validate
 from sporeflow.core.context import RunContext
 from sporeflow.launch.msrun import msrun_command
-from sporeflow.config.schema import validate
 
 SLURM_JOB = ["cluster=slurm", "parallel=data8", "parallel.nodes=2", "hydra.launcher.partition=cpu"]
 
@@ -51,12 +52,17 @@ def without_hydra(cfg):
 def test_slurm_preset_asks_for_one_task_per_node_with_a_fake_srun(tmp_path, monkeypatch):
     """submitit's SlurmExecutor insists on an `srun` on PATH before it writes a script: a fake one."""
     import submitit
+
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
     launcher = compose_with_hydra(SLURM_JOB).hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     params = OmegaConf.to_container(launcher, resolve=False)
-    params = {k: v for k, v in params.items() if k not in ("_target_", "submitit_folder", "max_num_timeout", "name")}
+    params = {
+        k: v
+        for k, v in params.items()
+        if k not in ("_target_", "submitit_folder", "max_num_timeout", "name")
+    }
     params = {k: OmegaConf.select(launcher, k) if k in ("nodes",) else v for k, v in params.items()}
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     fake_bin = tmp_path / "bin"
@@ -64,25 +70,43 @@ def test_slurm_preset_asks_for_one_task_per_node_with_a_fake_srun(tmp_path, monk
     (fake_bin / "srun").write_text("#!/bin/sh\nexit 0\n")
     (fake_bin / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")   # builds, never submits
+    executor = submitit.AutoExecutor(
+        folder=tmp_path / "submitit", cluster="slurm"
+    )  # builds, never submits
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
-    script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8",
-                 "#SBATCH --partition=cpu", "#SBATCH --time=120"):
+    script = executor._executor._make_submission_file_text(
+        "python -u -m submitit.core._submit", "uid"
+    )
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --partition=cpu",
+        "#SBATCH --time=120",
+    ):
         assert line in script, script
-    assert "srun" in script   # one task per node, each a sporeflow launcher
+    assert "srun" in script  # one task per node, each a sporeflow launcher
 
 
 def test_each_node_task_runs_msrun_for_its_own_workers(fake_slurm_env, tmp_path):
     cfg = compose_with_hydra(SLURM_JOB)
-    OmegaConf.update(cfg, "hydra.job.num", 3)   # what Hydra sets for the job
-    assert cfg.hydra.sweep.subdir == "3_node1"   # nodes sharing a filesystem never share a run dir
+    OmegaConf.update(cfg, "hydra.job.num", 3)  # what Hydra sets for the job
+    assert cfg.hydra.sweep.subdir == "3_node1"  # nodes sharing a filesystem never share a run dir
     plain = validate(without_hydra(cfg))
-    ctx = RunContext(run_dir=tmp_path / "run", launch_dir=tmp_path, overrides=SLURM_JOB,
-                     entry_script=Path("train.py"))
+    ctx = RunContext(
+        run_dir=tmp_path / "run",
+        launch_dir=tmp_path,
+        overrides=SLURM_JOB,
+        entry_script=Path("train.py"),
+    )
     cmd, _ = msrun_command(plain, ctx, plain.parallel.master_port)
-    for arg in ("--worker_num=8", "--local_worker_num=4", "--node_rank=1", "--master_addr=cpu07",
-                "--master_port=29517"):
+    for arg in (
+        "--worker_num=8",
+        "--local_worker_num=4",
+        "--node_rank=1",
+        "--master_addr=cpu07",
+        "--master_port=29517",
+    ):
         assert arg in cmd, cmd
 
 

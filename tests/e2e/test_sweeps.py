@@ -1,5 +1,6 @@
 """Sweeps end to end: one MLflow parent per multirun, shared stage 1 and baselines, failed jobs,
 concurrent joblib jobs on one sqlite store, sporeflow's Optuna sweeper, the comparison table."""
+
 from __future__ import annotations
 
 import csv
@@ -27,12 +28,26 @@ from helpers.train import TRAIN
 
 pytestmark = pytest.mark.e2e
 
-SMALL = ["epochs=3", "boost=dim_reduce", "boost.snapshot.start_epoch=1", "boost.snapshot.per_epoch=4",
-         "boost.n_component=8", "boost.epochs=1", "boost.baselines=[baseline,snapshot_mean]"]
+SMALL = [
+    "epochs=3",
+    "boost=dim_reduce",
+    "boost.snapshot.start_epoch=1",
+    "boost.snapshot.per_epoch=4",
+    "boost.n_component=8",
+    "boost.epochs=1",
+    "boost.baselines=[baseline,snapshot_mean]",
+]
 
 
 def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(TRAIN), "-m", *args, f"hydra.sweep.dir={cwd / 'multirun'}", "callbacks.progress_bar=false"]
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        *args,
+        f"hydra.sweep.dir={cwd / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -51,8 +66,14 @@ def by_stage(runs) -> dict:
 
 
 def sporeflow(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "sporeflow"), *args], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""}, timeout=300)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "sporeflow"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +91,15 @@ def test_a_sweep_is_one_parent_run_with_jobs_named_by_what_differs(rho_sweep):
     stages = by_stage(runs)
     (sweep,) = stages["sweep"]
     assert sweep.info.status == "FINISHED" and sweep.data.tags["sweep.keys"] == "boost.rho"
-    assert sweep.info.run_name.startswith("sweep-") and "boost.rho=0.4,0.7" in sweep.data.tags["sweep.overrides"]
+    assert (
+        sweep.info.run_name.startswith("sweep-")
+        and "boost.rho=0.4,0.7" in sweep.data.tags["sweep.overrides"]
+    )
     pipelines = stages["pipeline"]
-    assert sorted(p.info.run_name for p in pipelines) == ["dim_reduce rho=0.4", "dim_reduce rho=0.7"]
+    assert sorted(p.info.run_name for p in pipelines) == [
+        "dim_reduce rho=0.4",
+        "dim_reduce rho=0.7",
+    ]
     assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {sweep.info.run_id}
     # the parent holds the best job, recomputed here from the jobs' own runs
     best = max(pipelines, key=lambda p: p.data.metrics["stage2/acc"])
@@ -90,18 +117,32 @@ def test_a_sweep_trains_stage1_and_each_baseline_once(rho_sweep):
     cwd, _ = rho_sweep
     client, runs = store(cwd)
     stages = by_stage(runs)
-    assert len(stages["stage1"]) == 1 and len(stages["baseline"]) == 1 and len(stages["snapshot_mean"]) == 1
+    assert (
+        len(stages["stage1"]) == 1
+        and len(stages["baseline"]) == 1
+        and len(stages["snapshot_mean"]) == 1
+    )
     assert len(stages["stage2"]) == 2
     first, second = sorted(stages["pipeline"], key=lambda p: int(p.data.tags["sweep.job"]))
     assert second.data.tags["baseline_reused_from"] == stages["baseline"][0].info.run_id
     assert second.data.tags["snapshot_mean_reused_from"] == stages["snapshot_mean"][0].info.run_id
-    for pipeline in (first, second):   # the comparison still shows every arm per job
-        assert pipeline.data.metrics["baseline/acc"] == stages["baseline"][0].data.metrics["final/acc"]
-        assert "gain_p_value" in pipeline.data.metrics and "vs_baseline/p_value" in pipeline.data.metrics
+    for pipeline in (first, second):  # the comparison still shows every arm per job
+        assert (
+            pipeline.data.metrics["baseline/acc"] == stages["baseline"][0].data.metrics["final/acc"]
+        )
+        assert (
+            "gain_p_value" in pipeline.data.metrics
+            and "vs_baseline/p_value" in pipeline.data.metrics
+        )
         # stage 1's per-epoch curve is on every pipeline, reused or not, equal to stage 1's own
         curve = [m.value for m in client.get_metric_history(pipeline.info.run_id, "curve/stage1")]
-        own = [m.value for m in sorted(client.get_metric_history(stages["stage1"][0].info.run_id, "eval/acc"),
-                                       key=lambda m: m.step)]
+        own = [
+            m.value
+            for m in sorted(
+                client.get_metric_history(stages["stage1"][0].info.run_id, "eval/acc"),
+                key=lambda m: m.step,
+            )
+        ]
         assert curve == own and len(curve) == 3
         assert pipeline.data.tags["pca_basis_run"] == stages["stage1"][0].info.run_id
         assert not [a for a in client.list_artifacts(pipeline.info.run_id) if a.path == "pca"]
@@ -120,7 +161,9 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
     expected = sorted(pipelines, key=lambda rho: -pipelines[rho].data.metrics["stage2/acc"])
     assert [r["boost.rho"] for r in rows] == expected
     for row in rows:
-        assert float(row["stage2"]) == pytest.approx(pipelines[row["boost.rho"]].data.metrics["stage2/acc"], abs=5e-5)
+        assert float(row["stage2"]) == pytest.approx(
+            pipelines[row["boost.rho"]].data.metrics["stage2/acc"], abs=5e-5
+        )
     markdown = sporeflow(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
     assert markdown.splitlines()[0].startswith("| job | status | boost.rho |")
     assert sporeflow(cwd, "compare", "--sweep", "0123abc").returncode == 2
@@ -134,35 +177,64 @@ def test_a_failed_job_ends_the_parent_failed_and_the_summary_names_it(tmp_path):
     (sweep,) = stages["sweep"]
     assert sweep.info.status == "FAILED", "the parent must never stay RUNNING"
     assert sweep.data.metrics["jobs_finished"] == 1 and sweep.data.metrics["jobs_failed"] == 1
-    assert "job 1" in sweep.data.tags["sporeflow.failure"] and "clip_grad_norm" in sweep.data.tags["sporeflow.failure"]
+    assert (
+        "job 1" in sweep.data.tags["sporeflow.failure"]
+        and "clip_grad_norm" in sweep.data.tags["sporeflow.failure"]
+    )
     (train,) = stages["train"]
-    assert train.info.status == "FINISHED" and train.data.tags["mlflow.parentRunId"] == sweep.info.run_id
-    assert "failed: job 1 (clip_grad_norm=-1): ConfigError: train.clip_grad_norm=-1.0: must be >= 0" in proc.stderr
+    assert (
+        train.info.status == "FINISHED"
+        and train.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+    )
+    assert (
+        "failed: job 1 (clip_grad_norm=-1): ConfigError: train.clip_grad_norm=-1.0: must be >= 0"
+        in proc.stderr
+    )
 
 
 def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
-    proc = multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "epochs=2",
-                    "optimizer.lr=0.01,0.02")
+    proc = multirun(
+        tmp_path,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "epochs=2",
+        "optimizer.lr=0.01,0.02",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, runs = store(tmp_path)
     stages = by_stage(runs)
     (sweep,) = stages["sweep"]
     assert sweep.data.tags["sweep.launcher"].endswith("JoblibLauncher")
     jobs = stages["train"]
-    assert sorted(j.info.run_name for j in jobs) == ["lenet5-digits lr=0.01", "lenet5-digits lr=0.02"]
+    assert sorted(j.info.run_name for j in jobs) == [
+        "lenet5-digits lr=0.01",
+        "lenet5-digits lr=0.02",
+    ]
     pids = set()
-    for job in jobs:   # complete: ended, every epoch's eval, final metrics, config, checkpoint artifact
-        assert job.info.status == "FINISHED" and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+    for (
+        job
+    ) in jobs:  # complete: ended, every epoch's eval, final metrics, config, checkpoint artifact
+        assert (
+            job.info.status == "FINISHED"
+            and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        )
         assert len(client.get_metric_history(job.info.run_id, "eval/acc")) == 2
-        assert "final/acc" in job.data.metrics and job.data.params["optimizer.lr"] in ("0.01", "0.02")
+        assert "final/acc" in job.data.metrics and job.data.params["optimizer.lr"] in (
+            "0.01",
+            "0.02",
+        )
         assert [a.path for a in client.list_artifacts(job.info.run_id, "checkpoints")]
         pids.add(job.data.tags["sporeflow.pid"])
     assert len(pids) == 2 and str(os.getpid()) not in pids, "each job ran in its own joblib worker"
     assert sweep.info.status == "FINISHED" and sweep.data.metrics["jobs_finished"] == 2
-    table = sporeflow(tmp_path, "compare", "--sweep", "latest", "--format", "csv")   # plain runs: acc, loss
+    table = sporeflow(
+        tmp_path, "compare", "--sweep", "latest", "--format", "csv"
+    )  # plain runs: acc, loss
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
     best_first = sorted(jobs, key=lambda j: -j.data.metrics["final/acc"])
-    assert [r["optimizer.lr"] for r in rows] == [j.data.params["optimizer.lr"] for j in best_first], table.stderr
+    assert [r["optimizer.lr"] for r in rows] == [
+        j.data.params["optimizer.lr"] for j in best_first
+    ], table.stderr
     assert float(rows[0]["acc"]) == pytest.approx(best_first[0].data.metrics["final/acc"], abs=5e-5)
 
 
@@ -170,18 +242,29 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
 def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
     """parallel=data2 in two concurrent joblib jobs: two msrun launches (own ports, own worker
     logs), both runs complete children of the sweep, each trained by 2 workers."""
-    proc = multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "parallel=data2", "epochs=1",
-                    "optimizer.lr=0.01,0.02")
+    proc = multirun(
+        tmp_path,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "parallel=data2",
+        "epochs=1",
+        "optimizer.lr=0.01,0.02",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, runs = store(tmp_path)
     stages = by_stage(runs)
     (sweep,) = stages["sweep"]
     assert len(stages["train"]) == 2
     for job in stages["train"]:
-        assert job.info.status == "FINISHED" and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        assert (
+            job.info.status == "FINISHED"
+            and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        )
         assert job.data.tags["batch.workers"] == "2" and "final/acc" in job.data.metrics
         run_dir = Path(job.data.tags["run_dir"])
-        assert (run_dir / "msrun_logs" / "worker_0.log").is_file() and (run_dir / "msrun_logs" / "worker_1.log").is_file()
+        assert (run_dir / "msrun_logs" / "worker_0.log").is_file() and (
+            run_dir / "msrun_logs" / "worker_1.log"
+        ).is_file()
 
 
 def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
@@ -190,10 +273,19 @@ def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
     _, runs = store(tmp_path)
     stages = by_stage(runs)
     (sweep,), (job,) = stages["sweep"], stages["train"]
-    assert sweep.data.tags["sweep.launcher"].endswith("LocalLauncher") and sweep.info.status == "FINISHED"
-    assert job.data.tags["mlflow.parentRunId"] == sweep.info.run_id and job.info.status == "FINISHED"
-    assert job.data.tags["sporeflow.pid"] != sweep.data.tags["sporeflow.pid"], "submitit ran the job elsewhere"
-    assert list((tmp_path / "multirun" / ".submitit").glob("*/*_result.pkl")), "submitit's own job files"
+    assert (
+        sweep.data.tags["sweep.launcher"].endswith("LocalLauncher")
+        and sweep.info.status == "FINISHED"
+    )
+    assert (
+        job.data.tags["mlflow.parentRunId"] == sweep.info.run_id and job.info.status == "FINISHED"
+    )
+    assert job.data.tags["sporeflow.pid"] != sweep.data.tags["sporeflow.pid"], (
+        "submitit ran the job elsewhere"
+    )
+    assert list((tmp_path / "multirun" / ".submitit").glob("*/*_result.pkl")), (
+        "submitit's own job files"
+    )
 
 
 @pytest.mark.slow
@@ -203,17 +295,25 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     search = ["hparams_search=dim_reduce_optuna", *SMALL[:-1], "boost.baselines=[baseline]"]
     first = multirun(tmp_path, *search, "hydra.sweeper.n_trials=2")
     assert first.returncode == 0, first.stderr[-3000:]
-    second = multirun(tmp_path, *search, "hydra.sweeper.n_trials=3")   # the same study: one more trial
+    second = multirun(
+        tmp_path, *search, "hydra.sweeper.n_trials=3"
+    )  # the same study: one more trial
     assert second.returncode == 0, second.stderr[-3000:]
     assert "2 trials done, 1 to run" in second.stderr
-    study = optuna.load_study(study_name="dim_reduce", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study = optuna.load_study(
+        study_name="dim_reduce", storage=f"sqlite:///{tmp_path / 'optuna.db'}"
+    )
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(trials) == 3
     client, runs = store(tmp_path)
     stages = by_stage(runs)
-    assert len(stages["stage1"]) == 1 and len(stages["baseline"]) == 1, "stage 1 and the baseline are shared"
+    assert len(stages["stage1"]) == 1 and len(stages["baseline"]) == 1, (
+        "stage 1 and the baseline are shared"
+    )
     pipelines = {int(p.data.tags["optuna.trial"]): p for p in stages["pipeline"]}
-    for trial in trials:   # each trial's value is its job's stage-2 accuracy, its params the job's config
+    for (
+        trial
+    ) in trials:  # each trial's value is its job's stage-2 accuracy, its params the job's config
         job = pipelines[trial.number]
         assert trial.value == pytest.approx(job.data.metrics["stage2/acc"])
         for key, value in trial.params.items():
@@ -227,18 +327,24 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
 
 
 def low_high(key: str) -> tuple[float, float]:
-    return {"boost.rho": (0.3, 0.8), "boost.gamma": (0.5, 0.99), "boost.alpha": (1e-4, 1e-2),
-            "boost.sigma": (0.1, 0.6)}[key]
+    return {
+        "boost.rho": (0.3, 0.8),
+        "boost.gamma": (0.5, 0.99),
+        "boost.alpha": (1e-4, 1e-2),
+        "boost.sigma": (0.1, 0.6),
+    }[key]
 
 
 def test_optuna_search_space_syntax_maps_to_optuna_distributions():
     import optuna.distributions as d
-    from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import distribution
 
+    from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import distribution
     from sporeflow.core.errors import ConfigError
 
     assert distribution("a", "interval(0.3, 0.8)") == d.FloatDistribution(0.3, 0.8)
-    assert distribution("a", "tag(log, interval(1e-4, 1e-2))") == d.FloatDistribution(1e-4, 1e-2, log=True)
+    assert distribution("a", "tag(log, interval(1e-4, 1e-2))") == d.FloatDistribution(
+        1e-4, 1e-2, log=True
+    )
     assert distribution("a", "int(interval(1, 4))") == d.IntDistribution(1, 4)
     assert distribution("a", "choice(16, 32)") == d.CategoricalDistribution([16, 32])
     assert distribution("a", "range(1, 5)") == d.IntDistribution(1, 4)
@@ -252,10 +358,19 @@ def test_a_busy_sqlite_store_is_waited_for_not_switched_off(tmp_path):
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "busy")
     run = tracker.start_run("r")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-        "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(2); c.execute('COMMIT')"),
-        str(tmp_path / "mlflow.db")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+                "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(2); c.execute('COMMIT')"
+            ),
+            str(tmp_path / "mlflow.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     started = time.monotonic()
     run.log_metrics({"m": 1.0}, 0, flush=True)
@@ -269,20 +384,41 @@ def test_a_busy_sqlite_store_is_waited_for_not_switched_off(tmp_path):
 
 
 def _browser() -> str | None:
-    return next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    return next(
+        (
+            shutil.which(b)
+            for b in ("chromium", "chromium-browser", "google-chrome")
+            if shutil.which(b)
+        ),
+        None,
+    )
 
 
 def _dump_dom(browser: str, url: str, profile: Path, budget_ms: int) -> str:
     """The page as headless Chromium rendered it after `budget_ms` of virtual time, tags stripped."""
-    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          "--no-first-run", f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-                          "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    out = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={budget_ms}",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stdout
     return " ".join(re.sub(r"<[^>]+>", " ", html.unescape(out)).split())
 
 
 def _rendered(browser: str, url: str, profile: Path, wanted: list[str]) -> str:
     text = ""
-    for budget in (20_000, 45_000):   # a slow machine may need more virtual time for the React app
+    for budget in (20_000, 45_000):  # a slow machine may need more virtual time for the React app
         text = _dump_dom(browser, url, profile, budget)
         if all(w in text for w in wanted):
             break
@@ -299,9 +435,22 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-                               f"sqlite:///{cwd / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port)],
-                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{cwd / 'mlflow.db'}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -326,10 +475,17 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
         assert "Sort: stage2/acc" in table, "the sweep link sorts the jobs by the objective"
         # the compare page of the jobs: its metrics table, names then the first run's values
         first = json.loads(urllib.parse.parse_qs(links["compare"].split("?", 1)[1])["runs"][0])[0]
-        compare = _rendered(browser, links["compare"], tmp_path / "profile2", ["Metrics Show diff only", "Artifacts"])
+        compare = _rendered(
+            browser,
+            links["compare"],
+            tmp_path / "profile2",
+            ["Metrics Show diff only", "Artifacts"],
+        )
         for name in names:
             assert name in compare, f"compare page lacks {name!r}"
-        assert "Metrics: stage2/acc" in compare, "the compare page's default plot should show stage 2's accuracy"
+        assert "Metrics: stage2/acc" in compare, (
+            "the compare page's default plot should show stage 2's accuracy"
+        )
         assert "workflowType=machine_learning" in links["compare"]
         section = compare.split("Metrics Show diff only", 1)[1].split("Artifacts", 1)[0].split()
         # names first, then the first run's values; a metric that run lacks shows as NaN

@@ -1,4 +1,5 @@
 """Tracking through a real `mlflow server` on 127.0.0.1 (HTTP), and the server going away."""
+
 from __future__ import annotations
 
 import socket
@@ -27,10 +28,24 @@ def mlflow_server(tmp_path):
     port = free_port()
     store = tmp_path / "server"
     store.mkdir()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-                             "--port", str(port), "--backend-store-uri", f"sqlite:///{store}/mlflow.db",
-                             "--artifacts-destination", str(store / "artifacts"), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{store}/mlflow.db",
+            "--artifacts-destination",
+            str(store / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -57,7 +72,9 @@ def test_run_tracked_over_http(tmp_path, mlflow_server):
     (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["epochs"] == "2"
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 2 * 45
-    assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {"checkpoints/final.ckpt"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {
+        "checkpoints/final.ckpt"
+    }
 
 
 def test_server_gone_training_goes_on(tmp_path, mlflow_server):

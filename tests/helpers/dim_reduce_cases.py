@@ -1,4 +1,5 @@
 """Small deterministic problems for dim-reduce tests, shared by the test and the reference process."""
+
 import numpy as np
 from mindspore import Tensor, nn
 
@@ -22,13 +23,25 @@ def make_case(path, steps=24, batch=16, k=8, seed=0, rho=0.55, gamma=0.9, alpha=
     """Init weights, an orthonormal k x M basis, batches; saved to `path` (npz)."""
     rng = np.random.default_rng(seed)
     net = TinyMLP()
-    weights = [rng.normal(scale=0.5, size=p.shape).astype(np.float32) for p in net.trainable_params()]
+    weights = [
+        rng.normal(scale=0.5, size=p.shape).astype(np.float32) for p in net.trainable_params()
+    ]
     m = sum(w.size for w in weights)
     q, _ = np.linalg.qr(rng.normal(size=(m, k)))
     xs = rng.normal(size=(steps, batch, 16)).astype(np.float32)
     ys = rng.integers(0, 4, size=(steps, batch)).astype(np.int32)
-    np.savez(path, basis=q.T.astype(np.float32), xs=xs, ys=ys, rho=rho, gamma=gamma, alpha=alpha,
-             sigma=sigma, n_weights=len(weights), **{f"w{i}": w for i, w in enumerate(weights)})
+    np.savez(
+        path,
+        basis=q.T.astype(np.float32),
+        xs=xs,
+        ys=ys,
+        rho=rho,
+        gamma=gamma,
+        alpha=alpha,
+        sigma=sigma,
+        n_weights=len(weights),
+        **{f"w{i}": w for i, w in enumerate(weights)},
+    )
     return np.load(path)
 
 

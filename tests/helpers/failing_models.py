@@ -1,4 +1,5 @@
 """A network that raises while being built on one rank: a real worker failure for launch tests."""
+
 from mindspore.communication import get_rank
 
 from sporeflow.models.lenet import LeNet5

@@ -1,5 +1,6 @@
 """Small data sets written in the real on-disk formats the data sets read (IDX, CIFAR-10 .bin,
 an ImageNet-style JPEG tree)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,7 +40,9 @@ def write_cifar_bin(root, n_train_files=5, records=10_000, seed=0):
         labels = rng.integers(0, 10, records).astype(np.uint8)
         pixels = rng.integers(0, 256, (records, 3, 32, 32)).astype(np.uint8)
         pixels[:, 0] = (labels * 20)[:, None, None]
-        (root / name).write_bytes(np.concatenate([labels[:, None], pixels.reshape(records, -1)], axis=1).tobytes())
+        (root / name).write_bytes(
+            np.concatenate([labels[:, None], pixels.reshape(records, -1)], axis=1).tobytes()
+        )
 
 
 def write_jpeg_tree(root: Path, train: int, val: int) -> None:
@@ -51,4 +54,6 @@ def write_jpeg_tree(root: Path, train: int, val: int) -> None:
         for cls, rgb in colours.items():
             (root / split / cls).mkdir(parents=True)
             for i in range(count):
-                Image.new("RGB", (300 + 10 * i, 260), rgb).save(root / split / cls / f"{i}.JPEG", quality=95)
+                Image.new("RGB", (300 + 10 * i, 260), rgb).save(
+                    root / split / cls / f"{i}.JPEG", quality=95
+                )

@@ -1,6 +1,7 @@
 """What this machine can host for a test (root, namespaces, a browser), and what to do when it
 cannot: skip with the reason on a developer's machine, fail under CI=true, where .ci/run has
 installed and may use everything, so a skip would hide a broken capability."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """MindSpore process set-up shared by the tests that build cells in-process."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Run `python train.py` as a real subprocess, the way a user does."""
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,20 @@ TESTS = REPO / "tests"
 def train_command(args, cwd: Path, run_dir: str | None = "run", env: dict | None = None):
     """(argv, env) of `python train.py ARGS` launched in `cwd`, Hydra run dir cwd/<run_dir>
     (run_dir=None: Hydra's own default, outputs/<date>/<time>_<uid>)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ONEDNN_MAX_CPU_ISA")}
-    full_env.update(env or {})   # runtime.cpu_isa=auto chooses the ISA, unless a test exports one
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ONEDNN_MAX_CPU_ISA")
+    }
+    full_env.update(env or {})  # runtime.cpu_isa=auto chooses the ISA, unless a test exports one
     where = [f"hydra.run.dir={cwd / run_dir}"] if run_dir is not None else []
     cmd = [sys.executable, str(TRAIN), *where, "callbacks.progress_bar=false", *args]
     return cmd, full_env
 
 
-def run_train(args, cwd: Path, env: dict | None = None, timeout: float = 600,
-              run_dir: str | None = "run") -> subprocess.CompletedProcess:
+def run_train(
+    args, cwd: Path, env: dict | None = None, timeout: float = 600, run_dir: str | None = "run"
+) -> subprocess.CompletedProcess:
     """Run `python train.py ARGS` to the end in `cwd` (the launch dir)."""
     cmd, full_env = train_command(args, cwd, run_dir, env)
-    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
-
+    return subprocess.run(
+        cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -2,6 +2,7 @@
 nothing but `__init__.py` sits at the package root, and each module imports only from the
 layers its own may import (and no third-party library its layer bans). The Hydra plugins in
 src/hydra_plugins are a layer of their own above the entry."""
+
 from __future__ import annotations
 
 import ast
@@ -23,7 +24,9 @@ LAYER_OF_FOLDER = {
     "config": "config",
     "engine": "engine",
     "dim_reduce": "dim_reduce",
-    "data": "library", "models": "library", "nn": "library",
+    "data": "library",
+    "models": "library",
+    "nn": "library",
     "tracking": "tracking",
     "storage": "storage",
     "core": "core",
@@ -31,11 +34,33 @@ LAYER_OF_FOLDER = {
 # layer -> the layers it may import (its own included); from the top down
 MAY_IMPORT = {
     "plugins": {"entry", "config", "core"},
-    "entry": {"entry", "launch", "stages", "report", "runtime", "config", "engine", "dim_reduce", "library",
-              "tracking", "storage", "core"},
+    "entry": {
+        "entry",
+        "launch",
+        "stages",
+        "report",
+        "runtime",
+        "config",
+        "engine",
+        "dim_reduce",
+        "library",
+        "tracking",
+        "storage",
+        "core",
+    },
     "launch": {"launch", "config", "core"},
-    "stages": {"stages", "report", "runtime", "config", "engine", "dim_reduce", "library", "tracking", "storage",
-               "core"},
+    "stages": {
+        "stages",
+        "report",
+        "runtime",
+        "config",
+        "engine",
+        "dim_reduce",
+        "library",
+        "tracking",
+        "storage",
+        "core",
+    },
     "report": {"report", "config", "tracking", "core"},
     "runtime": {"runtime", "config", "core"},
     "config": {"config", "library", "storage", "core"},
@@ -66,7 +91,7 @@ def layer_of(path: Path) -> str:
     parts = path.relative_to(SRC).parts
     if parts[0] == "hydra_plugins":
         return "plugins"
-    if len(parts) == 2:   # at the package root: only __init__.py belongs there
+    if len(parts) == 2:  # at the package root: only __init__.py belongs there
         return "root"
     return LAYER_OF_FOLDER.get(parts[1], "unplaced")
 
@@ -83,7 +108,7 @@ def imports_of(path: Path) -> list[str]:
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "sporeflow":   # from sporeflow import x: x is a folder
+            if node.module == "sporeflow":  # from sporeflow import x: x is a folder
                 found += [f"sporeflow.{alias.name}" for alias in node.names]
             else:
                 found.append(node.module)
@@ -120,7 +145,8 @@ def test_every_folder_is_a_layer():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders == set(LAYER_OF_FOLDER), (
         f"unmapped: {sorted(folders - set(LAYER_OF_FOLDER))}, gone: {sorted(set(LAYER_OF_FOLDER) - folders)}"
-        " (map each folder in LAYER_OF_FOLDER and docs/architecture.md)")
+        " (map each folder in LAYER_OF_FOLDER and docs/architecture.md)"
+    )
 
 
 def test_the_plugins_are_checked_too():
@@ -133,16 +159,29 @@ def test_module_imports_only_downward(path):
     assert not wrong, f"{path.relative_to(SRC)} ({layer_of(path)}) may not import {wrong}"
 
 
-@pytest.mark.parametrize("layer_folder, source, expected", [
-    ("engine", "from sporeflow.tracking.tracker import Tracker\n", ["sporeflow.tracking.tracker (tracking)"]),
-    ("engine", "import sporeflow.stages.stage\n", ["sporeflow.stages.stage (stages)"]),
-    ("engine", "import omegaconf\n", ["omegaconf"]),
-    ("core", "from sporeflow import storage\n", ["sporeflow.storage (storage)"]),
-    ("storage", "import mlflow\n", ["mlflow"]),
-    ("config", "from sporeflow.stages.build import StagePlan\n", ["sporeflow.stages.build (stages)"]),
-    ("engine", "from sporeflow.storage.files import atomic_path\nimport mindspore\n", []),
-])
-def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch, layer_folder, source, expected):
+@pytest.mark.parametrize(
+    "layer_folder, source, expected",
+    [
+        (
+            "engine",
+            "from sporeflow.tracking.tracker import Tracker\n",
+            ["sporeflow.tracking.tracker (tracking)"],
+        ),
+        ("engine", "import sporeflow.stages.stage\n", ["sporeflow.stages.stage (stages)"]),
+        ("engine", "import omegaconf\n", ["omegaconf"]),
+        ("core", "from sporeflow import storage\n", ["sporeflow.storage (storage)"]),
+        ("storage", "import mlflow\n", ["mlflow"]),
+        (
+            "config",
+            "from sporeflow.stages.build import StagePlan\n",
+            ["sporeflow.stages.build (stages)"],
+        ),
+        ("engine", "from sporeflow.storage.files import atomic_path\nimport mindspore\n", []),
+    ],
+)
+def test_the_checker_catches_an_upward_import(
+    tmp_path, monkeypatch, layer_folder, source, expected
+):
     """A module written into a layer's folder is judged by that folder: upward imports and
     banned libraries are reported, downward ones are not."""
     fake_src = tmp_path / "src"
@@ -159,4 +198,7 @@ def test_a_loose_module_at_the_root_is_found(tmp_path, monkeypatch):
     loose = fake_src / "sporeflow" / "helpers.py"
     loose.write_text("")
     monkeypatch.setitem(globals(), "SRC", fake_src)
-    assert layer_of(loose) == "root" and layer_of(fake_src / "sporeflow" / "engine" / "x.py") == "engine"
+    assert (
+        layer_of(loose) == "root"
+        and layer_of(fake_src / "sporeflow" / "engine" / "x.py") == "engine"
+    )

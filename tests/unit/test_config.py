@@ -1,12 +1,13 @@
 """Every option of every group composes and validates; bad input fails with the promised error."""
+
 from __future__ import annotations
 
 import pytest
 from hydra.errors import ConfigCompositionException
 
 from helpers.train import CONF, REPO, run_train
-from sporeflow.core.errors import ConfigError
 from sporeflow.config.schema import allowed_keys, validate
+from sporeflow.core.errors import ConfigError
 
 GROUPS = ["model", "dataset", "optimizer", "loss", "parallel", "boost", "callbacks", "experiment"]
 
@@ -81,7 +82,11 @@ def test_allowed_keys_walks_nested_schema():
 def test_cli_help_lists_groups(tmp_path):
     proc = run_train(["--help"], tmp_path)
     assert proc.returncode == 0
-    groups = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line and line.split(": ")[0] in GROUPS)
+    groups = dict(
+        line.split(": ", 1)
+        for line in proc.stdout.splitlines()
+        if ": " in line and line.split(": ")[0] in GROUPS
+    )
     assert set(groups) == set(GROUPS)
     assert groups["dataset"].split(", ") == options("dataset")
     assert "mlflow ui" in proc.stdout

@@ -1,4 +1,5 @@
 """The oneDNN ISA rule, and that a run really applies it before MindSpore loads."""
+
 from __future__ import annotations
 
 import os

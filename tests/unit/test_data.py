@@ -1,4 +1,5 @@
 """Data pipelines on the embedded digits and on IDX files written here in the real format."""
+
 from __future__ import annotations
 
 import gzip
@@ -7,10 +8,10 @@ import numpy as np
 import pytest
 
 from helpers.formats import write_cifar_bin, write_idx, write_jpeg_tree
+from sporeflow.core.errors import DataError
 from sporeflow.data.digits import Digits, load_digits_split
 from sporeflow.data.idx import IdxImages, ensure_raw
 from sporeflow.data.sampling import EpochSampler
-from sporeflow.core.errors import DataError
 
 
 def batches(dataset):
@@ -50,7 +51,7 @@ def test_digits_shards_cover_the_split_once():
 def test_sampler_epoch_order_depends_only_on_seed_and_epoch():
     uninterrupted = EpochSampler(10, seed=5)
     orders = [list(uninterrupted) for _ in range(4)]
-    assert len({tuple(o) for o in orders}) == 4            # reshuffled every epoch
+    assert len({tuple(o) for o in orders}) == 4  # reshuffled every epoch
     resumed = EpochSampler(10, seed=5, start_epoch=2)
     assert [list(resumed), list(resumed)] == orders[2:]
     assert list(EpochSampler(10, seed=5, shuffle=False)) == list(range(10))
@@ -77,8 +78,14 @@ def test_idx_gz_is_expanded_once_into_cache(idx_dir, tmp_path):
 
 
 def test_idx_pipeline_reads_labels_and_pixels(idx_dir, tmp_path):
-    data = IdxImages(root=str(idx_dir), cache_dir=str(tmp_path / "c"), batch_size=64,
-                     image_size=28, mean=0.0, std=1.0)
+    data = IdxImages(
+        root=str(idx_dir),
+        cache_dir=str(tmp_path / "c"),
+        batch_size=64,
+        image_size=28,
+        mean=0.0,
+        std=1.0,
+    )
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (64, 1, 28, 28)
     for img, k in zip(images, labels):  # the generator painted band k of class k at 250/255
@@ -130,8 +137,15 @@ def test_empty_split_is_a_clear_error(tmp_path):
 def test_debian_fashion_mnist_package_reads(tmp_path):
     """The real Fashion-MNIST files from Debian's dataset-fashion-mnist (installed by .ci/run)."""
     root = "/usr/share/datasets/fashion-mnist"
-    data = IdxImages(root=root, cache_dir=str(tmp_path / "fm"), batch_size=100, image_size=32,
-                     num_samples=200, mean=0.2860, std=0.3530)
+    data = IdxImages(
+        root=root,
+        cache_dir=str(tmp_path / "fm"),
+        batch_size=100,
+        image_size=32,
+        num_samples=200,
+        mean=0.2860,
+        std=0.3530,
+    )
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (100, 1, 32, 32)
     assert set(labels) <= set(range(10)) and len(set(labels)) > 5
@@ -176,8 +190,14 @@ def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
     from sporeflow.data.image_folder import ImageFolder
 
     write_jpeg_tree(tmp_path, train=4, val=2)
-    data = ImageFolder(root=str(tmp_path), batch_size=6, image_size=224, num_classes=3,
-                       mean=(0, 0, 0), std=(1, 1, 1))
+    data = ImageFolder(
+        root=str(tmp_path),
+        batch_size=6,
+        image_size=224,
+        num_classes=3,
+        mean=(0, 0, 0),
+        std=(1, 1, 1),
+    )
     assert data.num_rows("train") == 12 and data.num_rows("test") == 6
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (6, 3, 224, 224)

@@ -1,19 +1,19 @@
 """The stage-2 cell against MindSpore's built-in DimReduce and a numpy reference; one test per
 defect of the built-in that sporeflow must not inherit."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
 
+import mindspore as ms
 import numpy as np
 import pytest
-import mindspore as ms
 from mindspore import Tensor, nn
 
-from helpers.mindspore_setup import graph_mode_on_cpu
-
 from helpers.dim_reduce_cases import build_net, make_case
+from helpers.mindspore_setup import graph_mode_on_cpu
 from sporeflow.dim_reduce.step import DimReduceStep
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
@@ -34,9 +34,16 @@ def flat(net):
 
 def run_ours(case, **kwargs):
     net = build_net(case)
-    step = DimReduceStep(loss_cell(net), net.trainable_params(), case["basis"], rho=float(case["rho"]),
-                         gamma=float(case["gamma"]), alpha=float(case["alpha"]), sigma=float(case["sigma"]),
-                         **kwargs)
+    step = DimReduceStep(
+        loss_cell(net),
+        net.trainable_params(),
+        case["basis"],
+        rho=float(case["rho"]),
+        gamma=float(case["gamma"]),
+        alpha=float(case["alpha"]),
+        sigma=float(case["sigma"]),
+        **kwargs,
+    )
     history, losses = [], []
     for x, y in zip(case["xs"], case["ys"]):
         out = step(Tensor(x), Tensor(y))
@@ -47,15 +54,26 @@ def run_ours(case, **kwargs):
 
 def run_builtin(case_path: Path, with_metrics=True):
     out = case_path.with_name(case_path.stem + "_out.npz")
-    proc = subprocess.run([sys.executable, str(HELPERS / "builtin_dim_reduce.py"), str(case_path), str(out),
-                           "1" if with_metrics else "0"], capture_output=True, text=True, timeout=300,
-                          cwd=case_path.parent)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HELPERS / "builtin_dim_reduce.py"),
+            str(case_path),
+            str(out),
+            "1" if with_metrics else "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=case_path.parent,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(out)
     return got["history"], got["losses"]
 
 
 # ---- numpy reference -------------------------------------------------------------------------
+
 
 def np_loss_grad(ws, x, y):
     """Loss and flat gradient of TinyMLP (fc1 -> relu -> fc2, softmax CE) in float64."""
@@ -80,7 +98,7 @@ def unflat(v, shapes):
     out, i = [], 0
     for s in shapes:
         n = int(np.prod(s))
-        out.append(v[i:i + n].reshape(s))
+        out.append(v[i : i + n].reshape(s))
         i += n
     return out
 
@@ -125,6 +143,7 @@ def np_dim_reduce(case):
 
 # ---- equivalence -----------------------------------------------------------------------------
 
+
 def test_matches_builtin_reference_step_by_step(tmp_path):
     case = make_case(tmp_path / "case.npz", steps=24)
     ours, our_losses, _ = run_ours(case)
@@ -146,6 +165,7 @@ def test_matches_numpy_reference_and_takes_both_branches(tmp_path):
 
 # ---- the built-in's defects, one test each ---------------------------------------------------
 
+
 def test_defect_returns_none_without_loss_scale_manager_ours_returns_loss(tmp_path):
     case = make_case(tmp_path / "case.npz", steps=3)
     _, losses, _ = run_ours(case)
@@ -162,16 +182,22 @@ def test_defect_no_metrics_fallback_ours_needs_no_model(tmp_path):
     ours, _, _ = run_ours(case)
     want, _ = np_dim_reduce(case)
     np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5)
-    assert not np.allclose(ref_no_metrics, want, rtol=1e-3, atol=1e-4), \
+    assert not np.allclose(ref_no_metrics, want, rtol=1e-3, atol=1e-4), (
         "the built-in no longer falls back to SGD without metrics: drop this half of the test"
+    )
 
 
 def test_defect_singleton_ours_works_after_other_models_in_process(tmp_path):
     """A plain Model (stage 1) built first in the process must not change what stage 2 does."""
     case = make_case(tmp_path / "case.npz", steps=6)
     net = build_net(case)
-    ms.Model(net, loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-             optimizer=nn.Momentum(net.trainable_params(), 0.1, 0.9), metrics={"acc"}, boost_level="O0")
+    ms.Model(
+        net,
+        loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+        optimizer=nn.Momentum(net.trainable_params(), 0.1, 0.9),
+        metrics={"acc"},
+        boost_level="O0",
+    )
     ours, _, _ = run_ours(case)
     want, _ = np_dim_reduce(case)
     np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5)
@@ -192,8 +218,9 @@ def test_defect_batchnorm_statistics_not_polluted_by_trials(tmp_path):
     step(Tensor(x), Tensor(y))
     batch_mean = (x @ w1.T + b1).mean(axis=0)
     # exactly one forward pass (the step's own) moved the statistics: momentum 0.9
-    np.testing.assert_allclose(net.bn.moving_mean.asnumpy(), 0.9 * before + 0.1 * batch_mean,
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        net.bn.moving_mean.asnumpy(), 0.9 * before + 0.1 * batch_mean, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_weight_decay_is_decoupled_and_off_by_default(tmp_path):

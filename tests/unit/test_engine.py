@@ -2,6 +2,7 @@
 
 Real MindSpore (GRAPH_MODE, CPU) trains a small softmax classifier; the callbacks measure into
 the EventRecord and the readers (best-k, progress bar) act on what it holds."""
+
 from __future__ import annotations
 
 import time
@@ -13,17 +14,24 @@ import psutil
 from mindspore import Model, nn
 
 from helpers.mindspore_setup import graph_mode_on_cpu
-from sporeflow.engine.callbacks import BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss, Throughput
+from sporeflow.engine.callbacks import (
+    BestCheckpoints,
+    CheckpointEachEpoch,
+    EvalEachEpoch,
+    ProgressBar,
+    StepLoss,
+    Throughput,
+)
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.loop import StageParts, fit
 
-BATCH, N = 8, 64   # 8 steps per epoch
+BATCH, N = 8, 64  # 8 steps per epoch
 
 
 def data(seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(N, 6)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int32)   # learnable
+    y = (x[:, 0] > 0).astype(np.int32)  # learnable
     return mds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
 
 
@@ -32,13 +40,19 @@ def parts(seed=0) -> StageParts:
     net = nn.Dense(6, 2)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
-    return StageParts(net, Model(net, loss, opt, metrics={"acc": nn.Accuracy(), "loss": nn.Loss()}), (net, opt))
+    return StageParts(
+        net, Model(net, loss, opt, metrics={"acc": nn.Accuracy(), "loss": nn.Loss()}), (net, opt)
+    )
 
 
 def callbacks(record, p, tmp_path, with_bar=False):
-    cbs = [Throughput(record, BATCH), StepLoss(record, 2), EvalEachEpoch(record, p.model, data(1)),
-           BestCheckpoints(record, p.network, tmp_path, "loss", "min", keep=1),
-           CheckpointEachEpoch(record, tmp_path, keep_last=1)]
+    cbs = [
+        Throughput(record, BATCH),
+        StepLoss(record, 2),
+        EvalEachEpoch(record, p.model, data(1)),
+        BestCheckpoints(record, p.network, tmp_path, "loss", "min", keep=1),
+        CheckpointEachEpoch(record, tmp_path, keep_last=1),
+    ]
     return cbs + ([ProgressBar(record, "test")] if with_bar else [])
 
 
@@ -51,10 +65,10 @@ def test_callbacks_measure_into_the_record(tmp_path):
     fit(p, data(), 3, callbacks(record, p, tmp_path))
     alive_after_fit = time.time() - psutil.Process().create_time()
     losses = [e for e in queue if e.name == "train/loss"]
-    assert [e.step for e in losses] == list(range(2, 25, 2))        # every 2nd of 24 global steps
+    assert [e.step for e in losses] == list(range(2, 25, 2))  # every 2nd of 24 global steps
     assert losses[-1].value < losses[0].value
     assert [e.step for e in queue if e.name == "eval/acc"] == [8, 16, 24]
-    (startup,) = [e for e in queue if e.name == "train/seconds_to_first_step"]   # once, at step 1
+    (startup,) = [e for e in queue if e.name == "train/seconds_to_first_step"]  # once, at step 1
     assert startup.step == 1 and alive_before_fit < startup.value < alive_after_fit
     assert [epoch for epoch, _ in record.evals] == [1, 2, 3]
     # the evaluation recorded is the model's own, on the weights as they are now
@@ -81,7 +95,10 @@ def test_resumed_fit_continues_steps_and_the_progress_bar_shows_the_current_epoc
     assert [e.step for e in queue if e.name == "train/loss"] == [18, 20, 22, 24]
     assert record.evals[0][0] == 3 and len(record.evals) == 1
     assert bar.n == 24
-    assert bar.postfix.startswith("epoch=3/3") and f"acc={record.evals[-1][1]['acc']:.4f}" in bar.postfix
+    assert (
+        bar.postfix.startswith("epoch=3/3")
+        and f"acc={record.evals[-1][1]['acc']:.4f}" in bar.postfix
+    )
 
 
 def test_fit_does_nothing_when_the_stage_is_already_done(tmp_path):

@@ -1,4 +1,5 @@
 """Losses against a numpy reference."""
+
 from __future__ import annotations
 
 import mindspore as ms
@@ -25,14 +26,20 @@ def batch():
 def test_label_smoothing(batch, mode):
     ms.set_context(mode=mode)
     logits, labels = batch
-    got = CrossEntropySmooth(sparse=True, smooth_factor=0.1, num_classes=5)(Tensor(logits), Tensor(labels))
+    got = CrossEntropySmooth(sparse=True, smooth_factor=0.1, num_classes=5)(
+        Tensor(logits), Tensor(labels)
+    )
     targets = np.full((6, 5), 0.1 / 4)
     targets[np.arange(6), labels] = 0.9
-    assert float(got.asnumpy()) == pytest.approx(np_ce(logits.astype(np.float64), targets), rel=1e-5)
+    assert float(got.asnumpy()) == pytest.approx(
+        np_ce(logits.astype(np.float64), targets), rel=1e-5
+    )
 
 
 def test_expand_equals_plain_cross_entropy(batch):
     ms.set_context(mode=ms.GRAPH_MODE)
     logits, labels = batch
     got = SoftmaxCrossEntropyExpand(sparse=True, num_classes=5)(Tensor(logits), Tensor(labels))
-    assert float(got.asnumpy()) == pytest.approx(np_ce(logits.astype(np.float64), np.eye(5)[labels]), rel=1e-5)
+    assert float(got.asnumpy()) == pytest.approx(
+        np_ce(logits.astype(np.float64), np.eye(5)[labels]), rel=1e-5
+    )

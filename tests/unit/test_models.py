@@ -1,4 +1,5 @@
 """ResNet builds, has the published size, and trains a real step at CIFAR and ImageNet input sizes."""
+
 from __future__ import annotations
 
 import mindspore as ms
@@ -18,12 +19,16 @@ def test_resnet50_parameter_count():
     assert n_params(resnet18(num_classes=1000)) == 11_689_512
 
 
-@pytest.mark.parametrize("factory,size,batch", [(resnet18, 32, 4), (resnet50, 32, 2), (resnet50, 224, 1)])
+@pytest.mark.parametrize(
+    "factory,size,batch", [(resnet18, 32, 4), (resnet50, 32, 2), (resnet50, 224, 1)]
+)
 def test_train_step(factory, size, batch):
     ms.set_context(mode=ms.GRAPH_MODE)
     net = factory(num_classes=10)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
-                               nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+        nn.Momentum(net.trainable_params(), 0.01, 0.9),
+    )
     step.set_train()
     x = Tensor(np.random.randn(batch, 3, size, size).astype(np.float32))
     y = Tensor(np.arange(batch).astype(np.int32))

@@ -1,4 +1,5 @@
 """Optimizers, parameter groups and per-step LR schedules against numpy references."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,8 @@ import pytest
 from mindspore import Tensor, nn
 
 from sporeflow.nn import optimizers as optim
-from sporeflow.storage.checkpoints import restore_exact, save_atomic
 from sporeflow.nn.schedules import learning_rates
+from sporeflow.storage.checkpoints import restore_exact, save_atomic
 
 
 def seed_get_lr(lr_init, lr_end, lr_max, warmup_epochs, total_epochs, steps_per_epoch):
@@ -36,7 +37,9 @@ def test_cosine_and_step():
     want = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * i / 20)) for i in range(20)]
     np.testing.assert_allclose(cos, want, rtol=1e-6)
     step = learning_rates("step", 1.0, 2, 6, step_epochs=[2, 4], gamma=0.1)
-    np.testing.assert_allclose(step, [1, 1, 1, 1, .1, .1, .1, .1, .01, .01, .01, .01], rtol=1e-6)
+    np.testing.assert_allclose(
+        step, [1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.01], rtol=1e-6
+    )
     with pytest.raises(ValueError, match="constant, linear, cosine, step"):
         learning_rates("exp", 1.0, 2, 2)
 
@@ -63,12 +66,22 @@ def test_weight_decay_groups_exempt_bias_gamma_beta():
 def test_every_optimizer_takes_a_real_step(factory):
     ms.set_context(mode=ms.GRAPH_MODE)
     net = BnNet()
-    opt = getattr(optim, factory)(net.trainable_params(), lr=0.1, weight_decay=0.01,
-                                  schedule={"name": "cosine", "warmup_epochs": 1}, steps_per_epoch=3, epochs=2)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")), opt)
+    opt = getattr(optim, factory)(
+        net.trainable_params(),
+        lr=0.1,
+        weight_decay=0.01,
+        schedule={"name": "cosine", "warmup_epochs": 1},
+        steps_per_epoch=3,
+        epochs=2,
+    )
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")), opt
+    )
     step.set_train()
     before = net.fc.weight.asnumpy().copy()
-    loss = step(Tensor(np.random.randn(8, 4).astype(np.float32)), Tensor(np.arange(8).astype(np.int32) % 3))
+    loss = step(
+        Tensor(np.random.randn(8, 4).astype(np.float32)), Tensor(np.arange(8).astype(np.int32) % 3)
+    )
     assert np.isfinite(loss.asnumpy()) and not np.allclose(net.fc.weight.asnumpy(), before)
 
 
@@ -79,13 +92,29 @@ def test_resume_continues_mid_schedule(tmp_path):
 
     def fresh():
         net = nn.Dense(4, 3)
-        opt = optim.momentum(net.trainable_params(), lr=0.5, schedule={"name": "linear", "warmup_epochs": 1},
-                             steps_per_epoch=4, epochs=3)
-        return net, opt, nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
-            sparse=True, reduction="mean")), opt)
+        opt = optim.momentum(
+            net.trainable_params(),
+            lr=0.5,
+            schedule={"name": "linear", "warmup_epochs": 1},
+            steps_per_epoch=4,
+            epochs=3,
+        )
+        return (
+            net,
+            opt,
+            nn.TrainOneStepCell(
+                nn.WithLossCell(
+                    net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+                ),
+                opt,
+            ),
+        )
 
     net, opt, step = fresh()
-    x, y = Tensor(np.random.randn(8, 4).astype(np.float32)), Tensor(np.arange(8).astype(np.int32) % 3)
+    x, y = (
+        Tensor(np.random.randn(8, 4).astype(np.float32)),
+        Tensor(np.arange(8).astype(np.int32) % 3),
+    )
     for _ in range(5):
         step(x, y)
     state = ms.load_checkpoint(str(save_atomic(step, tmp_path / "s.ckpt")))

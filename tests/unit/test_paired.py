@@ -1,6 +1,7 @@
 """The paired statistics against references: scipy's exact binomial test (McNemar) and the
 published worked example of Agresti, Categorical Data Analysis (3rd ed.), section 11.1:
 presidential approval of 1600 people at two surveys, table [[794, 150], [86, 570]]."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,20 +20,31 @@ def paired(both, only_first, only_second, neither):
 def test_agresti_worked_example():
     cmp = paired(794, 150, 86, 570)
     assert cmp.n == 1600 and cmp.images == 64
-    assert cmp.diff == pytest.approx(944 / 1600 - 880 / 1600)   # 0.59 - 0.55
+    assert cmp.diff == pytest.approx(944 / 1600 - 880 / 1600)  # 0.59 - 0.55
     low, high = cmp.ci95
-    assert (round(low, 3), round(high, 3)) == (0.021, 0.059)     # the book's interval
+    assert (round(low, 3), round(high, 3)) == (0.021, 0.059)  # the book's interval
     z = (150 - 86) / np.sqrt(150 + 86)
-    assert round(z, 2) == 4.17                                    # the book's McNemar statistic
+    assert round(z, 2) == 4.17  # the book's McNemar statistic
     assert cmp.p_value < 1e-4 and cmp.significant
 
 
-@pytest.mark.parametrize("table", [(300, 3, 1, 56), (300, 0, 0, 60), (200, 12, 2, 146), (10, 5, 5, 0),
-                                   (350, 1, 0, 9), (0, 0, 7, 3)])
+@pytest.mark.parametrize(
+    "table",
+    [
+        (300, 3, 1, 56),
+        (300, 0, 0, 60),
+        (200, 12, 2, 146),
+        (10, 5, 5, 0),
+        (350, 1, 0, 9),
+        (0, 0, 7, 3),
+    ],
+)
 def test_mcnemar_is_scipys_exact_binomial_test(table):
     cmp = paired(*table)
     b, c = table[1], table[2]
-    expected = 1.0 if b + c == 0 else binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue
+    expected = (
+        1.0 if b + c == 0 else binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue
+    )
     assert cmp.p_value == pytest.approx(expected, rel=1e-12)
 
 
@@ -48,7 +60,9 @@ def test_interval_variance_equals_the_marginal_form():
         p1, p2 = first.mean(), second.mean()
         var = (p1 * (1 - p1) + p2 * (1 - p2) - 2 * (p11 * p22 - p12 * p21)) / n
         low, high = cmp.ci95
-        assert (high - low) / 2 == pytest.approx(1.959963984540054 * np.sqrt(var), rel=1e-9, abs=1e-12)
+        assert (high - low) / 2 == pytest.approx(
+            1.959963984540054 * np.sqrt(var), rel=1e-9, abs=1e-12
+        )
         assert cmp.diff == pytest.approx(p1 - p2)
 
 

@@ -1,4 +1,5 @@
 """Streaming PCA against a dense numpy SVD; snapshots; clear errors."""
+
 from __future__ import annotations
 
 import mindspore as ms
@@ -21,24 +22,40 @@ def write_snapshots(directory, net, n, seed=0, offset=0.0):
     rows = []
     for i in range(n):
         c = rng.normal(size=6) * np.array([5, 3, 2, 1, 0.5, 0.2])
-        ws = [b + sum(ci * d[j] for ci, d in zip(c, dirs)) + 0.01 * rng.normal(size=b.shape).astype(np.float32)
-              for j, b in enumerate(base)]
-        ms.save_checkpoint([{"name": p.name, "data": Tensor(w.astype(np.float32))} for p, w in zip(params, ws)],
-                           str(directory / f"snapshot_e{i + 1:04d}_s00001.ckpt"))
+        ws = [
+            b
+            + sum(ci * d[j] for ci, d in zip(c, dirs))
+            + 0.01 * rng.normal(size=b.shape).astype(np.float32)
+            for j, b in enumerate(base)
+        ]
+        ms.save_checkpoint(
+            [{"name": p.name, "data": Tensor(w.astype(np.float32))} for p, w in zip(params, ws)],
+            str(directory / f"snapshot_e{i + 1:04d}_s00001.ckpt"),
+        )
         rows.append(np.concatenate([w.ravel() for w in ws]))
     return np.stack(rows)
 
 
-@pytest.mark.parametrize("chunk_mb,offset", [(256.0, 0.0), (0.001, 0.0),  # one block; one parameter per block
-                                             (0.001, 1000.0)])  # weights far larger than their spread
+@pytest.mark.parametrize(
+    "chunk_mb,offset",
+    [
+        (256.0, 0.0),
+        (0.001, 0.0),  # one block; one parameter per block
+        (0.001, 1000.0),
+    ],
+)  # weights far larger than their spread
 def test_matches_dense_svd_up_to_sign(tmp_path, chunk_mb, offset):
     net = TinyMLP()
     data = write_snapshots(tmp_path / "snaps", net, 12, offset=offset)
     layout = Layout.of(net)
     basis = streaming_pca(list_snapshots(tmp_path / "snaps"), layout, 5, chunk_mb=chunk_mb)
     assert basis.dtype == np.float32 and basis.shape == (5, layout.total)
-    written = streaming_pca(list_snapshots(tmp_path / "snaps"), layout, 5, tmp_path / "basis.npy", chunk_mb)
-    np.testing.assert_array_equal(np.load(tmp_path / "basis.npy"), basis)   # the file, slice by slice
+    written = streaming_pca(
+        list_snapshots(tmp_path / "snaps"), layout, 5, tmp_path / "basis.npy", chunk_mb
+    )
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "basis.npy"), basis
+    )  # the file, slice by slice
     assert written.shape == basis.shape
     centred = data.astype(np.float64) - data.mean(axis=0)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
@@ -99,8 +116,9 @@ def as_npy_snapshots(data, net, directory):
 
     directory.mkdir(parents=True, exist_ok=True)
     params = net.trainable_params()
-    (directory / "layout.json").write_text(json.dumps(
-        {"names": [p.name for p in params], "shapes": [list(p.shape) for p in params]}))
+    (directory / "layout.json").write_text(
+        json.dumps({"names": [p.name for p in params], "shapes": [list(p.shape) for p in params]})
+    )
     for i, row in enumerate(data):
         np.save(directory / f"snapshot_e{i + 1:04d}_s00001.npy", row.astype(np.float32))
 
@@ -113,23 +131,31 @@ def test_npy_snapshots_give_the_same_basis_as_ckpt(tmp_path):
     from_ckpt = streaming_pca(list_snapshots(tmp_path / "ckpt"), layout, 4)
     paths = list_snapshots(tmp_path / "npy")
     assert all(p.suffix == ".npy" for p in paths)
-    np.testing.assert_allclose(streaming_pca(paths, layout, 4, chunk_mb=0.001), from_ckpt, atol=1e-5)
+    np.testing.assert_allclose(
+        streaming_pca(paths, layout, 4, chunk_mb=0.001), from_ckpt, atol=1e-5
+    )
 
 
 def test_npy_snapshots_of_another_network_name_the_parameter(tmp_path):
     small = TinyMLP(hidden=10)
-    as_npy_snapshots(np.zeros((6, sum(p.size for p in small.trainable_params()))), small, tmp_path / "npy")
+    as_npy_snapshots(
+        np.zeros((6, sum(p.size for p in small.trainable_params()))), small, tmp_path / "npy"
+    )
     with pytest.raises(DimReduceError, match="'fc1.weight' has shape"):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(TinyMLP()), 3)
 
 
-@pytest.mark.parametrize("row,value", [(3, np.nan), (1, np.inf), (5, -np.inf)])  # 3: the reference row
+@pytest.mark.parametrize(
+    "row,value", [(3, np.nan), (1, np.inf), (5, -np.inf)]
+)  # 3: the reference row
 def test_diverged_snapshots_are_named(tmp_path, row, value):
     net = TinyMLP()
     data = write_snapshots(tmp_path / "ckpt", net, 6)
     data[row, 5] = value
     as_npy_snapshots(data, net, tmp_path / "npy")
-    with pytest.raises(DimReduceError, match=f"snapshot_e{row + 1:04d}_s00001.npy holds NaN or infinite"):
+    with pytest.raises(
+        DimReduceError, match=f"snapshot_e{row + 1:04d}_s00001.npy holds NaN or infinite"
+    ):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(net), 3)
 
 
@@ -138,5 +164,7 @@ def test_truncated_snapshot_is_named(tmp_path):
     as_npy_snapshots(write_snapshots(tmp_path / "ckpt", net, 6), net, tmp_path / "npy")
     path = tmp_path / "npy" / "snapshot_e0002_s00001.npy"
     path.write_bytes(path.read_bytes()[:-40])
-    with pytest.raises(DimReduceError, match="snapshot_e0002_s00001.npy is shorter than its header says"):
+    with pytest.raises(
+        DimReduceError, match="snapshot_e0002_s00001.npy is shorter than its header says"
+    ):
         streaming_pca(list_snapshots(tmp_path / "npy"), Layout.of(net), 3)

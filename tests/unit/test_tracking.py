@@ -1,4 +1,5 @@
 """The MLflow tracker against a real sqlite store and a real (unreachable) HTTP address."""
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,7 @@ def test_params_metrics_artifacts_round_trip(tmp_path):
     run = tracker.start_run("r", tags={"stage": "train"})
     params = {f"p{i}": i for i in range(150)}  # more than one MLflow batch
     run.log_params(params)
-    for step in range(1, 1201):                # more than one metric batch
+    for step in range(1, 1201):  # more than one metric batch
         run.log_metrics({"train/loss": 1.0 / step}, step)
     (tmp_path / "w.ckpt").write_bytes(b"weights")
     run.log_artifact(tmp_path / "w.ckpt", "checkpoints")
@@ -43,13 +44,15 @@ def test_params_metrics_artifacts_round_trip(tmp_path):
     history = client.get_metric_history(run.run_id, "train/loss")
     assert [m.step for m in history] == list(range(1, 1201))
     assert got.data.tags["stage"] == "train"
-    assert [a.path for a in client.list_artifacts(run.run_id, "checkpoints")] == ["checkpoints/w.ckpt"]
+    assert [a.path for a in client.list_artifacts(run.run_id, "checkpoints")] == [
+        "checkpoints/w.ckpt"
+    ]
     location = client.get_experiment_by_name("t").artifact_location
     assert location == (tmp_path.resolve() / "mlartifacts" / "t").as_uri()
 
 
 def test_unreachable_server_is_a_warning_not_an_error(tmp_path, caplog):
-    with socket.socket() as s:          # a port nothing listens on
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = SimpleNamespace(uri=f"http://127.0.0.1:{port}", experiment_name="t", enabled=True)

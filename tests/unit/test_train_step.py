@@ -1,13 +1,13 @@
 """TrainStep against an independent numpy reference of softmax regression + Momentum/SGD."""
+
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 import pytest
-import mindspore as ms
 from mindspore import Tensor, nn
 
 from helpers.mindspore_setup import graph_mode_on_cpu
-
 from sporeflow.engine.train_step import TrainStep
 
 N_IN, N_OUT, BATCH = 6, 4, 8
@@ -21,8 +21,13 @@ def graph_mode():
 
 def batches(n, batch=BATCH, seed=0):
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=(batch, N_IN)).astype(np.float32) * 3,
-             rng.integers(0, N_OUT, batch).astype(np.int32)) for _ in range(n)]
+    return [
+        (
+            rng.normal(size=(batch, N_IN)).astype(np.float32) * 3,
+            rng.integers(0, N_OUT, batch).astype(np.int32),
+        )
+        for _ in range(n)
+    ]
 
 
 def np_loss_and_grads(w, b, x, y):
@@ -43,12 +48,12 @@ def reference(w, b, micro_batches, k=1, clip=0.0, momentum=MOMENTUM, ema=None):
     losses, history = [], []
     for u in range(len(micro_batches) // k):
         gw, gb = np.zeros_like(w), np.zeros_like(b)
-        for x, y in micro_batches[u * k:(u + 1) * k]:
+        for x, y in micro_batches[u * k : (u + 1) * k]:
             loss, dw, db = np_loss_and_grads(w, b, x, y)
             losses.append(loss)
             gw, gb = gw + dw / k, gb + db / k
         if clip:
-            norm = np.sqrt((gw ** 2).sum() + (gb ** 2).sum())
+            norm = np.sqrt((gw**2).sum() + (gb**2).sum())
             factor = clip / max(norm, clip)
             gw, gb = gw * factor, gb * factor
         vw, vb = momentum * vw + gw, momentum * vb + gb
@@ -76,8 +81,11 @@ def run_cell(cell, net, micro_batches, k=1):
     for i, (x, y) in enumerate(micro_batches):
         losses.append(float(cell(Tensor(x), Tensor(y)).asnumpy()))
         if (i + 1) % k == 0:
-            ema = (cell.ema_weights[0].asnumpy().copy(), cell.ema_weights[1].asnumpy().copy()) \
-                if cell.use_ema else (None, None)
+            ema = (
+                (cell.ema_weights[0].asnumpy().copy(), cell.ema_weights[1].asnumpy().copy())
+                if cell.use_ema
+                else (None, None)
+            )
             history.append((net.weight.asnumpy().copy(), net.bias.asnumpy().copy()) + ema)
     return (w0, b0), losses, history
 
@@ -118,8 +126,13 @@ def test_accumulation_equals_one_step_on_k_times_the_batch():
     (w0, b0), _, hist = run_cell(cell, net, data, k=k)
     _, ref = reference(w0, b0, data, k=k)
     assert_matches(hist, ref)
-    big = [(np.concatenate([x for x, _ in data[i:i + k]]), np.concatenate([y for _, y in data[i:i + k]]))
-           for i in range(0, len(data), k)]
+    big = [
+        (
+            np.concatenate([x for x, _ in data[i : i + k]]),
+            np.concatenate([y for _, y in data[i : i + k]]),
+        )
+        for i in range(0, len(data), k)
+    ]
     _, ref_big = reference(w0, b0, big)
     assert_matches(hist, ref_big)
 
@@ -148,8 +161,9 @@ def test_ema_follows_each_update(warmup):
 
 def test_everything_together_with_loss_scale_1024():
     k = 2
-    net, cell = make_cell(loss_scale=1024.0, clip_grad_norm=0.1, accumulation_steps=k,
-                          ema_decay=0.8, ema_warmup=2.0)
+    net, cell = make_cell(
+        loss_scale=1024.0, clip_grad_norm=0.1, accumulation_steps=k, ema_decay=0.8, ema_warmup=2.0
+    )
     data = batches(6 * k)
     (w0, b0), losses, hist = run_cell(cell, net, data, k=k)
     ref_losses, ref = reference(w0, b0, data, k=k, clip=0.1, ema=(0.8, 2.0))
@@ -168,35 +182,39 @@ def test_loss_scale_alone_is_invisible():
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
 def test_amp_levels_train_and_keep_parameter_names(level, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from sporeflow.storage.checkpoints import save_atomic
     from sporeflow.engine.precision import apply_amp
     from sporeflow.models.resnet import resnet18
+    from sporeflow.storage.checkpoints import save_atomic
 
     net = resnet18(num_classes=10)
     names = [p.name for p in net.get_parameters()]
     amp_net = apply_amp(net, level, keep_batchnorm_fp32=True)
-    step = nn.TrainOneStepCell(nn.WithLossCell(amp_net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
-                               nn.Momentum(amp_net.trainable_params(), 0.01, 0.9))
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(amp_net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+        nn.Momentum(amp_net.trainable_params(), 0.01, 0.9),
+    )
     step.set_train()
     x = Tensor(np.random.randn(2, 3, 32, 32).astype(np.float32))
     loss = step(x, Tensor(np.array([1, 2], np.int32)))
     assert np.isfinite(loss.asnumpy())
-    assert amp_net(x).dtype == ms.float32                 # outputs come back as float32
+    assert amp_net(x).dtype == ms.float32  # outputs come back as float32
     saved = ms.load_checkpoint(str(save_atomic(amp_net, tmp_path / "amp.ckpt")))
     assert sorted(saved) == sorted(names)
     assert not (tmp_path / "rewritten_network").exists()  # MindSpore's rewrite dump kept out of cwd
 
 
 def test_dynamic_loss_scale_skips_overflow_and_shrinks():
-    net, cell = make_cell(loss_scale=2.0 ** 120, dynamic_scale=True, scale_factor=2.0 ** 20, scale_window=100)
+    net, cell = make_cell(
+        loss_scale=2.0**120, dynamic_scale=True, scale_factor=2.0**20, scale_window=100
+    )
     data = [(x * 1000, y) for x, y in batches(7)]
     w0, b0 = net.weight.asnumpy().copy(), net.bias.asnumpy().copy()
-    cell(Tensor(data[0][0]), Tensor(data[0][1]))       # gradients x 2^120 overflow float32
+    cell(Tensor(data[0][0]), Tensor(data[0][1]))  # gradients x 2^120 overflow float32
     np.testing.assert_array_equal(net.weight.asnumpy(), w0)  # the update was skipped
-    assert float(cell.scale.asnumpy()) == 2.0 ** 100
+    assert float(cell.scale.asnumpy()) == 2.0**100
     for x, y in data[1:]:
         cell(Tensor(x), Tensor(y))
-    _, ref = reference(w0, b0, data[1:])                # then exactly the plain updates
+    _, ref = reference(w0, b0, data[1:])  # then exactly the plain updates
     np.testing.assert_allclose(net.weight.asnumpy(), ref[-1][0], rtol=1e-4, atol=1e-5)
 
 

@@ -45,16 +45,22 @@ log = logging.getLogger(__name__)
 class SporeflowOptunaSweeperConf:
     _target_: str = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     study_name: str = "sporeflow"
-    storage: Optional[str] = "sqlite:///optuna.db"   # relative paths: the launch dir; null = in memory
+    storage: Optional[str] = (
+        "sqlite:///optuna.db"  # relative paths: the launch dir; null = in memory
+    )
     n_trials: int = 10
-    n_jobs: int = 1                  # trials per launcher batch
-    seed: int = 1                    # TPE sampler seed
-    n_startup_trials: int = 4        # random trials before TPE models the results
+    n_jobs: int = 1  # trials per launcher batch
+    seed: int = 1  # TPE sampler seed
+    n_startup_trials: int = 4  # random trials before TPE models the results
     params: Dict[str, str] = field(default_factory=dict)
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="sporeflow_optuna", node=SporeflowOptunaSweeperConf,
-                             provider="sporeflow")
+ConfigStore.instance().store(
+    group="hydra/sweeper",
+    name="sporeflow_optuna",
+    node=SporeflowOptunaSweeperConf,
+    provider="sporeflow",
+)
 
 
 class SweepJobsFailed(SporeflowError):
@@ -67,7 +73,7 @@ def distribution(key: str, spec: str):
 
     try:
         value = OverridesParser.create().parse_override(f"{key}={spec}").value()
-    except Exception as ex:  # noqa: BLE001 - Hydra's grammar errors: name the key
+    except Exception as ex:
         raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: {ex}") from ex
     if isinstance(value, ChoiceSweep):
         return d.CategoricalDistribution(list(value.list))
@@ -80,20 +86,39 @@ def distribution(key: str, spec: str):
         if isinstance(value.start, int) and isinstance(value.end, int):
             return d.IntDistribution(value.start, value.end, log=log_scale)
         return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
-    raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: not a search space; use interval(a, b), "
-                      "int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...) or range(a, b)")
+    raise ConfigError(
+        f"hydra.sweeper.params.{key}={spec!r}: not a search space; use interval(a, b), "
+        "int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...) or range(a, b)"
+    )
 
 
 def storage_url(storage: Optional[str], launch_dir: Path) -> Optional[str]:
-    if storage and storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///"):]).is_absolute():
-        return f"sqlite:///{(launch_dir / storage[len('sqlite:///'):]).resolve()}"
+    if (
+        storage
+        and storage.startswith("sqlite:///")
+        and not Path(storage[len("sqlite:///") :]).is_absolute()
+    ):
+        return f"sqlite:///{(launch_dir / storage[len('sqlite:///') :]).resolve()}"
     return storage
 
 
 class OptunaSweeper(Sweeper):
-    def __init__(self, study_name: str, storage: Optional[str], n_trials: int, n_jobs: int, seed: int,
-                 n_startup_trials: int, params: Dict[str, str]) -> None:
-        self.study_name, self.storage, self.n_trials, self.n_jobs = study_name, storage, n_trials, n_jobs
+    def __init__(
+        self,
+        study_name: str,
+        storage: Optional[str],
+        n_trials: int,
+        n_jobs: int,
+        seed: int,
+        n_startup_trials: int,
+        params: Dict[str, str],
+    ) -> None:
+        self.study_name, self.storage, self.n_trials, self.n_jobs = (
+            study_name,
+            storage,
+            n_trials,
+            n_jobs,
+        )
         self.seed, self.n_startup_trials, self.params = seed, n_startup_trials, dict(params or {})
         self.config: Optional[DictConfig] = None
         self.launcher = None
@@ -101,32 +126,45 @@ class OptunaSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def _study(self, launch_dir: Path):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        name = objective.name(self.config.sweep.objective, str(self.config.boost.name) == "dim_reduce")
+        name = objective.name(
+            self.config.sweep.objective, str(self.config.boost.name) == "dim_reduce"
+        )
         sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
-        study = optuna.create_study(study_name=self.study_name, storage=storage_url(self.storage, launch_dir),
-                                    sampler=sampler, load_if_exists=True,
-                                    direction="maximize" if objective.maximize(name) else "minimize")
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=storage_url(self.storage, launch_dir),
+            sampler=sampler,
+            load_if_exists=True,
+            direction="maximize" if objective.maximize(name) else "minimize",
+        )
         return study, name
 
     def sweep(self, arguments: List[str]) -> Any:
         from optuna.trial import TrialState
 
         if self.n_trials < 1 or self.n_jobs < 1:
-            raise ConfigError(f"hydra.sweeper.n_trials={self.n_trials} and n_jobs={self.n_jobs} must be >= 1")
+            raise ConfigError(
+                f"hydra.sweeper.n_trials={self.n_trials} and n_jobs={self.n_jobs} must be >= 1"
+            )
         if not self.params:
-            raise ConfigError("hydra.sweeper.params is empty: name at least one key to search, "
-                              "e.g. hydra.sweeper.params.boost.rho='interval(0.3, 0.8)'")
+            raise ConfigError(
+                "hydra.sweeper.params is empty: name at least one key to search, "
+                "e.g. hydra.sweeper.params.boost.rho='interval(0.3, 0.8)'"
+            )
         fixed = OverridesParser.create().parse_overrides(arguments)
         for override in fixed:
             if override.is_sweep_override():
-                raise ConfigError(f"{override.input_line}: the Optuna sweeper searches hydra.sweeper.params; "
-                                  "a command-line sweep (a,b / choice / range) is not combined with it")
+                raise ConfigError(
+                    f"{override.input_line}: the Optuna sweeper searches hydra.sweeper.params; "
+                    "a command-line sweep (a,b / choice / range) is not combined with it"
+                )
         space = {key: distribution(key, str(spec)) for key, spec in self.params.items()}
         launch_dir = Path(self.config.hydra.runtime.cwd or Path.cwd())
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -134,37 +172,62 @@ class OptunaSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study, name = self._study(launch_dir)
 
-        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            if stale.state == TrialState.RUNNING:   # an interrupted search: try those parameters again
+        for stale in study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
+        ):
+            if (
+                stale.state == TrialState.RUNNING
+            ):  # an interrupted search: try those parameters again
                 study.tell(stale.number, state=TrialState.FAIL)
                 study.enqueue_trial(stale.params, skip_if_exists=False)
-        done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
+        done = len(
+            study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+            )
+        )
         remaining = max(0, self.n_trials - done)
-        print(f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()} {name}): "
-              f"{done} trials done, {remaining} to run", file=sys.stderr)
+        print(
+            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()} {name}): "
+            f"{done} trials done, {remaining} to run",
+            file=sys.stderr,
+        )
         records, failed, job = [], [], 0
         while remaining > 0:
             batch = [study.ask(space) for _ in range(min(self.n_jobs, remaining))]
-            overrides = [[*arguments, *(f"{k}={v}" for k, v in trial.params.items())] for trial in batch]
+            overrides = [
+                [*arguments, *(f"{k}={v}" for k, v in trial.params.items())] for trial in batch
+            ]
             returns = self.launcher.launch(overrides, initial_job_idx=job)
             for trial, ret in zip(batch, returns):
-                value = ret._return_value if ret.status == JobStatus.COMPLETED else None
+                # JobReturn.return_value re-raises a failed job's exception; _return_value holds it
+                value = ret._return_value if ret.status == JobStatus.COMPLETED else None  # noqa: SLF001
                 if value is not None and math.isfinite(float(value)):
                     study.tell(trial, float(value))
                     state = "COMPLETE"
                 else:
                     study.tell(trial, state=TrialState.FAIL)
                     state = "FAIL"
-                    failed.append(f"trial {trial.number} (job {job}): "
-                                  f"{ret._return_value if value is None else f'objective {value}'}")
-                records.append({"trial": trial.number, "job": job, "state": state,
-                                "value": "" if value is None else value, **trial.params})
+                    failed.append(
+                        f"trial {trial.number} (job {job}): "
+                        f"{ret._return_value if value is None else f'objective {value}'}"  # noqa: SLF001
+                    )
+                records.append(
+                    {
+                        "trial": trial.number,
+                        "job": job,
+                        "state": state,
+                        "value": "" if value is None else value,
+                        **trial.params,
+                    }
+                )
                 job += 1
             remaining -= len(batch)
             self._write_trials(sweep_dir, records)
         self._write_best(study, sweep_dir)
         if failed:
-            raise SweepJobsFailed(f"{len(failed)} of {len(records)} trials failed: " + "; ".join(failed))
+            raise SweepJobsFailed(
+                f"{len(failed)} of {len(records)} trials failed: " + "; ".join(failed)
+            )
         return None
 
     @staticmethod
@@ -178,11 +241,25 @@ class OptunaSweeper(Sweeper):
     def _write_best(self, study, sweep_dir: Path) -> None:
         try:
             best = study.best_trial
-        except ValueError:   # no trial completed
+        except ValueError:  # no trial completed
             return
-        OmegaConf.save(OmegaConf.create({"name": "optuna", "study": self.study_name, "best_trial": best.number,
-                                         "best_params": best.params, "best_value": best.value}),
-                       sweep_dir / "optimization_results.yaml")
-        print(f"[sporeflow] Optuna best trial {best.number}: value {best.value:.4f} with "
-              + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items()),
-              file=sys.stderr)
+        OmegaConf.save(
+            OmegaConf.create(
+                {
+                    "name": "optuna",
+                    "study": self.study_name,
+                    "best_trial": best.number,
+                    "best_params": best.params,
+                    "best_value": best.value,
+                }
+            ),
+            sweep_dir / "optimization_results.yaml",
+        )
+        print(
+            f"[sporeflow] Optuna best trial {best.number}: value {best.value:.4f} with "
+            + " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in best.params.items()
+            ),
+            file=sys.stderr,
+        )

@@ -6,6 +6,7 @@ were checked against each target's signature before any work (schema.validate): 
 raised while building comes from the component's own code, so it keeps its traceback (exit 1)
 rather than being reported as a typo in the config.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,7 +14,6 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
-
 
 
 def _build(node: DictConfig, **overrides: Any) -> Any:

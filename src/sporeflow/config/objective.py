@@ -5,6 +5,7 @@ A job's objective is one number its top-level MLflow run reports: a pipeline's `
 `final/acc`, `final/loss`). `auto` is stage 2's accuracy for boost=dim_reduce, else `acc`.
 Losses are minimised, everything else maximised.
 """
+
 from __future__ import annotations
 
 PLAIN = ("acc", "loss")

@@ -7,6 +7,7 @@ Two kinds of node (docs/architecture.md, "Config"):
 - user-swappable components (model, dataset, optimizer, loss) are `_target_` nodes: their keys
   are checked here against the target's signature, so `optimizer.lrr` fails before training.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sporeflow.config import objective
-from sporeflow.nn import schedules
 from sporeflow.core.errors import ConfigError
+from sporeflow.nn import schedules
 
 SCHEMA_NAME = "sporeflow_schema"
 COMPONENT_GROUPS = ("model", "dataset", "optimizer", "loss")
@@ -47,9 +48,9 @@ class CpuIsa(Enum):
 
 class ParallelMode(Enum):
     standalone = "standalone"
-    data = "data"                 # DATA_PARALLEL
-    semi_auto = "semi_auto"       # SEMI_AUTO_PARALLEL: operator shard strategies from parallel.shard
-    auto = "auto"                 # AUTO_PARALLEL: strategies searched (parallel.search_mode)
+    data = "data"  # DATA_PARALLEL
+    semi_auto = "semi_auto"  # SEMI_AUTO_PARALLEL: operator shard strategies from parallel.shard
+    auto = "auto"  # AUTO_PARALLEL: strategies searched (parallel.search_mode)
 
 
 class SearchMode(Enum):
@@ -87,12 +88,12 @@ class BoostName(Enum):
 
 class StartFrom(Enum):
     final = "final"  # stage 2 starts from stage 1's final weights (MindSpore's built-in does)
-    mean = "mean"    # ... from the mean of the snapshots: the PCA's own centre
+    mean = "mean"  # ... from the mean of the snapshots: the PCA's own centre
 
 
 class Baseline(Enum):
-    baseline = "baseline"            # plain training continued from stage 1, same budget
-    annealed = "annealed"            # the same at anneal_factor x LR
+    baseline = "baseline"  # plain training continued from stage 1, same budget
+    annealed = "annealed"  # the same at anneal_factor x LR
     snapshot_mean = "snapshot_mean"  # the mean of the stage-1 snapshots, no training
 
 
@@ -120,49 +121,53 @@ class StrategyCkptConfig:
 @dataclass
 class ParallelConfig:
     mode: ParallelMode = ParallelMode.standalone
-    workers: int = 1              # processes in the whole job (MindSpore's device_num)
-    device_num: int = 1           # interpolated from workers in the group files
+    workers: int = 1  # processes in the whole job (MindSpore's device_num)
+    device_num: int = 1  # interpolated from workers in the group files
     gradients_mean: bool = True
     parameter_broadcast: bool = False
     all_reduce_fusion_config: List[int] = field(default_factory=list)
     strategy_ckpt_config: StrategyCkptConfig = field(default_factory=StrategyCkptConfig)
     integrated_save: bool = True
     search_mode: SearchMode = SearchMode.sharding_propagation
-    shard: Dict[str, Any] = field(default_factory=dict)   # layer (cell path) -> MatMul strategy
+    shard: Dict[str, Any] = field(default_factory=dict)  # layer (cell path) -> MatMul strategy
     nodes: int = 1
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
-    master_port: int = 0          # 0 = a free port
-    cluster_time_out: int = 120   # seconds msrun waits for all workers to join
-    per_worker_batch: bool = False  # false: dataset.batch_size is the global batch, split across workers
+    master_port: int = 0  # 0 = a free port
+    cluster_time_out: int = 120  # seconds msrun waits for all workers to join
+    per_worker_batch: bool = (
+        False  # false: dataset.batch_size is the global batch, split across workers
+    )
 
 
 @dataclass
 class SnapshotConfig:
-    start_epoch: int = 1          # first stage-1 epoch (1-based) that keeps snapshots
-    per_epoch: int = 1            # snapshots per epoch, evenly spaced, the last at epoch end
+    start_epoch: int = 1  # first stage-1 epoch (1-based) that keeps snapshots
+    per_epoch: int = 1  # snapshots per epoch, evenly spaced, the last at epoch end
 
 
 @dataclass
 class BoostConfig:
     name: BoostName = BoostName.none
-    n_component: int = 32         # the tutorial's name (the built-in reads `n_components`)
+    n_component: int = 32  # the tutorial's name (the built-in reads `n_components`)
     rho: float = 0.55
     gamma: float = 0.9
     alpha: float = 0.001
     sigma: float = 0.4
-    epochs: int = 2               # stage-2 epochs
-    start_from: StartFrom = StartFrom.final   # stage 2's first weights: final or mean (of the snapshots)
-    weight_decay: float = 0.0     # decoupled decay on the out-of-subspace update
+    epochs: int = 2  # stage-2 epochs
+    start_from: StartFrom = (
+        StartFrom.final
+    )  # stage 2's first weights: final or mean (of the snapshots)
+    weight_decay: float = 0.0  # decoupled decay on the out-of-subspace update
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     pca_mat_path: Optional[str] = None
     pca_chunk_mb: float = 256.0
     baselines: List[Baseline] = field(default_factory=lambda: list(Baseline))
-    baseline_epochs: Optional[int] = None   # null = boost.epochs
+    baseline_epochs: Optional[int] = None  # null = boost.epochs
     anneal_factor: float = 0.1
-    stage1_run: Optional[str] = None        # MLflow run id of a finished stage-1 run to reuse
-    reuse_stage1: bool = True               # reuse a finished stage 1 with the same fingerprint
-    reuse_baselines: bool = True            # reuse finished baselines with the same fingerprint
+    stage1_run: Optional[str] = None  # MLflow run id of a finished stage-1 run to reuse
+    reuse_stage1: bool = True  # reuse a finished stage 1 with the same fingerprint
+    reuse_baselines: bool = True  # reuse finished baselines with the same fingerprint
 
 
 @dataclass
@@ -173,26 +178,26 @@ class CheckpointCallbackConfig:
 
 @dataclass
 class BestCheckpointConfig:
-    monitor: str = "acc"          # an eval metric: acc | loss
+    monitor: str = "acc"  # an eval metric: acc | loss
     mode: Monitor = Monitor.max
-    keep: int = 1                 # 0 = no best-k checkpoints
+    keep: int = 1  # 0 = no best-k checkpoints
 
 
 @dataclass
 class EmaConfig:
     enabled: bool = False
     decay: float = 0.999
-    warmup: float = 0.0           # updates; decay * (1 - exp(-updates / warmup)); 0 = off
+    warmup: float = 0.0  # updates; decay * (1 - exp(-updates / warmup)); 0 = off
     eval_with: EvalWith = EvalWith.raw
 
 
 @dataclass
 class TrainStepConfig:
-    loss_scale: float = 1.0       # the fixed scale, or the dynamic scale's start
+    loss_scale: float = 1.0  # the fixed scale, or the dynamic scale's start
     loss_scale_manager: LossScaleManager = LossScaleManager.fixed
     loss_scale_factor: float = 2.0
     loss_scale_window: int = 1000
-    clip_grad_norm: float = 0.0   # 0 = off
+    clip_grad_norm: float = 0.0  # 0 = off
     accumulation_steps: int = 1
     ema: EmaConfig = field(default_factory=EmaConfig)
     amp_level: AmpLevel = AmpLevel.O0
@@ -203,7 +208,7 @@ class TrainStepConfig:
 class CallbacksConfig:
     progress_bar: bool = True
     log_every_n_steps: int = 1
-    stop_on_divergence: bool = True   # a non-finite loss/weights ends the run FAILED
+    stop_on_divergence: bool = True  # a non-finite loss/weights ends the run FAILED
     eval_every_n_epochs: int = 1
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
@@ -211,7 +216,7 @@ class CallbacksConfig:
 
 @dataclass
 class SweepConfig:
-    objective: str = "auto"       # what a sweep ranks jobs by and Optuna optimises (objective.py)
+    objective: str = "auto"  # what a sweep ranks jobs by and Optuna optimises (objective.py)
 
 
 @dataclass
@@ -281,7 +286,11 @@ def component_settings(group: str, node: DictConfig) -> list[str] | None:
     if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     supplied = _SUPPLIED_AT_BUILD.get(group, set())
-    return [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n not in supplied]
+    return [
+        n
+        for n, p in params.items()
+        if p.kind is not inspect.Parameter.VAR_POSITIONAL and n not in supplied
+    ]
 
 
 _KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
@@ -291,7 +300,9 @@ def _fits(value: Any, hint: Any) -> bool:
     """Whether a config value can stand for an argument annotated `hint` (simple types only)."""
     if typing.get_origin(hint) is typing.Union:
         args = typing.get_args(hint)
-        return (value is None and type(None) in args) or any(_fits(value, a) for a in args if a is not type(None))
+        return (value is None and type(None) in args) or any(
+            _fits(value, a) for a in args if a is not type(None)
+        )
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -310,7 +321,9 @@ def _check_component(group: str, node: DictConfig) -> None:
     """Fail on keys the target does not accept, values of the wrong type, and required
     arguments that are missing."""
     if "_target_" not in node:
-        raise ConfigError(f"{group}._target_ is missing: name the class or function that builds the {group}")
+        raise ConfigError(
+            f"{group}._target_ is missing: name the class or function that builds the {group}"
+        )
     params, hints = _signature(node, group)
     if params is None:
         return  # builtins without a signature: nothing to check against
@@ -318,16 +331,22 @@ def _check_component(group: str, node: DictConfig) -> None:
     keys = [k for k in node.keys() if not str(k).startswith("_")]
     for key in keys:
         if allowed is not None and key not in allowed:
-            raise ConfigError(f"{group}.{key} is not a setting of {node['_target_']}; allowed: {', '.join(allowed)}")
+            raise ConfigError(
+                f"{group}.{key} is not a setting of {node['_target_']}; allowed: {', '.join(allowed)}"
+            )
         value = node[key]
         if key in hints and not _fits(value, hints[key]):
-            raise ConfigError(f"{group}.{key}={value!r}: must be {_kind(hints[key])} "
-                              f"({node['_target_']} takes {key}: {_kind(hints[key])})")
+            raise ConfigError(
+                f"{group}.{key}={value!r}: must be {_kind(hints[key])} "
+                f"({node['_target_']} takes {key}: {_kind(hints[key])})"
+            )
     if not node.get("_partial_", False):
         supplied = _SUPPLIED_AT_BUILD.get(group, set())
         for name, p in params.items():
             required = p.default is inspect.Parameter.empty and p.kind in (
-                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                inspect.Parameter.KEYWORD_ONLY,
+            )
             if required and name not in keys and name not in supplied:
                 raise ConfigError(f"{group}.{name} is required by {node['_target_']} but not set")
 
@@ -339,72 +358,102 @@ def _check_schedule(node: DictConfig) -> None:
         return
     name = schedule.get("name", "constant")
     if name not in schedules.NAMES:
-        raise ConfigError(f"optimizer.schedule.name={name!r}; allowed: {', '.join(schedules.NAMES)}")
-    allowed = [p for p in inspect.signature(schedules.learning_rates).parameters
-               if p not in ("lr_max", "steps_per_epoch", "epochs")]
+        raise ConfigError(
+            f"optimizer.schedule.name={name!r}; allowed: {', '.join(schedules.NAMES)}"
+        )
+    allowed = [
+        p
+        for p in inspect.signature(schedules.learning_rates).parameters
+        if p not in ("lr_max", "steps_per_epoch", "epochs")
+    ]
     for key in schedule:
         if key not in allowed:
-            raise ConfigError(f"optimizer.schedule.{key} is not a schedule setting; allowed: {', '.join(allowed)}")
+            raise ConfigError(
+                f"optimizer.schedule.{key} is not a schedule setting; allowed: {', '.join(allowed)}"
+            )
 
 
 def _check_ranges(cfg: DictConfig) -> None:
-    positive = {"epochs": cfg.epochs, "dataset.batch_size": cfg.dataset.get("batch_size", 1),
-                "callbacks.log_every_n_steps": cfg.callbacks.log_every_n_steps,
-                "callbacks.eval_every_n_epochs": cfg.callbacks.eval_every_n_epochs,
-                "callbacks.checkpoint.every_n_epochs": cfg.callbacks.checkpoint.every_n_epochs,
-                "callbacks.checkpoint.keep_last": cfg.callbacks.checkpoint.keep_last,
-                "parallel.workers": cfg.parallel.workers}
+    positive = {
+        "epochs": cfg.epochs,
+        "dataset.batch_size": cfg.dataset.get("batch_size", 1),
+        "callbacks.log_every_n_steps": cfg.callbacks.log_every_n_steps,
+        "callbacks.eval_every_n_epochs": cfg.callbacks.eval_every_n_epochs,
+        "callbacks.checkpoint.every_n_epochs": cfg.callbacks.checkpoint.every_n_epochs,
+        "callbacks.checkpoint.keep_last": cfg.callbacks.checkpoint.keep_last,
+        "parallel.workers": cfg.parallel.workers,
+    }
     for key, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key}={value!r}: must be a whole number >= 1")
     if cfg.runtime.threads < 0:
-        raise ConfigError(f"runtime.threads={cfg.runtime.threads}: must be >= 0 (0 = MindSpore's default)")
+        raise ConfigError(
+            f"runtime.threads={cfg.runtime.threads}: must be >= 0 (0 = MindSpore's default)"
+        )
     if cfg.train.accumulation_steps < 1:
         raise ConfigError(f"train.accumulation_steps={cfg.train.accumulation_steps}: must be >= 1")
     if cfg.train.loss_scale_manager.value == "dynamic" and cfg.train.accumulation_steps > 1:
-        raise ConfigError("train.loss_scale_manager=dynamic with train.accumulation_steps > 1 is not supported; "
-                          "use loss_scale_manager=fixed or accumulation_steps=1")
+        raise ConfigError(
+            "train.loss_scale_manager=dynamic with train.accumulation_steps > 1 is not supported; "
+            "use loss_scale_manager=fixed or accumulation_steps=1"
+        )
     if cfg.train.loss_scale_factor <= 1 or cfg.train.loss_scale_window < 1:
         raise ConfigError("train.loss_scale_factor must be > 1 and train.loss_scale_window >= 1")
     if cfg.train.loss_scale <= 0:
         raise ConfigError(f"train.loss_scale={cfg.train.loss_scale}: must be > 0")
     if cfg.train.clip_grad_norm < 0:
-        raise ConfigError(f"train.clip_grad_norm={cfg.train.clip_grad_norm}: must be >= 0 (0 = off)")
+        raise ConfigError(
+            f"train.clip_grad_norm={cfg.train.clip_grad_norm}: must be >= 0 (0 = off)"
+        )
     if not 0.0 < cfg.train.ema.decay < 1.0:
         raise ConfigError(f"train.ema.decay={cfg.train.ema.decay}: must be between 0 and 1")
     if cfg.train.ema.eval_with.value == "ema" and not cfg.train.ema.enabled:
         raise ConfigError("train.ema.eval_with=ema needs train.ema.enabled=true")
     if cfg.callbacks.best.monitor not in ("acc", "loss"):
-        raise ConfigError(f"callbacks.best.monitor={cfg.callbacks.best.monitor!r}; allowed: acc, loss")
+        raise ConfigError(
+            f"callbacks.best.monitor={cfg.callbacks.best.monitor!r}; allowed: acc, loss"
+        )
     if cfg.callbacks.best.keep < 0:
         raise ConfigError(f"callbacks.best.keep={cfg.callbacks.best.keep}: must be >= 0")
     _check_parallel(cfg)
     dim_reduce = cfg.boost.name.value == "dim_reduce"
     choices = objective.allowed(dim_reduce, [b.value for b in cfg.boost.baselines])
     if cfg.sweep.objective not in choices:
-        raise ConfigError(f"sweep.objective={cfg.sweep.objective!r} with boost={cfg.boost.name.value}; "
-                          f"allowed: {', '.join(choices)}")
+        raise ConfigError(
+            f"sweep.objective={cfg.sweep.objective!r} with boost={cfg.boost.name.value}; "
+            f"allowed: {', '.join(choices)}"
+        )
     if dim_reduce:
         _check_dim_reduce(cfg)
     if not (isinstance(cfg.resume, bool) or isinstance(cfg.resume, str)):
-        raise ConfigError(f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory")
+        raise ConfigError(
+            f"resume={cfg.resume!r}; allowed: false, true (newest run), or a run directory"
+        )
 
 
 def _check_parallel(cfg: DictConfig) -> None:
     par = cfg.parallel
     mode = par.mode.value
     if mode == "standalone" and par.workers != 1:
-        raise ConfigError(f"parallel.mode=standalone runs one process, not parallel.workers={par.workers}; "
-                          "for data parallel use parallel=data2|data4|data8 or parallel.mode=data")
+        raise ConfigError(
+            f"parallel.mode=standalone runs one process, not parallel.workers={par.workers}; "
+            "for data parallel use parallel=data2|data4|data8 or parallel.mode=data"
+        )
     batch = cfg.dataset.get("batch_size", 1)
     if not par.per_worker_batch and batch % par.workers:
-        raise ConfigError(f"dataset.batch_size={batch} is the global batch and must divide evenly across "
-                          f"parallel.workers={par.workers}; choose a multiple of {par.workers}, or set "
-                          "parallel.per_worker_batch=true to make dataset.batch_size per worker")
+        raise ConfigError(
+            f"dataset.batch_size={batch} is the global batch and must divide evenly across "
+            f"parallel.workers={par.workers}; choose a multiple of {par.workers}, or set "
+            "parallel.per_worker_batch=true to make dataset.batch_size per worker"
+        )
     if par.device_num != par.workers:
-        raise ConfigError(f"parallel.device_num={par.device_num} must equal parallel.workers={par.workers}")
+        raise ConfigError(
+            f"parallel.device_num={par.device_num} must equal parallel.workers={par.workers}"
+        )
     if par.nodes < 1 or par.workers % par.nodes:
-        raise ConfigError(f"parallel.workers={par.workers} must be a multiple of parallel.nodes={par.nodes}")
+        raise ConfigError(
+            f"parallel.workers={par.workers} must be a multiple of parallel.nodes={par.nodes}"
+        )
     if not 0 <= par.node_rank < par.nodes:
         raise ConfigError(f"parallel.node_rank={par.node_rank} must lie in 0..{par.nodes - 1}")
 
@@ -418,21 +467,28 @@ def _check_dim_reduce(cfg: DictConfig) -> None:
         raise ConfigError(f"boost.rho={boost.rho}: must be between 0 and 1 (the second trial step)")
     snap = boost.snapshot
     if snap.per_epoch < 1 or not 1 <= snap.start_epoch <= cfg.epochs:
-        raise ConfigError(f"boost.snapshot: start_epoch={snap.start_epoch} must lie in 1..epochs={cfg.epochs} "
-                          f"and per_epoch={snap.per_epoch} must be >= 1")
+        raise ConfigError(
+            f"boost.snapshot: start_epoch={snap.start_epoch} must lie in 1..epochs={cfg.epochs} "
+            f"and per_epoch={snap.per_epoch} must be >= 1"
+        )
     expected = (cfg.epochs - snap.start_epoch + 1) * snap.per_epoch
     if boost.stage1_run is None and boost.pca_mat_path is None and expected <= boost.n_component:
         raise ConfigError(
             f"boost=dim_reduce: stage 1 would keep {expected} snapshots ((epochs={cfg.epochs} - "
             f"boost.snapshot.start_epoch={snap.start_epoch} + 1) x boost.snapshot.per_epoch={snap.per_epoch}), "
-            f"but boost.n_component={boost.n_component} needs more than {boost.n_component}")
+            f"but boost.n_component={boost.n_component} needs more than {boost.n_component}"
+        )
     if boost.stage1_run is not None and cfg.parallel.nodes > 1:
-        raise ConfigError(f"boost.stage1_run with parallel.nodes={cfg.parallel.nodes}: a finished stage 1's files "
-                          "live on one node's disk, which the other nodes cannot read; run its stage 1 again "
-                          "(leave boost.stage1_run unset), or run on one node")
+        raise ConfigError(
+            f"boost.stage1_run with parallel.nodes={cfg.parallel.nodes}: a finished stage 1's files "
+            "live on one node's disk, which the other nodes cannot read; run its stage 1 again "
+            "(leave boost.stage1_run unset), or run on one node"
+        )
     if cfg.resume not in (False, "false"):
-        raise ConfigError("resume=... is not available for boost=dim_reduce pipelines yet; "
-                          "finished stage-1 runs are reused automatically (boost.reuse_stage1)")
+        raise ConfigError(
+            "resume=... is not available for boost=dim_reduce pipelines yet; "
+            "finished stage-1 runs are reused automatically (boost.reuse_stage1)"
+        )
 
 
 def validate(cfg: DictConfig) -> DictConfig:
@@ -443,7 +499,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as ex:
-        raise ConfigError(f"{getattr(ex, 'full_key', '') or 'config'}: {ex.msg if hasattr(ex, 'msg') else ex}") from ex
+        raise ConfigError(
+            f"{getattr(ex, 'full_key', '') or 'config'}: {ex.msg if hasattr(ex, 'msg') else ex}"
+        ) from ex
     resolved.pop("hydra", None)
     plain = OmegaConf.merge(OmegaConf.structured(RunConfig), resolved)
     for group in COMPONENT_GROUPS:

@@ -1,50 +1,55 @@
 """What a run knows about where it runs: directories, overrides, commit, the sweep it belongs
 to. Plain data, no Hydra."""
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 
 @dataclass
 class RunContext:
-    run_dir: Path                      # Hydra's output dir for this job: checkpoints go here
-    launch_dir: Path                   # where the command was started: mlflow.db goes here
-    overrides: List[str] = field(default_factory=list)
-    hydra_dir: Optional[Path] = None   # <run_dir>/.hydra with config.yaml and overrides.yaml
-    git_commit: Optional[str] = None   # of the sporeflow code that runs (not of the launch dir)
-    git_dirty: Optional[bool] = None   # uncommitted changes to tracked files
+    run_dir: Path  # Hydra's output dir for this job: checkpoints go here
+    launch_dir: Path  # where the command was started: mlflow.db goes here
+    overrides: list[str] = field(default_factory=list)
+    hydra_dir: Optional[Path] = None  # <run_dir>/.hydra with config.yaml and overrides.yaml
+    git_commit: Optional[str] = None  # of the sporeflow code that runs (not of the launch dir)
+    git_dirty: Optional[bool] = None  # uncommitted changes to tracked files
     entry_script: Optional[Path] = None  # train.py: what msrun re-runs for a parallel job
-    sweep: Optional["SweepJob"] = None   # set when this run is one job of a multirun
+    sweep: Optional[SweepJob] = None  # set when this run is one job of a multirun
 
 
 # How a sweep's main process tells each job (in this process, a joblib/submitit worker, or
 # the msrun workers a job starts) which sweep it belongs to: environment variables, set by the
 # sweep callback when the job starts; they survive pickling and re-exec, unlike Hydra state.
-SWEEP_RUN_ENV = "SPOREFLOW_SWEEP_RUN"     # the sweep's MLflow parent run id
-SWEEP_KEYS_ENV = "SPOREFLOW_SWEEP_KEYS"   # the swept keys, comma-separated (what job names show)
-SWEEP_JOB_ENV = "SPOREFLOW_SWEEP_JOB"     # this job's number in the sweep
+SWEEP_RUN_ENV = "SPOREFLOW_SWEEP_RUN"  # the sweep's MLflow parent run id
+SWEEP_KEYS_ENV = "SPOREFLOW_SWEEP_KEYS"  # the swept keys, comma-separated (what job names show)
+SWEEP_JOB_ENV = "SPOREFLOW_SWEEP_JOB"  # this job's number in the sweep
 
 
 @dataclass(frozen=True)
 class SweepJob:
-    run_id: str                 # the sweep's MLflow parent run
-    keys: tuple                 # swept keys, e.g. ("boost.rho", "boost.sigma")
+    run_id: str  # the sweep's MLflow parent run
+    keys: tuple  # swept keys, e.g. ("boost.rho", "boost.sigma")
     job: int
 
     def environ(self) -> dict:
-        return {SWEEP_RUN_ENV: self.run_id, SWEEP_KEYS_ENV: ",".join(self.keys), SWEEP_JOB_ENV: str(self.job)}
+        return {
+            SWEEP_RUN_ENV: self.run_id,
+            SWEEP_KEYS_ENV: ",".join(self.keys),
+            SWEEP_JOB_ENV: str(self.job),
+        }
 
     @classmethod
-    def from_environ(cls, env=os.environ) -> Optional["SweepJob"]:
+    def from_environ(cls, env=os.environ) -> Optional[SweepJob]:
         if not env.get(SWEEP_RUN_ENV):
             return None
         keys = tuple(k for k in env.get(SWEEP_KEYS_ENV, "").split(",") if k)
         return cls(env[SWEEP_RUN_ENV], keys, int(env.get(SWEEP_JOB_ENV) or 0))
 
-    def label(self, overrides: List[str]) -> str:
+    def label(self, overrides: list[str]) -> str:
         """What differs in this job: "rho=0.4 sigma=0.2" from its overrides of the swept keys
         (a key's last part, unless two swept keys share it; floats to 4 significant digits)."""
         values = {}
@@ -56,7 +61,9 @@ class SweepJob:
         parts = []
         for key, last in zip(self.keys, lasts):
             if key in values:
-                parts.append(f"{last if lasts.count(last) == 1 else key}={short_value(values[key])}")
+                parts.append(
+                    f"{last if lasts.count(last) == 1 else key}={short_value(values[key])}"
+                )
         return " ".join(parts)
 
 

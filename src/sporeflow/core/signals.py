@@ -5,6 +5,7 @@ through ends KILLED) and the entry exits 128 + the signal number (130, 143). Not
 MindSpore graph step runs, MindSpore's own SIGINT handler turns Ctrl-C into a SIGTERM of the
 process, so a Ctrl-C mid-step arrives here as SIGTERM (exit 143).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -22,7 +23,7 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-        self.hint = ""            # what the user can do next, filled in by whoever knows
+        self.hint = ""  # what the user can do next, filled in by whoever knows
 
     @property
     def name(self) -> str:
@@ -64,12 +65,16 @@ def die_with_parent(sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
         time.sleep(grace)
         end_group_if_orphaned()
 
-    atexit.register(end_group_if_orphaned)  # an orphan's clean exit (run marked KILLED) takes the group along
+    atexit.register(
+        end_group_if_orphaned
+    )  # an orphan's clean exit (run marked KILLED) takes the group along
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def parent_death_preexec(sig: int = signal.SIGTERM):
     """A Popen preexec_fn: the child gets `sig` when the process that started it dies."""
+
     def preexec():
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
     return preexec

@@ -3,18 +3,19 @@
 A data-set class only says where its samples come from (`_source`); this base turns that into
 a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, batch.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 import mindspore as ms
-import numpy as np
 import mindspore.dataset as mds
+import numpy as np
 from mindspore.dataset import transforms, vision
 
-from sporeflow.data.sampling import EpochSampler
 from sporeflow.core.errors import DataError
+from sporeflow.data.sampling import EpochSampler
 
 SPLITS = ("train", "test")
 
@@ -24,9 +25,17 @@ class ImageDataset(ABC):
 
     native_size: int = 0  # side of the stored images; resized to image_size when different
 
-    def __init__(self, batch_size: int, image_size: int, num_classes: int, channels: int,
-                 mean: float | Sequence[float], std: float | Sequence[float],
-                 num_parallel_workers: int = 1, drop_remainder: bool = False):
+    def __init__(
+        self,
+        batch_size: int,
+        image_size: int,
+        num_classes: int,
+        channels: int,
+        mean: float | Sequence[float],
+        std: float | Sequence[float],
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+    ):
         self.batch_size = batch_size
         self.image_size = image_size
         self.num_classes = num_classes
@@ -51,18 +60,30 @@ class ImageDataset(ABC):
         for split in SPLITS:
             self.num_rows(split)
             labels = self.labels(split)
-            if labels is not None and len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+            if (
+                labels is not None
+                and len(labels)
+                and (labels.min() < 0 or labels.max() >= self.num_classes)
+            ):
                 bad = labels.max() if labels.max() >= self.num_classes else labels.min()
-                raise DataError(f"the {split} split has label {int(bad)}, outside 0..{self.num_classes - 1} "
-                                f"(dataset.num_classes={self.num_classes})")
+                raise DataError(
+                    f"the {split} split has label {int(bad)}, outside 0..{self.num_classes - 1} "
+                    f"(dataset.num_classes={self.num_classes})"
+                )
 
     @abstractmethod
     def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:
         """A dataset with columns `image` (HWC uint8) and `label`, read in `sampler`'s order."""
 
-    def create(self, split: str = "train", shuffle: bool | None = None,
-               num_shards: int | None = None, shard_id: int | None = None,
-               seed: int = 0, start_epoch: int = 0) -> mds.Dataset:
+    def create(
+        self,
+        split: str = "train",
+        shuffle: bool | None = None,
+        num_shards: int | None = None,
+        shard_id: int | None = None,
+        seed: int = 0,
+        start_epoch: int = 0,
+    ) -> mds.Dataset:
         """The batched pipeline for `split`; shuffled by default for train only.
 
         The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
@@ -71,11 +92,16 @@ class ImageDataset(ABC):
         if split not in SPLITS:
             raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
         shuffle = (split == "train") if shuffle is None else shuffle
-        sampler = EpochSampler(self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id)
+        sampler = EpochSampler(
+            self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id
+        )
         data = self._source(split, sampler)
-        ops = self.decode_ops(split) + (self.augment_ops() if split == "train" else []) + self.image_ops()
-        data = data.map(ops, input_columns="image",
-                        num_parallel_workers=self.num_parallel_workers)
+        ops = (
+            self.decode_ops(split)
+            + (self.augment_ops() if split == "train" else [])
+            + self.image_ops()
+        )
+        data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
         data = data.map(transforms.TypeCast(ms.int32), input_columns="label")
         return data.batch(self.batch_size, drop_remainder=self.drop_remainder)
 
@@ -91,9 +117,11 @@ class ImageDataset(ABC):
         ops = []
         if self.image_size != self.native_size:
             ops.append(vision.Resize((self.image_size, self.image_size)))
-        ops += [vision.Rescale(1.0 / 255.0, 0.0),
-                vision.Normalize(mean=self.mean, std=self.std),
-                vision.HWC2CHW()]
+        ops += [
+            vision.Rescale(1.0 / 255.0, 0.0),
+            vision.Normalize(mean=self.mean, std=self.std),
+            vision.HWC2CHW(),
+        ]
         return ops
 
 

@@ -3,6 +3,7 @@
 Train augmentation as in the seeds: RandomCrop(32, padding 4) and RandomHorizontalFlip.
 Note: Cifar10Dataset rejects .bin files of fewer than 10,000 records.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,8 @@ import mindspore.dataset as mds
 import numpy as np
 from mindspore.dataset import vision
 
-from sporeflow.data.base import ImageDataset
 from sporeflow.core.errors import DataError
+from sporeflow.data.base import ImageDataset
 
 RECORD = 1 + 32 * 32 * 3
 FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
@@ -21,24 +22,46 @@ FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_b
 class Cifar10(ImageDataset):
     native_size = 32
 
-    def __init__(self, root: str, batch_size: int = 32, image_size: int = 32, num_classes: int = 10,
-                 channels: int = 3, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616),
-                 augment: bool = True, num_samples: int | None = None, num_parallel_workers: int = 1,
-                 drop_remainder: bool = False):
-        super().__init__(batch_size, image_size, num_classes, channels, mean, std,
-                         num_parallel_workers, drop_remainder)
+    def __init__(
+        self,
+        root: str,
+        batch_size: int = 32,
+        image_size: int = 32,
+        num_classes: int = 10,
+        channels: int = 3,
+        mean=(0.4914, 0.4822, 0.4465),
+        std=(0.2470, 0.2435, 0.2616),
+        augment: bool = True,
+        num_samples: int | None = None,
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+    ):
+        super().__init__(
+            batch_size,
+            image_size,
+            num_classes,
+            channels,
+            mean,
+            std,
+            num_parallel_workers,
+            drop_remainder,
+        )
         self.root = Path(root).expanduser()
         self.augment = augment
         self.num_samples = num_samples
 
     def _files(self, split: str) -> list[Path]:
         if not self.root.is_dir():
-            raise DataError(f"dataset.root={self.root} does not exist; it must be the cifar-10-batches-bin "
-                            f"folder holding {', '.join(FILES['train'] + FILES['test'])}")
+            raise DataError(
+                f"dataset.root={self.root} does not exist; it must be the cifar-10-batches-bin "
+                f"folder holding {', '.join(FILES['train'] + FILES['test'])}"
+            )
         missing = [n for n in FILES[split] if not (self.root / n).is_file()]
         if missing:
-            raise DataError(f"dataset.root={self.root} lacks {', '.join(missing)}; expected the "
-                            "cifar-10-batches-bin layout: data_batch_1..5.bin and test_batch.bin")
+            raise DataError(
+                f"dataset.root={self.root} lacks {', '.join(missing)}; expected the "
+                "cifar-10-batches-bin layout: data_batch_1..5.bin and test_batch.bin"
+            )
         return [self.root / n for n in FILES[split]]
 
     def num_rows(self, split):
@@ -46,7 +69,9 @@ class Cifar10(ImageDataset):
         sizes = [f.stat().st_size for f in files]
         bad = [f.name for f, size in zip(files, sizes) if size % RECORD]
         if bad:
-            raise DataError(f"{', '.join(bad)} in {self.root}: size is not a multiple of {RECORD}-byte records")
+            raise DataError(
+                f"{', '.join(bad)} in {self.root}: size is not a multiple of {RECORD}-byte records"
+            )
         total = sum(sizes) // RECORD
         if total == 0:
             raise DataError(f"the {split} split in {self.root} is empty")
@@ -54,8 +79,12 @@ class Cifar10(ImageDataset):
 
     def labels(self, split):
         """The label byte of every record (a strided read through a memory map)."""
-        return np.concatenate([np.memmap(f, dtype=np.uint8, mode="r").reshape(-1, RECORD)[:, 0]
-                               for f in self._files(split)])
+        return np.concatenate(
+            [
+                np.memmap(f, dtype=np.uint8, mode="r").reshape(-1, RECORD)[:, 0]
+                for f in self._files(split)
+            ]
+        )
 
     def _source(self, split, sampler):
         self._files(split)

@@ -3,12 +3,13 @@
 The 0..16 pixel values are stretched to 0..255 uint8 so the shared pipeline treats them like
 any stored image; the train/test split is stratified and fixed (seed 0), whatever the run seed.
 """
+
 from __future__ import annotations
 
 import functools
 
-import numpy as np
 import mindspore.dataset as mds
+import numpy as np
 
 from sporeflow.data.base import ImageDataset
 
@@ -23,19 +24,37 @@ def load_digits_split(split: str, test_fraction: float) -> tuple[np.ndarray, np.
     images = np.clip(digits.images * (255.0 / 16.0), 0, 255).astype(np.uint8)[..., None]
     labels = digits.target.astype(np.int32)
     x_train, x_test, y_train, y_test = train_test_split(
-        images, labels, test_size=test_fraction, random_state=0, stratify=labels)
+        images, labels, test_size=test_fraction, random_state=0, stratify=labels
+    )
     return (x_train, y_train) if split == "train" else (x_test, y_test)
 
 
 class Digits(ImageDataset):
     native_size = 8
 
-    def __init__(self, batch_size: int = 32, image_size: int = 32, num_classes: int = 10,
-                 channels: int = 1, test_fraction: float = 0.2, mean: float = 0.3,
-                 std: float = 0.4, num_parallel_workers: int = 1, drop_remainder: bool = False,
-                 root: str | None = None):
-        super().__init__(batch_size, image_size, num_classes, channels, mean, std,
-                         num_parallel_workers, drop_remainder)
+    def __init__(
+        self,
+        batch_size: int = 32,
+        image_size: int = 32,
+        num_classes: int = 10,
+        channels: int = 1,
+        test_fraction: float = 0.2,
+        mean: float = 0.3,
+        std: float = 0.4,
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+        root: str | None = None,
+    ):
+        super().__init__(
+            batch_size,
+            image_size,
+            num_classes,
+            channels,
+            mean,
+            std,
+            num_parallel_workers,
+            drop_remainder,
+        )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"dataset.test_fraction={test_fraction}: must be between 0 and 1")
         self.test_fraction = test_fraction

@@ -4,6 +4,7 @@
 `dataset-fashion-mnist`) ship; gzipped ones are expanded once into `cache_dir`, atomically,
 since MnistDataset reads raw files only.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -15,8 +16,8 @@ from pathlib import Path
 import mindspore.dataset as mds
 import numpy as np
 
-from sporeflow.data.base import ImageDataset
 from sporeflow.core.errors import DataError
+from sporeflow.data.base import ImageDataset
 from sporeflow.storage.files import atomic_path
 
 FILES = {
@@ -35,18 +36,23 @@ def ensure_raw(root: str | os.PathLike, cache_dir: str | os.PathLike | None) -> 
     """The directory MnistDataset should read: `root` itself, or the cache with gunzipped copies."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise DataError(f"dataset.root={root} does not exist or is not a directory; "
-                        + _expected_layout(root))
+        raise DataError(
+            f"dataset.root={root} does not exist or is not a directory; " + _expected_layout(root)
+        )
     names = [n for pair in FILES.values() for n in pair]
     if all((root / n).is_file() for n in names):
         return root
     missing = [n for n in names if not (root / n).is_file() and not (root / f"{n}.gz").is_file()]
     if missing:
-        raise DataError(f"dataset.root={root} lacks {', '.join(missing)} (raw or .gz); "
-                        + _expected_layout(root))
+        raise DataError(
+            f"dataset.root={root} lacks {', '.join(missing)} (raw or .gz); "
+            + _expected_layout(root)
+        )
     if cache_dir is None:
-        raise DataError(f"dataset.root={root} holds gzipped IDX files; set dataset.cache_dir "
-                        "to a writable directory to expand them into")
+        raise DataError(
+            f"dataset.root={root} holds gzipped IDX files; set dataset.cache_dir "
+            "to a writable directory to expand them into"
+        )
     cache = Path(cache_dir).expanduser()
     cache.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -78,12 +84,30 @@ def read_idx_header(path: Path) -> tuple[int, int]:
 class IdxImages(ImageDataset):
     native_size = 28
 
-    def __init__(self, root: str, cache_dir: str | None = None, batch_size: int = 64,
-                 image_size: int = 28, num_classes: int = 10, channels: int = 1,
-                 mean: float = 0.1307, std: float = 0.3081, num_samples: int | None = None,
-                 num_parallel_workers: int = 1, drop_remainder: bool = False):
-        super().__init__(batch_size, image_size, num_classes, channels, mean, std,
-                         num_parallel_workers, drop_remainder)
+    def __init__(
+        self,
+        root: str,
+        cache_dir: str | None = None,
+        batch_size: int = 64,
+        image_size: int = 28,
+        num_classes: int = 10,
+        channels: int = 1,
+        mean: float = 0.1307,
+        std: float = 0.3081,
+        num_samples: int | None = None,
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+    ):
+        super().__init__(
+            batch_size,
+            image_size,
+            num_classes,
+            channels,
+            mean,
+            std,
+            num_parallel_workers,
+            drop_remainder,
+        )
         self.root = root
         self.cache_dir = cache_dir
         self.num_samples = num_samples

@@ -4,6 +4,7 @@ read by MindSpore's ImageFolderDataset (labels = sorted class folder names).
 Transforms as in the seeds: train RandomCropDecodeResize(image_size) + RandomHorizontalFlip;
 eval Decode, Resize(image_size * 256 / 224), CenterCrop(image_size); then Normalize, HWC2CHW.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,44 +12,68 @@ from pathlib import Path
 import mindspore.dataset as mds
 from mindspore.dataset import vision
 
-from sporeflow.data.base import ImageDataset
 from sporeflow.core.errors import DataError
+from sporeflow.data.base import ImageDataset
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}
 
 
 class ImageFolder(ImageDataset):
-    def __init__(self, root: str, batch_size: int = 32, image_size: int = 224, num_classes: int = 1000,
-                 channels: int = 3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-                 num_parallel_workers: int = 1, drop_remainder: bool = False):
-        super().__init__(batch_size, image_size, num_classes, channels, mean, std,
-                         num_parallel_workers, drop_remainder)
+    def __init__(
+        self,
+        root: str,
+        batch_size: int = 32,
+        image_size: int = 224,
+        num_classes: int = 1000,
+        channels: int = 3,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+    ):
+        super().__init__(
+            batch_size,
+            image_size,
+            num_classes,
+            channels,
+            mean,
+            std,
+            num_parallel_workers,
+            drop_remainder,
+        )
         self.native_size = image_size  # decode_ops already produce image_size x image_size
         self.root = Path(root).expanduser()
 
     def _split_dir(self, split: str) -> Path:
         directory = self.root / SPLIT_DIRS[split]
         if not directory.is_dir():
-            raise DataError(f"dataset.root={self.root} lacks {SPLIT_DIRS[split]}/; expected "
-                            f"{self.root}/train/<class>/*.JPEG and {self.root}/val/<class>/*.JPEG")
+            raise DataError(
+                f"dataset.root={self.root} lacks {SPLIT_DIRS[split]}/; expected "
+                f"{self.root}/train/<class>/*.JPEG and {self.root}/val/<class>/*.JPEG"
+            )
         return directory
 
     def num_rows(self, split):
         directory = self._split_dir(split)
         classes = sorted(d for d in directory.iterdir() if d.is_dir())
         if len(classes) > self.num_classes:
-            raise DataError(f"{directory} has {len(classes)} class folders but dataset.num_classes="
-                            f"{self.num_classes}")
+            raise DataError(
+                f"{directory} has {len(classes)} class folders but dataset.num_classes="
+                f"{self.num_classes}"
+            )
         count = sum(1 for c in classes for f in c.iterdir() if f.suffix in EXTENSIONS)
         if count == 0:
-            raise DataError(f"the {split} split {directory} holds no images ({', '.join(EXTENSIONS)}) "
-                            "in class folders")
+            raise DataError(
+                f"the {split} split {directory} holds no images ({', '.join(EXTENSIONS)}) "
+                "in class folders"
+            )
         return count
 
     def _source(self, split, sampler):
-        return mds.ImageFolderDataset(str(self._split_dir(split)), sampler=sampler, extensions=EXTENSIONS,
-                                      decode=False)
+        return mds.ImageFolderDataset(
+            str(self._split_dir(split)), sampler=sampler, extensions=EXTENSIONS, decode=False
+        )
 
     def decode_ops(self, split):
         size = self.image_size

@@ -7,17 +7,25 @@ before; MindSpore calls __iter__ once per epoch on its copy of the sampler.
 Every rank draws the same permutation and takes every num_shards-th index from shard_id,
 padding by wrap-around so all shards have the same length (like DistributedSampler).
 """
+
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import mindspore.dataset as mds
+import numpy as np
 
 
 class EpochSampler(mds.Sampler):
-    def __init__(self, num_rows: int, seed: int, shuffle: bool = True, start_epoch: int = 0,
-                 num_shards: int | None = None, shard_id: int | None = None):
+    def __init__(
+        self,
+        num_rows: int,
+        seed: int,
+        shuffle: bool = True,
+        start_epoch: int = 0,
+        num_shards: int | None = None,
+        shard_id: int | None = None,
+    ):
         self.num_rows = num_rows
         self.seed = seed
         self.shuffle = shuffle
@@ -29,11 +37,14 @@ class EpochSampler(mds.Sampler):
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The indices this shard reads in `epoch` (0-based)."""
-        order = (np.random.RandomState(self.seed + epoch).permutation(self.num_rows)
-                 if self.shuffle else np.arange(self.num_rows))
+        order = (
+            np.random.RandomState(self.seed + epoch).permutation(self.num_rows)
+            if self.shuffle
+            else np.arange(self.num_rows)
+        )
         total = self.per_shard * self.num_shards
         order = np.resize(order, total)  # wrap-around padding
-        return order[self.shard_id::self.num_shards]
+        return order[self.shard_id :: self.num_shards]
 
     def __iter__(self):
         indices = self.epoch_indices(self.epoch)

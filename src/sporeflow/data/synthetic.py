@@ -1,20 +1,40 @@
 """Random images and labels of any shape, generated in memory from a seed: for benchmarks and
 for trying a model before its data set is at hand (accuracy on it means nothing)."""
+
 from __future__ import annotations
 
-import numpy as np
 import mindspore.dataset as mds
+import numpy as np
 
 from sporeflow.data.base import ImageDataset
 
 
 class Synthetic(ImageDataset):
-    def __init__(self, batch_size: int = 32, image_size: int = 32, num_classes: int = 10, channels: int = 3,
-                 num_samples: int = 512, test_samples: int = 128, data_seed: int = 0, mean: float = 0.5,
-                 std: float = 0.25, num_parallel_workers: int = 1, drop_remainder: bool = False,
-                 root: str | None = None):
-        super().__init__(batch_size, image_size, num_classes, channels, mean, std,
-                         num_parallel_workers, drop_remainder)
+    def __init__(
+        self,
+        batch_size: int = 32,
+        image_size: int = 32,
+        num_classes: int = 10,
+        channels: int = 3,
+        num_samples: int = 512,
+        test_samples: int = 128,
+        data_seed: int = 0,
+        mean: float = 0.5,
+        std: float = 0.25,
+        num_parallel_workers: int = 1,
+        drop_remainder: bool = False,
+        root: str | None = None,
+    ):
+        super().__init__(
+            batch_size,
+            image_size,
+            num_classes,
+            channels,
+            mean,
+            std,
+            num_parallel_workers,
+            drop_remainder,
+        )
         self.native_size = image_size
         self.sizes = {"train": num_samples, "test": test_samples}
         self.data_seed = data_seed

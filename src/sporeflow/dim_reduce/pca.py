@@ -12,6 +12,7 @@ multiplied; large parameters are split across blocks), k basis columns of the sa
 N x N - not the k x M basis. Each snapshot file is read twice (Gram pass, projection pass; the
 second usually from the page cache).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,18 +26,19 @@ import mindspore as ms
 import numpy as np
 from tqdm.auto import tqdm
 
-from sporeflow.storage.files import atomic_path
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
+from sporeflow.storage.files import atomic_path
 
 
 @dataclass(frozen=True)
 class Layout:
     """Names and shapes of the trainable weights, in the order the basis columns follow."""
+
     names: tuple
     shapes: tuple
 
     @classmethod
-    def of(cls, network) -> "Layout":
+    def of(cls, network) -> Layout:
         params = network.trainable_params()
         return cls(tuple(p.name for p in params), tuple(tuple(p.shape) for p in params))
 
@@ -57,15 +59,21 @@ def check_npy_layout(directory: Path, layout: Layout) -> None:
     names, shapes = recorded["names"], [tuple(s) for s in recorded["shapes"]]
     for name, shape in zip(layout.names, layout.shapes):
         if name not in names:
-            raise DimReduceError(f"snapshots in {directory} have no parameter {name!r}: "
-                                 "they were saved from another network")
+            raise DimReduceError(
+                f"snapshots in {directory} have no parameter {name!r}: "
+                "they were saved from another network"
+            )
         if shapes[names.index(name)] != shape:
-            raise DimReduceError(f"snapshots in {directory}: parameter {name!r} has shape "
-                                 f"{shapes[names.index(name)]}, the network's is {shape}: "
-                                 "they were saved from another network")
+            raise DimReduceError(
+                f"snapshots in {directory}: parameter {name!r} has shape "
+                f"{shapes[names.index(name)]}, the network's is {shape}: "
+                "they were saved from another network"
+            )
     if tuple(names) != layout.names:
-        raise DimReduceError(f"snapshots in {directory} hold parameters {names[:3]}... in another "
-                             f"order or number than this network's {list(layout.names[:3])}...")
+        raise DimReduceError(
+            f"snapshots in {directory} hold parameters {names[:3]}... in another "
+            f"order or number than this network's {list(layout.names[:3])}..."
+        )
 
 
 def read_segments(path: Path, layout: Layout, segments) -> list[np.ndarray]:
@@ -73,9 +81,11 @@ def read_segments(path: Path, layout: Layout, segments) -> list[np.ndarray]:
     if path.suffix == ".npy":
         flat = np.load(path, mmap_mode="r")
         if flat.shape != (layout.total,):
-            raise DimReduceError(f"snapshot {path.name} holds {flat.shape} values, expected ({layout.total},)")
+            raise DimReduceError(
+                f"snapshot {path.name} holds {flat.shape} values, expected ({layout.total},)"
+            )
         offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
-        return [np.asarray(flat[offsets[i] + a:offsets[i] + b]) for i, a, b in segments]
+        return [np.asarray(flat[offsets[i] + a : offsets[i] + b]) for i, a, b in segments]
     weights = read_weights(path, layout, sorted({layout.names[i] for i, _, _ in segments}))
     return [weights[layout.names[i]].ravel()[a:b] for i, a, b in segments]
 
@@ -87,15 +97,23 @@ def read_flat_into(path: Path, layout: Layout, start: int, out: np.ndarray) -> b
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0)):
             return False
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, fortran, dtype = read_header(f)
         if dtype != np.float32 or fortran:
             return False
         if shape != (layout.total,):
-            raise DimReduceError(f"snapshot {path.name} holds {shape} values, expected ({layout.total},)")
+            raise DimReduceError(
+                f"snapshot {path.name} holds {shape} values, expected ({layout.total},)"
+            )
         f.seek(f.tell() + 4 * start)
-        if f.readinto(out) != out.nbytes:
-            raise DimReduceError(f"snapshot {path.name} is shorter than its header says (truncated file)")
+        if f.readinto(out.data) != out.nbytes:
+            raise DimReduceError(
+                f"snapshot {path.name} is shorter than its header says (truncated file)"
+            )
     return True
 
 
@@ -119,12 +137,15 @@ def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray
     out = {}
     for name in (n for n in layout.names if n in wanted):
         if name not in state:
-            raise DimReduceError(f"snapshot {path.name} has no parameter {name!r}: "
-                                 "it was saved from another network")
+            raise DimReduceError(
+                f"snapshot {path.name} has no parameter {name!r}: it was saved from another network"
+            )
         value = state[name].asnumpy()
         if tuple(value.shape) != shapes[name]:
-            raise DimReduceError(f"snapshot {path.name}: parameter {name!r} has shape {tuple(value.shape)}, "
-                                 f"the network's is {shapes[name]}: it was saved from another network")
+            raise DimReduceError(
+                f"snapshot {path.name}: parameter {name!r} has shape {tuple(value.shape)}, "
+                f"the network's is {shapes[name]}: it was saved from another network"
+            )
         out[name] = value
     return out
 
@@ -145,7 +166,7 @@ Segment = tuple  # (parameter index, first flat element, end): one slice of one 
 def _groups(layout: Layout, n: int, chunk_mb: float) -> list[list[Segment]]:
     """Consecutive slices of the flat weight vector whose N x width float32 block fits in
     chunk_mb; a parameter larger than that is split across blocks."""
-    budget = max(1, int(chunk_mb * 2 ** 20 / (4 * n)))
+    budget = max(1, int(chunk_mb * 2**20 / (4 * n)))
     groups, current, width = [], [], 0
     for i, size in enumerate(layout.sizes):
         start = 0
@@ -164,21 +185,23 @@ def _width(group: list[Segment]) -> int:
     return sum(end - start for _, start, end in group)
 
 
-def _differences(paths, layout: Layout, group: list[Segment], buffer: np.ndarray, ref: int) -> np.ndarray:
+def _differences(
+    paths, layout: Layout, group: list[Segment], buffer: np.ndarray, ref: int
+) -> np.ndarray:
     """The group's N x width block of snapshot minus snapshot `ref`, in `buffer`'s memory.
 
     Differences, not raw weights: they are small (nearby points of one trajectory), so their
     float32 products lose nothing to the size of the weights themselves, and centring them
     later is the same as centring the snapshots (the reference cancels)."""
-    block = buffer[:, :_width(group)]
+    block = buffer[:, : _width(group)]
     first = group[0]
-    start = sum(layout.sizes[:first[0]]) + first[1]   # a group is one run of the flat vector
+    start = sum(layout.sizes[: first[0]]) + first[1]  # a group is one run of the flat vector
     for row, p in enumerate(paths):
         if p.suffix == ".npy" and read_flat_into(p, layout, start, block[row]):
             continue
         col = 0
         for part in read_segments(p, layout, group):
-            block[row, col:col + len(part)] = part
+            block[row, col : col + len(part)] = part
             col += len(part)
     reference = block[ref].copy()
     if not np.isfinite(reference).all():
@@ -198,20 +221,26 @@ def _blocks(paths, layout: Layout, groups, chunk_mb: float, ref: int):
         for i, group in enumerate(groups):
             block = pending.result()
             if i + 1 < len(groups):
-                pending = reader.submit(_differences, paths, layout, groups[i + 1], buffers[(i + 1) % 2], ref)
+                pending = reader.submit(
+                    _differences, paths, layout, groups[i + 1], buffers[(i + 1) % 2], ref
+                )
             yield group, block
 
 
 def _diverged(path: Path):
-    raise DimReduceError(f"snapshot {path.name} holds NaN or infinite weights: stage 1 diverged "
-                         "(lower optimizer.lr, or start snapshots later)")
+    raise DimReduceError(
+        f"snapshot {path.name} holds NaN or infinite weights: stage 1 diverged "
+        "(lower optimizer.lr, or start snapshots later)"
+    )
 
 
 def check_count(n_snapshots: int, n_component: int) -> None:
     if n_snapshots <= n_component:
-        raise DimReduceError(f"{n_snapshots} stage-1 snapshots cannot give n_component={n_component} "
-                             f"principal directions: need more than {n_component} (raise "
-                             "boost.snapshot.per_epoch or lower boost.snapshot.start_epoch or boost.n_component)")
+        raise DimReduceError(
+            f"{n_snapshots} stage-1 snapshots cannot give n_component={n_component} "
+            f"principal directions: need more than {n_component} (raise "
+            "boost.snapshot.per_epoch or lower boost.snapshot.start_epoch or boost.n_component)"
+        )
 
 
 def fingerprint(paths, layout: Layout, n_component: int) -> str:
@@ -234,16 +263,24 @@ def _coefficients(gram: np.ndarray, n_component: int) -> np.ndarray:
     eigvals, eigvecs = eigvals[order], eigvecs[:, order]
     if eigvals[-1] <= eigvals[0] * 1e-12:
         rank = int((eigvals > eigvals[0] * 1e-12).sum())
-        raise DimReduceError(f"the {n} snapshots span only {rank} directions, fewer than "
-                             f"n_component={n_component} (are they all the same weights?)")
+        raise DimReduceError(
+            f"the {n} snapshots span only {rank} directions, fewer than "
+            f"n_component={n_component} (are they all the same weights?)"
+        )
     # a deterministic sign: the largest |coefficient| of each direction is positive
     signs = np.sign(eigvecs[np.abs(eigvecs).argmax(axis=0), np.arange(n_component)])
     coef = eigvecs * signs / np.sqrt(eigvals)
-    return coef - coef.mean(axis=0)   # = centring @ coef: the rows then sum to zero exactly
+    return coef - coef.mean(axis=0)  # = centring @ coef: the rows then sum to zero exactly
 
 
-def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None = None,
-                  chunk_mb: float = 256.0, progress: bool = False) -> np.ndarray:
+def streaming_pca(
+    paths,
+    layout: Layout,
+    n_component: int,
+    out_path: Path | None = None,
+    chunk_mb: float = 256.0,
+    progress: bool = False,
+) -> np.ndarray:
     """The k x M float32 basis of the centred snapshots (rows orthonormal, sign-normalised).
 
     Two passes over the snapshot files, one block of parameters at a time: the first folds each
@@ -254,7 +291,9 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     check_count(n, n_component)
     for folder in {p.parent for p in paths if p.suffix == ".npy"}:
         check_npy_layout(folder, layout)
-    groups = _groups(layout, n, chunk_mb * n / (2 * n + n_component))  # 2 blocks + k columns in chunk_mb
+    groups = _groups(
+        layout, n, chunk_mb * n / (2 * n + n_component)
+    )  # 2 blocks + k columns in chunk_mb
     offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
     ref = n // 2
     bar = tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress)
@@ -275,7 +314,7 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
         out = np.empty((n_component, max(_width(g) for g in groups)), np.float32)
         for group, block in _blocks(paths, layout, groups, chunk_mb, ref):
             first = group[0]
-            cols = out[:, :block.shape[1]]
+            cols = out[:, : block.shape[1]]
             np.matmul(coef_t, block, out=cols)
             yield offsets[first[0]] + first[1], cols
             bar.update(n)
@@ -284,11 +323,13 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     if out_path is None:
         basis = np.empty((n_component, layout.total), dtype=np.float32)
         for start, cols in columns():
-            basis[:, start:start + cols.shape[1]] = cols
+            basis[:, start : start + cols.shape[1]] = cols
         return basis
     with atomic_path(out_path) as tmp:
         # the .npy header, then each basis row's slice written at its place: no k x M array in memory
-        header = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total))
+        header = np.lib.format.open_memmap(
+            tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total)
+        )
         data_offset = header.offset
         del header
         with open(tmp, "r+b") as f:
@@ -300,9 +341,15 @@ def streaming_pca(paths, layout: Layout, n_component: int, out_path: Path | None
     return np.load(out_path, mmap_mode="r")
 
 
-def load_or_compute_basis(paths, layout: Layout, n_component: int, cache_dir: Path,
-                          pca_mat_path: str | None = None, chunk_mb: float = 256.0,
-                          progress: bool = False) -> tuple[np.ndarray, Path]:
+def load_or_compute_basis(
+    paths,
+    layout: Layout,
+    n_component: int,
+    cache_dir: Path,
+    pca_mat_path: str | None = None,
+    chunk_mb: float = 256.0,
+    progress: bool = False,
+) -> tuple[np.ndarray, Path]:
     """The basis from `pca_mat_path`, else from the cache (keyed by fingerprint), else computed."""
     if pca_mat_path:
         path = Path(pca_mat_path)
@@ -310,8 +357,10 @@ def load_or_compute_basis(paths, layout: Layout, n_component: int, cache_dir: Pa
             raise DimReduceError(f"boost.pca_mat_path={path} does not exist")
         basis = np.load(path, mmap_mode="r")
         if basis.shape != (n_component, layout.total):
-            raise DimReduceError(f"boost.pca_mat_path={path} holds a {basis.shape} matrix; this network "
-                                 f"and n_component need ({n_component}, {layout.total})")
+            raise DimReduceError(
+                f"boost.pca_mat_path={path} holds a {basis.shape} matrix; this network "
+                f"and n_component need ({n_component}, {layout.total})"
+            )
         return basis, path
     path = Path(cache_dir) / f"pca_k{n_component}_{fingerprint(paths, layout, n_component)}.npy"
     if path.is_file():

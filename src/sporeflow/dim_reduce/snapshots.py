@@ -6,6 +6,7 @@ then reads just the slice it needs through a memory map (MindSpore's load_checkp
 ~5 MB of process memory per file read). A folder of MindSpore .ckpt files (what the seed's
 `ModelCheckpoint(saved_network=net)` keeps) is read as well.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ def snapshot_steps(steps_per_epoch: int, per_epoch: int) -> set[int]:
 class SnapshotCallback(Callback):
     """Saves the network's trainable weights `per_epoch` times an epoch from `start_epoch` on."""
 
-    def __init__(self, network, directory: Path, start_epoch: int, per_epoch: int, steps_per_epoch: int):
+    def __init__(
+        self, network, directory: Path, start_epoch: int, per_epoch: int, steps_per_epoch: int
+    ):
         super().__init__()
         self.params = network.trainable_params()
         self.directory = Path(directory)
@@ -56,7 +59,10 @@ class SnapshotCallback(Callback):
             self.saved.append(path)
 
     def on_train_begin(self, run_context):
-        layout = {"names": [p.name for p in self.params], "shapes": [list(p.shape) for p in self.params]}
+        layout = {
+            "names": [p.name for p in self.params],
+            "shapes": [list(p.shape) for p in self.params],
+        }
         write_text_atomic(self.directory / LAYOUT_FILE, json.dumps(layout))
 
 
@@ -69,8 +75,10 @@ def read_layout(directory: Path) -> dict | None:
 def list_snapshots(directory: Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
-        raise DimReduceError(f"snapshot folder {directory} does not exist; stage 1 writes it "
-                             "(boost.snapshot.*), or point boost.stage1_run at a finished stage-1 run")
+        raise DimReduceError(
+            f"snapshot folder {directory} does not exist; stage 1 writes it "
+            "(boost.snapshot.*), or point boost.stage1_run at a finished stage-1 run"
+        )
     found = sorted(directory.glob(PATTERN)) or sorted(directory.glob("*.ckpt"))
     if not found:
         raise DimReduceError(f"snapshot folder {directory} holds no snapshot_*.npy or .ckpt files")

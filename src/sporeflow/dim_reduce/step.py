@@ -18,6 +18,7 @@ and differs where that one is wrong:
     are restored: only the step's own forward pass updates them;
   - optional decoupled weight decay on the out-of-subspace update (`weight_decay`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -78,18 +79,30 @@ def split_basis(basis: np.ndarray, weights) -> tuple:
     slices, start = [], 0
     for w in weights:
         size = int(np.prod(w.shape)) if len(w.shape) else 1
-        slices.append(Tensor(np.ascontiguousarray(basis[:, start:start + size].T), mstype.float32))
+        slices.append(
+            Tensor(np.ascontiguousarray(basis[:, start : start + size].T), mstype.float32)
+        )
         start += size
     if start != basis.shape[1]:
-        raise ValueError(f"the PCA basis has {basis.shape[1]} columns but the network's trainable "
-                         f"weights hold {start} values")
+        raise ValueError(
+            f"the PCA basis has {basis.shape[1]} columns but the network's trainable "
+            f"weights hold {start} values"
+        )
     return tuple(slices)
 
 
 class DimReduceStep(nn.Cell):
-    def __init__(self, network_with_loss: nn.Cell, weights, basis: np.ndarray, rho: float = 0.55,
-                 gamma: float = 0.9, alpha: float = 0.001, sigma: float = 0.4,
-                 weight_decay: float = 0.0):
+    def __init__(
+        self,
+        network_with_loss: nn.Cell,
+        weights,
+        basis: np.ndarray,
+        rho: float = 0.55,
+        gamma: float = 0.9,
+        alpha: float = 0.001,
+        sigma: float = 0.4,
+        weight_decay: float = 0.0,
+    ):
         super().__init__(auto_prefix=False)
         self.network = network_with_loss
         self.network.set_grad()
@@ -101,24 +114,35 @@ class DimReduceStep(nn.Cell):
         self.zero = Tensor(0.0, mstype.float32)
         self.gamma, self.alpha, self.sigma = float(gamma), float(alpha), float(sigma)
         self.weight_decay = float(weight_decay)
-        self.value_and_grad = ops.value_and_grad(self.network, grad_position=None, weights=self.weights)
+        self.value_and_grad = ops.value_and_grad(
+            self.network, grad_position=None, weights=self.weights
+        )
         self.hyper_map = ops.HyperMap()
         self.eye = Tensor(np.eye(k), mstype.float32)
         self.epsilon = 1e-20
 
         self.h = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h")
         self.h_back = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h_back")
-        self.gk_last = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last")
-        self.gk_last_back = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last_back")
+        self.gk_last = Parameter(
+            Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last"
+        )
+        self.gk_last_back = Parameter(
+            Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.gk_last_back"
+        )
         self.has_last = Parameter(Tensor(False), name="dim_reduce.has_last")
         self.sk = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.sk")
         self.momentum = self.weights.clone(prefix="dim_reduce.m", init="zeros")
         self.weights_clone = self.weights.clone(prefix="dim_reduce.w0", init="same")
         stats = [p for p in network_with_loss.get_parameters() if not p.requires_grad]
         self.stats = ParameterTuple(stats)
-        self.stats_clone = self.stats.clone(prefix="dim_reduce.stats0", init="same") if stats else None
+        self.stats_clone = (
+            self.stats.clone(prefix="dim_reduce.stats0", init="same") if stats else None
+        )
 
-        self.parallel = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+        self.parallel = _get_parallel_mode() in (
+            ParallelMode.DATA_PARALLEL,
+            ParallelMode.HYBRID_PARALLEL,
+        )
         if self.parallel:
             self.allreduce = ops.AllReduce()
             self.world = float(get_group_size())
@@ -134,8 +158,9 @@ class DimReduceStep(nn.Cell):
             if ys > self.epsilon:
                 p = 1.0 / ys
                 t = self.eye - ops.matmul(p * yk, ops.transpose(self.sk, (1, 0)))
-                new_h = ops.matmul(ops.matmul(ops.transpose(t, (1, 0)), self.h), t) + \
-                    ops.matmul(p * self.sk, ops.transpose(self.sk, (1, 0)))
+                new_h = ops.matmul(ops.matmul(ops.transpose(t, (1, 0)), self.h), t) + ops.matmul(
+                    p * self.sk, ops.transpose(self.sk, (1, 0))
+                )
                 ops.assign(self.h, new_h)
         else:
             ops.assign(self.has_last, Tensor(True))
@@ -164,7 +189,7 @@ class DimReduceStep(nn.Cell):
         if self.stats_clone is not None:
             old_loss = ops.depend(old_loss, self.hyper_map(_assign, self.stats_clone, self.stats))
 
-        gk = ops.transpose(ops.addn(self.hyper_map(_project, self.basis, grads)), (1, 0))   # k x 1
+        gk = ops.transpose(ops.addn(self.hyper_map(_project, self.basis, grads)), (1, 0))  # k x 1
         ops.assign(self.gk_last_back, self.gk_last)
         ops.assign(self.h_back, self.h)
         dk = self._quasi_newton(gk)
@@ -182,7 +207,10 @@ class DimReduceStep(nn.Cell):
         if self.stats_clone is not None:
             r = ops.depend(r, self.hyper_map(_assign, self.stats, self.stats_clone))
 
-        momentum = self.hyper_map(ops.partial(_residual_momentum, self.gamma), self.momentum, grads, grad_proj)
-        done = self.hyper_map(ops.partial(_final, self.alpha, self.weight_decay, r),
-                              self.weights, momentum, dn)
+        momentum = self.hyper_map(
+            ops.partial(_residual_momentum, self.gamma), self.momentum, grads, grad_proj
+        )
+        done = self.hyper_map(
+            ops.partial(_final, self.alpha, self.weight_decay, r), self.weights, momentum, dn
+        )
         return ops.depend(old_loss, done)

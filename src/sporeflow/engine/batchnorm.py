@@ -1,4 +1,5 @@
 """BatchNorm statistics for weights that were not trained as they stand (a snapshot mean)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,8 @@ def recompute_batchnorm(network: nn.Cell, train_data, max_batches: int = 100) ->
     """Re-estimate BatchNorm moving statistics: reset them, then forward passes in train mode
     (the layers' own momentum; after 100 batches at 0.9 the reset value weighs 0.9**100 ~ 3e-5).
     Returns False when the network has no BatchNorm."""
-    norms = [c for _, c in network.cells_and_names() if isinstance(c, nn.layer.normalization._BatchNorm)]  # noqa: SLF001
+    base = nn.layer.normalization._BatchNorm  # noqa: SLF001 - MindSpore's one base of every BatchNorm
+    norms = [c for _, c in network.cells_and_names() if isinstance(c, base)]
     if not norms:
         return False
     for bn in norms:

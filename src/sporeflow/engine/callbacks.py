@@ -5,20 +5,21 @@ with step = the stage's global step. Nothing here talks to MLflow: the stage's w
 the record there (rank 0). Order matters within a step and an epoch end: measuring callbacks
 come before those that read what was measured (`fit_callbacks` in stages builds the list).
 """
+
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable
 
 import numpy as np
 import psutil
 from mindspore.train import Callback
 from tqdm.auto import tqdm
 
-from sporeflow.storage.checkpoints import prune, save_atomic
 from sporeflow.engine.events import EventRecord
+from sporeflow.storage.checkpoints import prune, save_atomic
 
 
 def loss_value(outputs) -> float:
@@ -55,8 +56,11 @@ class Throughput(Callback):
         now = time.perf_counter()
         if not self._started:
             self._started = True
-            self.record.put("train/seconds_to_first_step", seconds_since_process_start(),
-                            self.record.global_step(run_context.original_args()))
+            self.record.put(
+                "train/seconds_to_first_step",
+                seconds_since_process_start(),
+                self.record.global_step(run_context.original_args()),
+            )
         if self._last is not None:
             self._images += self.batch_size
             self._seconds += now - self._last
@@ -66,7 +70,9 @@ class Throughput(Callback):
         if self._seconds > 0:
             rate = self._images / self._seconds
             self.history.append(rate)
-            self.record.put("train/images_per_sec", rate, self.record.global_step(run_context.original_args()))
+            self.record.put(
+                "train/images_per_sec", rate, self.record.global_step(run_context.original_args())
+            )
         self._images, self._seconds = 0, 0.0
 
     @property
@@ -93,8 +99,14 @@ class EvalEachEpoch(Callback):
     """Evaluate on the test split every n epochs (and after the last), into the record as
     `eval/<metric>`, and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
 
-    def __init__(self, record: EventRecord, model, eval_data, every_n_epochs: int = 1,
-                 ema_swap: Callable[[], ContextManager] | None = None):
+    def __init__(
+        self,
+        record: EventRecord,
+        model,
+        eval_data,
+        every_n_epochs: int = 1,
+        ema_swap: Callable[[], AbstractContextManager] | None = None,
+    ):
         super().__init__()
         self.record = record
         self.model = model
@@ -103,7 +115,9 @@ class EvalEachEpoch(Callback):
         self.ema_swap = ema_swap
 
     def evaluate(self) -> dict:
-        result = {k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()}
+        result = {
+            k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()
+        }
         if self.ema_swap is not None:
             with self.ema_swap():
                 ema = self.model.eval(self.eval_data, dataset_sink_mode=False)
@@ -125,9 +139,14 @@ class ProgressBar(Callback):
     def __init__(self, record: EventRecord, stage: str):
         super().__init__()
         self.record = record
-        self.bar = tqdm(total=record.epochs * record.steps_per_epoch,
-                        initial=record.start_epoch * record.steps_per_epoch,
-                        desc=stage, unit="step", dynamic_ncols=True, mininterval=0.5)
+        self.bar = tqdm(
+            total=record.epochs * record.steps_per_epoch,
+            initial=record.start_epoch * record.steps_per_epoch,
+            desc=stage,
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=0.5,
+        )
 
     def _show(self, epoch: int, refresh: bool) -> None:
         post = {"epoch": f"{epoch}/{self.record.epochs}"}
@@ -154,8 +173,16 @@ class BestCheckpoints(Callback):
     """Keep the `keep` best network checkpoints by a recorded eval metric, as
     `best_<metric>_<value>_epoch_NNNN.ckpt`; `swap` puts the ranked weights (EMA) in first."""
 
-    def __init__(self, record: EventRecord, network, directory: Path, metric: str,
-                 mode: str = "max", keep: int = 1, swap: Callable[[], ContextManager] | None = None):
+    def __init__(
+        self,
+        record: EventRecord,
+        network,
+        directory: Path,
+        metric: str,
+        mode: str = "max",
+        keep: int = 1,
+        swap: Callable[[], AbstractContextManager] | None = None,
+    ):
         super().__init__()
         self.record = record
         self.network = network
@@ -181,9 +208,9 @@ class BestCheckpoints(Callback):
             save_atomic(self.network, path, append_dict={"epoch_num": epoch, self.metric: value})
         self.best.append((value, path))
         self.best.sort(key=lambda item: -self.sign * item[0])
-        for _, doomed in self.best[self.keep:]:
+        for _, doomed in self.best[self.keep :]:
             doomed.unlink(missing_ok=True)
-        self.best = self.best[:self.keep]
+        self.best = self.best[: self.keep]
 
 
 class CheckpointEachEpoch(Callback):
@@ -192,8 +219,14 @@ class CheckpointEachEpoch(Callback):
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`.
     """
 
-    def __init__(self, record: EventRecord, directory: Path, every_n_epochs: int = 1, keep_last: int = 2,
-                 integrated_save: bool = True):
+    def __init__(
+        self,
+        record: EventRecord,
+        directory: Path,
+        every_n_epochs: int = 1,
+        keep_last: int = 2,
+        integrated_save: bool = True,
+    ):
         super().__init__()
         self.record = record
         self.directory = Path(directory)
@@ -206,7 +239,10 @@ class CheckpointEachEpoch(Callback):
         if cb.cur_epoch_num % self.every:
             return
         path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
-        save_atomic(cb.train_network, path,
-                    append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.record.global_step(cb)},
-                    integrated_save=self.integrated_save)
+        save_atomic(
+            cb.train_network,
+            path,
+            append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.record.global_step(cb)},
+            integrated_save=self.integrated_save,
+        )
         prune(self.directory, "epoch_*.ckpt", self.keep)

@@ -1,5 +1,6 @@
 """Stop training the step it diverges: a non-finite loss, or non-finite weights at an epoch end
 (checked before any checkpoint of that epoch is written, so no diverged file is ever saved)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,5 +43,8 @@ class DivergenceGuard(Callback):
         cb = run_context.original_args()
         bad = [p.name for p in self.params if not np.isfinite(p.asnumpy()).all()]
         if bad:
-            raise TrainingDiverged(cb.cur_epoch_num, self.record.global_step(cb),
-                                   f"non-finite weights in {', '.join(bad[:3])}" + (" ..." if len(bad) > 3 else ""))
+            raise TrainingDiverged(
+                cb.cur_epoch_num,
+                self.record.global_step(cb),
+                f"non-finite weights in {', '.join(bad[:3])}" + (" ..." if len(bad) > 3 else ""),
+            )

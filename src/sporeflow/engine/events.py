@@ -5,6 +5,7 @@ measurements (progress bar, best-k checkpoints) and writers (the stage's MLflow 
 from it. No callback holds a tracking run or reaches into another callback (the shape of
 detectron2's EventStorage and its writers).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Event:
-    name: str        # e.g. "train/loss", "eval/acc", "train/images_per_sec"
+    name: str  # e.g. "train/loss", "eval/acc", "train/images_per_sec"
     value: float
-    step: int        # global optimizer step of the stage (continues across a resume)
+    step: int  # global optimizer step of the stage (continues across a resume)
 
 
 class EventRecord:
@@ -29,7 +30,7 @@ class EventRecord:
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.start_epoch = start_epoch
-        self.evals: list[tuple[int, dict]] = []   # (epoch, {metric: value}), in epoch order
+        self.evals: list[tuple[int, dict]] = []  # (epoch, {metric: value}), in epoch order
         self._latest: dict[str, Event] = {}
         self._queues: list[list[Event]] = []
 

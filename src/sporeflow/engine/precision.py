@@ -4,6 +4,7 @@ O2 keeps BatchNorm in float32 by itself; O3 casts everything to float16 unless
 `train.keep_batchnorm_fp32` is on. Parameter names do not change, so checkpoints of an AMP run
 load into a float32 network and back.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 import mindspore as ms
 from mindspore import dtype as mstype
 from mindspore import nn
+
 
 def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) -> nn.Cell:
     """The network to train and evaluate at `level` (the same cell for O0)."""

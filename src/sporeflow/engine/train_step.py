@@ -11,6 +11,7 @@ Order of operations per micro-step (the semantics issue #4 fixes; mindcv's cell 
      when warmup > 0, n = number of updates so far.
 The cell returns the (unscaled) loss of the micro-batch.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -61,10 +62,20 @@ def data_parallel_reducer(weights) -> nn.Cell | None:
 
 
 class TrainStep(nn.Cell):
-    def __init__(self, network_with_loss: nn.Cell, optimizer: nn.Optimizer, loss_scale: float = 1.0,
-                 clip_grad_norm: float = 0.0, accumulation_steps: int = 1, ema_decay: float = 0.0,
-                 ema_warmup: float = 0.0, grad_reducer: nn.Cell | None = None, dynamic_scale: bool = False,
-                 scale_factor: float = 2.0, scale_window: int = 1000):
+    def __init__(
+        self,
+        network_with_loss: nn.Cell,
+        optimizer: nn.Optimizer,
+        loss_scale: float = 1.0,
+        clip_grad_norm: float = 0.0,
+        accumulation_steps: int = 1,
+        ema_decay: float = 0.0,
+        ema_warmup: float = 0.0,
+        grad_reducer: nn.Cell | None = None,
+        dynamic_scale: bool = False,
+        scale_factor: float = 2.0,
+        scale_window: int = 1000,
+    ):
         super().__init__(auto_prefix=False)
         self.network = network_with_loss
         self.network.set_grad()
@@ -81,20 +92,30 @@ class TrainStep(nn.Cell):
         self.dynamic = dynamic_scale
         if dynamic_scale:
             if accumulation_steps > 1:
-                raise ValueError("a dynamic loss scale with accumulation_steps > 1 is not supported")
-            self.scale = Parameter(Tensor(float(loss_scale), mstype.float32), name="loss_scale", requires_grad=False)
-            self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False)
+                raise ValueError(
+                    "a dynamic loss scale with accumulation_steps > 1 is not supported"
+                )
+            self.scale = Parameter(
+                Tensor(float(loss_scale), mstype.float32), name="loss_scale", requires_grad=False
+            )
+            self.good_steps = Parameter(
+                Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False
+            )
             self.scale_factor = float(scale_factor)
             self.scale_window = int(scale_window)
         if self.k > 1:
             self.accum = self.weights.clone(prefix="accum_grad", init="zeros")
-            self.micro_step = Parameter(Tensor(0, mstype.int32), name="micro_step", requires_grad=False)
+            self.micro_step = Parameter(
+                Tensor(0, mstype.int32), name="micro_step", requires_grad=False
+            )
         self.use_ema = ema_decay > 0
         if self.use_ema:
             self.ema_weights = self.weights.clone(prefix="ema", init="same")
             self.ema_decay = float(ema_decay)
             self.ema_warmup = float(ema_warmup)
-            self.ema_updates = Parameter(Tensor(0.0, mstype.float32), name="ema_updates", requires_grad=False)
+            self.ema_updates = Parameter(
+                Tensor(0.0, mstype.float32), name="ema_updates", requires_grad=False
+            )
 
     def _update(self, grads):
         """All-reduce -> clip -> optimizer -> EMA: everything that happens once per update."""
@@ -109,7 +130,9 @@ class TrainStep(nn.Cell):
             decay = Tensor(self.ema_decay, mstype.float32)
             if self.ema_warmup > 0:
                 decay = decay * (1.0 - ops.exp(-updates / self.ema_warmup))
-            done = ops.depend(done, self.hyper_map(ops.partial(_ema, decay), self.ema_weights, self.weights))
+            done = ops.depend(
+                done, self.hyper_map(ops.partial(_ema, decay), self.ema_weights, self.weights)
+            )
         return done
 
     def _dynamic_step(self, loss, *inputs):
@@ -118,7 +141,9 @@ class TrainStep(nn.Cell):
         scale = self.scale * 1.0
         sens = ops.fill(loss.dtype, loss.shape, 1.0) * scale
         grads = self.grad(self.network, self.weights)(*inputs, sens)
-        grads = self.hyper_map(ops.partial(_unscale, scale), grads)  # divide: 1/scale may be denormal
+        grads = self.hyper_map(
+            ops.partial(_unscale, scale), grads
+        )  # divide: 1/scale may be denormal
         if ms_amp.all_finite(grads):
             loss = ops.depend(loss, self._update(grads))
             good = self.good_steps + 1
@@ -127,7 +152,9 @@ class TrainStep(nn.Cell):
                 good = good * 0
             loss = ops.depend(loss, ops.assign(self.good_steps, good))
         else:
-            loss = ops.depend(loss, ops.assign(self.scale, ops.maximum(scale / self.scale_factor, 1.0)))
+            loss = ops.depend(
+                loss, ops.assign(self.scale, ops.maximum(scale / self.scale_factor, 1.0))
+            )
             loss = ops.depend(loss, ops.assign(self.good_steps, self.good_steps * 0))
         return loss
 

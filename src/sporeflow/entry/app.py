@@ -7,6 +7,7 @@ The pipeline gets a plain config and a RunContext and never imports Hydra. `run_
 errors to exit codes: 2 for input a user must fix (entry/messages.py words it; no run dir is
 left behind), 1 for a failed run, 128 + the signal for an interrupted one.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,7 +41,9 @@ def _git_state() -> tuple[str | None, bool | None]:
 
     def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5, check=False)
+            out = subprocess.run(
+                ["git", *args], cwd=here, capture_output=True, text=True, timeout=5, check=False
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return out.stdout.strip() if out.returncode == 0 else None
@@ -56,13 +59,17 @@ def _run_context() -> RunContext:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    in_sweep = hc.mode == RunMode.MULTIRUN or msrun.under_msrun()   # msrun workers inherit the job's env
+    in_sweep = (
+        hc.mode == RunMode.MULTIRUN or msrun.under_msrun()
+    )  # msrun workers inherit the job's env
     commit, dirty = _git_state()
     return RunContext(
         run_dir=Path(hc.runtime.output_dir).resolve(),
         launch_dir=Path(hc.runtime.cwd).resolve(),
         overrides=list(hc.overrides.task),
-        hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve() if hc.output_subdir else None,
+        hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve()
+        if hc.output_subdir
+        else None,
         git_commit=commit,
         git_dirty=dirty,
         entry_script=Path(sys.argv[0]).resolve(),
@@ -78,8 +85,10 @@ def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     saved = sorted(ctx.run_dir.rglob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not saved:
         return f"no checkpoint was written yet in {ctx.run_dir}"
-    return (f"last checkpoint {saved[-1]}; continue with: python train.py {' '.join(ctx.overrides)} "
-            f"resume={ctx.run_dir}").replace("  ", " ")
+    return (
+        f"last checkpoint {saved[-1]}; continue with: python train.py {' '.join(ctx.overrides)} "
+        f"resume={ctx.run_dir}"
+    ).replace("  ", " ")
 
 
 def _validated(cfg: DictConfig) -> DictConfig:
@@ -97,7 +106,7 @@ def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
     rank 0 leaves the result where the launcher reads it."""
     from mindspore.communication import get_rank
 
-    from sporeflow.stages.pipeline import run_pipeline   # imports MindSpore: after the ISA choice
+    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     msrun.record_worker_pid(ctx, cfg.parallel.workers)
     value = run_pipeline(cfg, ctx)
@@ -110,19 +119,23 @@ def _run_as_launcher(cfg: DictConfig, ctx: RunContext) -> float:
     """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
     from sporeflow.stages import runs
 
-    return msrun.launch(cfg, ctx, before_start=lambda: runs.prepare_store(cfg, ctx),
-                        on_end=lambda status: runs.mark_ended(cfg, ctx, status))
+    return msrun.launch(
+        cfg,
+        ctx,
+        before_start=lambda: runs.prepare_store(cfg, ctx),
+        on_end=lambda status: runs.mark_ended(cfg, ctx, status),
+    )
 
 
 def _run_stand_alone(cfg: DictConfig, ctx: RunContext) -> float:
-    from sporeflow.stages.pipeline import run_pipeline   # imports MindSpore: after the ISA choice
+    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     return run_pipeline(cfg, ctx)
 
 
 def _checked_and_claimed(cfg: DictConfig, ctx: RunContext) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
-    from sporeflow.stages.preflight import check_inputs   # imports MindSpore: after the ISA choice
+    from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
 
     check_inputs(cfg, ctx)
     claim_run_dir(ctx.run_dir)
@@ -140,10 +153,16 @@ def run_task(cfg: DictConfig) -> float:
         plain = _validated(cfg)
         if not worker:
             _checked_and_claimed(plain, ctx)
-        role = _run_as_worker if worker else _run_as_launcher if msrun.needs_launch(plain) else _run_stand_alone
+        role = (
+            _run_as_worker
+            if worker
+            else _run_as_launcher
+            if msrun.needs_launch(plain)
+            else _run_stand_alone
+        )
         return role(plain, ctx)
     except messages.usage_errors():
-        remove_unused_run_dir(ctx.run_dir)   # only if nothing but Hydra's own files is in it
+        remove_unused_run_dir(ctx.run_dir)  # only if nothing but Hydra's own files is in it
         raise
     except signals.Interrupted as ex:
         ex.hint = resume_hint(plain, ctx)
@@ -157,7 +176,7 @@ def remove_unused_run_dir(run_dir: Path) -> None:
         return
     if {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", CLAIM_FILE}:
         shutil.rmtree(run_dir, ignore_errors=True)
-        date_dir = run_dir.parent   # Hydra's outputs/<date>/ when it is left empty; nothing above it
+        date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty; nothing above it
         if date_dir.parent.name in ("outputs", "multirun") and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
@@ -183,8 +202,11 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
     try:
         _run_ending_sweeps(hydra_main)
     except signals.Interrupted as ex:
-        print(f"Interrupted by {ex.name}" + (f": the run is marked KILLED; {ex.hint}" if ex.hint
-                                             else " before any run started"), file=sys.stderr)
+        print(
+            f"Interrupted by {ex.name}"
+            + (f": the run is marked KILLED; {ex.hint}" if ex.hint else " before any run started"),
+            file=sys.stderr,
+        )
         sys.exit(ex.exit_code)
     except messages.usage_errors() as ex:
         if user_wants_traceback:

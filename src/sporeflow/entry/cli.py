@@ -1,10 +1,11 @@
 """`sporeflow` console script: tools around runs (training itself is `python train.py`).
 
-    sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds] [--sweep ID|latest]
-                      [--format text|csv|markdown]
-    sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
-    sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
+sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds] [--sweep ID|latest]
+                  [--format text|csv|markdown]
+sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
+sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,12 @@ def compare(args: argparse.Namespace) -> int:
     uri, client, exp = opened
     if args.sweep:
         return compare_sweep(client, exp, uri, args)
-    runs = client.search_runs([exp.experiment_id], "tags.stage = 'pipeline'", max_results=args.last,
-                              order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [exp.experiment_id],
+        "tags.stage = 'pipeline'",
+        max_results=args.last,
+        order_by=["attributes.start_time DESC"],
+    )
     if not runs:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
@@ -71,11 +76,20 @@ def compare(args: argparse.Namespace) -> int:
         if args.plot:
             from sporeflow.report.comparison import seeds_plot
 
-            arms = {label: {s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
-                            for s in STAGES} for label, members in groups.items()}
+            arms = {
+                label: {
+                    s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
+                    for s in STAGES
+                }
+                for label, members in groups.items()
+            }
             if seeds_plot(arms, Path(args.plot)):
                 print(f"plot: {args.plot}", file=sys.stderr)
-        print(f"{'seeds':>5s} " + " ".join(f"{s:>15s}" for s in (*STAGES, "gain")) + "  overrides (without seed=)")
+        print(
+            f"{'seeds':>5s} "
+            + " ".join(f"{s:>15s}" for s in (*STAGES, "gain"))
+            + "  overrides (without seed=)"
+        )
         for overrides, members in groups.items():
             cells = []
             for key in (*(f"{s}/acc" for s in STAGES), "gain"):
@@ -83,14 +97,21 @@ def compare(args: argparse.Namespace) -> int:
                 cells.append((_mean_sd(values) if values else "-").rjust(15))
             print(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")
         return 0
-    print(f"{'run id':32s} {'status':9s} " + " ".join(f"{s:>13s}" for s in STAGES)
-          + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides")
+    print(
+        f"{'run id':32s} {'status':9s} "
+        + " ".join(f"{s:>13s}" for s in STAGES)
+        + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides"
+    )
     for run in runs:
         m = run.data.metrics
         cells = " ".join(_cell(m, f"{s}/acc", ".4f", 13) for s in STAGES)
-        ci = (f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-").rjust(17)
-        print(f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} {ci} "
-              f"{_cell(m, 'gain_p_value', '.3g', 6)}  {run.data.tags.get('overrides', '')}")
+        ci = (
+            f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-"
+        ).rjust(17)
+        print(
+            f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} {ci} "
+            f"{_cell(m, 'gain_p_value', '.3g', 6)}  {run.data.tags.get('overrides', '')}"
+        )
     return 0
 
 
@@ -101,8 +122,12 @@ def _sweep_run(client, exp, which: str):
             return client.get_run(which)
         except Exception:  # noqa: BLE001 - unknown id: the caller names it
             return None
-    found = client.search_runs([exp.experiment_id], "tags.stage = 'sweep'", max_results=1,
-                               order_by=["attributes.start_time DESC"])
+    found = client.search_runs(
+        [exp.experiment_id],
+        "tags.stage = 'sweep'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     return found[0] if found else None
 
 
@@ -113,8 +138,11 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 
     run = _sweep_run(client, exp, args.sweep)
     if run is None or run.data.tags.get("stage") != "sweep":
-        print(f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
-              "(sweeps are `python train.py -m ...`; `latest` picks the newest)", file=sys.stderr)
+        print(
+            f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
+            "(sweeps are `python train.py -m ...`; `latest` picks the newest)",
+            file=sys.stderr,
+        )
         return 2
     tags = run.data.tags
     keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
@@ -123,8 +151,11 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     key = report.objective_key(jobs, tags.get("sweep.objective", "auto"))
     header, rows = report.table_rows(report.ranked(jobs, key), keys)
     if args.format == "text":
-        print(f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
-              f"{len(jobs)} jobs, best first by {key}", file=sys.stderr)
+        print(
+            f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
+            f"{len(jobs)} jobs, best first by {key}",
+            file=sys.stderr,
+        )
     print(report.render(header, rows, args.format), end="")
     return 0
 
@@ -141,14 +172,27 @@ def ui(args: argparse.Namespace) -> int:
     uri, client, exp = opened
     base = f"http://127.0.0.1:{args.port}"
     sweep = _sweep_run(client, exp, args.sweep)
-    jobs = client.search_runs([exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
-                              max_results=200) if sweep is not None else []
+    jobs = (
+        client.search_runs(
+            [exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'", max_results=200
+        )
+        if sweep is not None
+        else []
+    )
     for label, link in ui_links(base, exp.experiment_id, sweep, jobs):
         print(f"{label:12s} {link}")
     if args.links_only:
         return 0
-    server = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", uri,
-              "--host", "127.0.0.1", "--port", str(args.port)]
+    server = [
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+    ]
     print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
     try:
         return subprocess.call(server)
@@ -164,16 +208,24 @@ def merge_ckpt(args: argparse.Namespace) -> int:
 
     src, strategy, out = Path(args.src), Path(args.strategy), Path(args.out)
     if not strategy.is_file():
-        print(f"--strategy {strategy} does not exist (MindSpore writes it where "
-              "parallel.strategy_ckpt_config.save_file says)", file=sys.stderr)
+        print(
+            f"--strategy {strategy} does not exist (MindSpore writes it where "
+            "parallel.strategy_ckpt_config.save_file says)",
+            file=sys.stderr,
+        )
         return 2
     ranks = sorted(src.glob("rank_*")) if src.is_dir() else []
     if not any(list(r.glob("*.ckpt")) for r in ranks):
-        print(f"--src {src} must hold rank_<r>/ folders with .ckpt files (run dir: checkpoints/)", file=sys.stderr)
+        print(
+            f"--src {src} must hold rank_<r>/ folders with .ckpt files (run dir: checkpoints/)",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as tmp:
         try:
-            ms.transform_checkpoints(str(src), tmp, "merged", src_strategy_file=str(strategy), dst_strategy_file=None)
+            ms.transform_checkpoints(
+                str(src), tmp, "merged", src_strategy_file=str(strategy), dst_strategy_file=None
+            )
         except (ValueError, RuntimeError, TypeError) as ex:
             print(f"merge failed: {ex}", file=sys.stderr)
             return 1
@@ -185,28 +237,54 @@ def merge_ckpt(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sporeflow", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="sporeflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare", help="stage accuracies and gain of every dim_reduce pipeline")
-    p.add_argument("--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
+    p.add_argument(
+        "--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
+    )
     p.add_argument("--experiment", default="sporeflow")
     p.add_argument("--last", type=int, default=20, help="how many pipelines, newest first")
-    p.add_argument("--seeds", action="store_true",
-                   help="one row per configuration: mean +- sd over its seeds (e.g. after -m seed=1,2,3)")
-    p.add_argument("--plot", metavar="PNG", help="with --seeds: also draw each arm's mean +- sd per configuration")
-    p.add_argument("--sweep", metavar="ID|latest",
-                   help="one sweep's jobs (its parent run id, or latest): best first, swept keys as columns")
-    p.add_argument("--format", choices=("text", "csv", "markdown"), default="text", help="with --sweep: table format")
+    p.add_argument(
+        "--seeds",
+        action="store_true",
+        help="one row per configuration: mean +- sd over its seeds (e.g. after -m seed=1,2,3)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="with --seeds: also draw each arm's mean +- sd per configuration",
+    )
+    p.add_argument(
+        "--sweep",
+        metavar="ID|latest",
+        help="one sweep's jobs (its parent run id, or latest): best first, swept keys as columns",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "csv", "markdown"),
+        default="text",
+        help="with --sweep: table format",
+    )
     p.set_defaults(fn=compare)
-    p = sub.add_parser("ui", help="serve the MLflow store on 127.0.0.1 and print links to a sweep's ML view")
-    p.add_argument("--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
+    p = sub.add_parser(
+        "ui", help="serve the MLflow store on 127.0.0.1 and print links to a sweep's ML view"
+    )
+    p.add_argument(
+        "--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
+    )
     p.add_argument("--experiment", default="sporeflow")
     p.add_argument("--port", type=int, default=5000)
-    p.add_argument("--sweep", metavar="ID|latest", default="latest", help="the sweep the links open")
+    p.add_argument(
+        "--sweep", metavar="ID|latest", default="latest", help="the sweep the links open"
+    )
     p.add_argument("--links-only", action="store_true", help="print the links, start no server")
     p.set_defaults(fn=ui)
-    p = sub.add_parser("merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint")
+    p = sub.add_parser(
+        "merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint"
+    )
     p.add_argument("--src", required=True, help="folder with rank_<r>/ subfolders of .ckpt files")
     p.add_argument("--strategy", required=True, help="the strategy file of the sliced run")
     p.add_argument("--out", required=True, help="the merged .ckpt to write")

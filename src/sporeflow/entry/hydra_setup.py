@@ -1,5 +1,6 @@
 """What Hydra must know before it composes a config: sporeflow's schema in its ConfigStore and
 sporeflow's resolvers. train.py calls `register_configs()` at import (so do the tests)."""
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
@@ -18,4 +19,6 @@ def register_configs() -> None:
     # cached: Hydra copies resolver caches into each job's config, so a joblib/submitit worker
     # process resolves the sweep dir to the main process's name, not a new uid of its own
     OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True, use_cache=True)
-    OmegaConf.register_new_resolver("sporeflow.slurm", slurm.resolve, replace=True)  # per task: not cached
+    OmegaConf.register_new_resolver(
+        "sporeflow.slurm", slurm.resolve, replace=True
+    )  # per task: not cached

@@ -16,6 +16,7 @@ When a job raises, Hydra 1.3's BasicSweeper re-raises and never calls on_multiru
 app.run_cli calls `end_unfinished(error)`, so the parent still ends (FAILED, or KILLED on
 Ctrl-C) with the same summary. Single runs never touch any of this.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,17 +32,17 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective
-from sporeflow.launch import slurm
 from sporeflow.core.context import SweepJob
 from sporeflow.core.signals import Interrupted
+from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
 JOB_FILE = "sporeflow_job.json"
-TRIALS_FILE = "optuna_trials.csv"   # written by the Optuna sweeper: trial, job, state, value, params
-_ACTIVE: list["SweepRun"] = []    # sweeps started in this process and not ended yet
+TRIALS_FILE = "optuna_trials.csv"  # written by the Optuna sweeper: trial, job, state, value, params
+_ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -50,7 +51,11 @@ def swept_keys(config: DictConfig) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     task = OmegaConf.to_container(config.hydra.overrides.task)
-    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()]
+    keys = [
+        o.key_or_group
+        for o in OverridesParser.create().parse_overrides(task)
+        if o.is_sweep_override()
+    ]
     params = config.hydra.sweeper.get("params") or {}
     return list(dict.fromkeys([*keys, *params]))
 
@@ -83,38 +88,54 @@ class SweepRun(Callback):
         self.sweep_dir = Path(config.hydra.sweep.dir).resolve()
         self.objective = config.sweep.objective
         tracker = self._tracker()
-        run = tracker.start_run(time.strftime("sweep-%Y-%m-%d-%H-%M-%S"), tags={
-            "stage": "sweep", "sweep.overrides": " ".join(OmegaConf.to_container(config.hydra.overrides.task)),
-            "sweep.keys": ",".join(self.keys), "sweep.dir": str(self.sweep_dir),
-            "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
-            "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
-            "sweep.objective": self.objective})
+        run = tracker.start_run(
+            time.strftime("sweep-%Y-%m-%d-%H-%M-%S"),
+            tags={
+                "stage": "sweep",
+                "sweep.overrides": " ".join(OmegaConf.to_container(config.hydra.overrides.task)),
+                "sweep.keys": ",".join(self.keys),
+                "sweep.dir": str(self.sweep_dir),
+                "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
+                "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
+                "sweep.objective": self.objective,
+            },
+        )
         self.run_id = run.run_id
         if self.run_id is not None:
             _ACTIVE.append(self)
-            print(f"[sporeflow] sweep run {self.run_id} in {tracker.uri}; jobs write under {self.sweep_dir}",
-                  file=sys.stderr)
+            print(
+                f"[sporeflow] sweep run {self.run_id} in {tracker.uri}; jobs write under {self.sweep_dir}",
+                file=sys.stderr,
+            )
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.run_id is None:
             return
-        os.environ.update(SweepJob(self.run_id, tuple(self.keys), int(config.hydra.job.num)).environ())
+        os.environ.update(
+            SweepJob(self.run_id, tuple(self.keys), int(config.hydra.job.num)).environ()
+        )
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if self.run_id is None or slurm.node_rank() != 0:   # a multi-node job reports from node 0
+        if self.run_id is None or slurm.node_rank() != 0:  # a multi-node job reports from node 0
             return
         from hydra.core.utils import JobStatus
 
         ok = job_return.status == JobStatus.COMPLETED
-        outcome = {"job": int(config.hydra.job.num), "status": "COMPLETED" if ok else "FAILED",
-                   "overrides": list(config.hydra.overrides.task)}
+        outcome = {
+            "job": int(config.hydra.job.num),
+            "status": "COMPLETED" if ok else "FAILED",
+            "overrides": list(config.hydra.overrides.task),
+        }
         if ok:
             outcome["value"] = job_return.return_value
         else:
-            outcome["error"] = _short_error(job_return._return_value)
+            # return_value would re-raise the job's exception; _return_value holds it
+            outcome["error"] = _short_error(job_return._return_value)  # noqa: SLF001
         try:
-            Path(config.hydra.runtime.output_dir, JOB_FILE).write_text(json.dumps(outcome, default=str))
-        except OSError as ex:   # the summary will count the job as unknown, the sweep goes on
+            Path(config.hydra.runtime.output_dir, JOB_FILE).write_text(
+                json.dumps(outcome, default=str)
+            )
+        except OSError as ex:  # the summary will count the job as unknown, the sweep goes on
             log.warning("could not record job %s's outcome: %s", outcome["job"], ex)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -140,27 +161,49 @@ class SweepRun(Callback):
         outcomes = self.outcomes()
         failed = [o for o in outcomes if o["status"] == "FAILED"]
         interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
-        status = "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
+        status = (
+            "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
+        )
         lines = []
         try:
             lines = self._summarise(tracker, parent, outcomes, failed)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)
         if failed:
-            parent.set_tags({"sporeflow.failure": "; ".join(f"job {o['job']}: {o['error']}" for o in failed)[:5000]})
+            parent.set_tags(
+                {
+                    "sporeflow.failure": "; ".join(f"job {o['job']}: {o['error']}" for o in failed)[
+                        :5000
+                    ]
+                }
+            )
         elif error is not None:
             parent.set_tags({"sporeflow.failure": _short_error(error)})
         parent.end(status)
-        print("\n".join([f"[sporeflow] sweep {status}: {len(outcomes) - len(failed)} jobs finished, "
-                         f"{len(failed)} failed; MLflow run {self.run_id} ({tracker.uri})", *lines]), file=sys.stderr)
+        print(
+            "\n".join(
+                [
+                    f"[sporeflow] sweep {status}: {len(outcomes) - len(failed)} jobs finished, "
+                    f"{len(failed)} failed; MLflow run {self.run_id} ({tracker.uri})",
+                    *lines,
+                ]
+            ),
+            file=sys.stderr,
+        )
 
-    def _summarise(self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict]) -> list[str]:
+    def _summarise(
+        self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict]
+    ) -> list[str]:
         jobs = report.sweep_jobs(tracker, self.run_id, self.keys)
         key = report.objective_key(jobs, self.objective)
         ranked = report.ranked(jobs, key)
         header, rows = report.table_rows(ranked, self.keys)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        for fmt, name in (("text", "comparison.txt"), ("markdown", "comparison.md"), ("csv", "comparison.csv")):
+        for fmt, name in (
+            ("text", "comparison.txt"),
+            ("markdown", "comparison.md"),
+            ("csv", "comparison.csv"),
+        ):
             (self.sweep_dir / name).write_text(report.render(header, rows, fmt))
             parent.log_artifact(self.sweep_dir / name)
         plots = [report.gain_plot(ranked, self.keys, key, self.sweep_dir / "gain_vs_params.png")]
@@ -169,7 +212,9 @@ class SweepRun(Callback):
             plots.append(report.curves_plot(tracker, best, self.sweep_dir / "best_job_curves.png"))
         for plot in filter(None, plots):
             parent.log_artifact(plot)
-        parent.log_metrics({"jobs_finished": len(outcomes) - len(failed), "jobs_failed": len(failed)}, 0)
+        parent.log_metrics(
+            {"jobs_finished": len(outcomes) - len(failed), "jobs_failed": len(failed)}, 0
+        )
         lines = [report.render(header, rows).rstrip()]
         if best is not None:
             parent.log_params({f"best.{k}": v for k, v in best.values.items()})
@@ -181,11 +226,12 @@ class SweepRun(Callback):
         label = lambda o: SweepJob(self.run_id, tuple(self.keys), o["job"]).label(o["overrides"])  # noqa: E731
         lines += [f"failed: job {o['job']} ({label(o)}): {o['error']}" for o in failed]
         written = ", ".join(p.name for p in filter(None, plots))
-        lines.append(f"table{' and plots' if written else ''}: {self.sweep_dir}/comparison.txt"
-                     + (f", {written}" if written else ""))
+        lines.append(
+            f"table{' and plots' if written else ''}: {self.sweep_dir}/comparison.txt"
+            + (f", {written}" if written else "")
+        )
         parent.flush()
         return lines
-
 
     def _record_trials(self, tracker: Tracker, parent, jobs: list) -> list[str]:
         """An Optuna sweep: each trial's value on the parent (step = trial number), the trial
@@ -200,16 +246,20 @@ class SweepRun(Callback):
             if trial["value"]:
                 parent.log_metrics({"trial/value": float(trial["value"])}, int(trial["trial"]))
             if int(trial["job"]) in run_of_job:
-                tracker.run(run_of_job[int(trial["job"])]).set_tags({"optuna.trial": trial["trial"]})
+                tracker.run(run_of_job[int(trial["job"])]).set_tags(
+                    {"optuna.trial": trial["trial"]}
+                )
         parent.log_artifact(path)
         complete = [t for t in trials if t["state"] == "COMPLETE"]
         if not complete:
             return []
-        sign = 1.0 if objective.maximize(self.objective) else -1.0   # "auto" is an accuracy
+        sign = 1.0 if objective.maximize(self.objective) else -1.0  # "auto" is an accuracy
         best = max(complete, key=lambda t: sign * float(t["value"]))
         parent.set_tags({"optuna.best_trial": best["trial"]})
-        return [f"Optuna: {len(trials)} trials this run, best trial {best['trial']} (job {best['job']}) "
-                f"value {float(best['value']):.4f}"]
+        return [
+            f"Optuna: {len(trials)} trials this run, best trial {best['trial']} (job {best['job']}) "
+            f"value {float(best['value']):.4f}"
+        ]
 
 
 def end_unfinished(error: BaseException | None) -> None:

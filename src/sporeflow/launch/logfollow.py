@@ -4,6 +4,7 @@ msrun itself would tail every worker's log into the console (each line N times, 
 processes that outlive a killed job); the launcher runs msrun with tailing off, its own output
 in `msrun_logs/msrun.log`, and shows rank 0's log here instead - progress bar included - minus
 MindSpore's C++ INFO/DEBUG chatter (still in the log file)."""
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,7 @@ class LogFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="follow-rank-0", daemon=True)
 
-    def __enter__(self) -> "LogFollower":
+    def __enter__(self) -> LogFollower:
         self._thread.start()
         return self
 
@@ -38,7 +39,7 @@ class LogFollower:
         for line in lines:
             if not CHATTER.match(line.lstrip("\r")):
                 self.out.write(line + "\n")
-        if "\r" in rest:   # a progress bar redrawing itself: show it now
+        if "\r" in rest:  # a progress bar redrawing itself: show it now
             head, _, rest = rest.rpartition("\r")
             self.out.write(head + "\r")
         self.out.flush()

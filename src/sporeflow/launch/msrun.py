@@ -8,6 +8,7 @@ shows the failing rank's last log lines. Nothing here knows about tracking.
 Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
 process, MS_SCHED, runs the script up to `init()` too).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,14 +28,14 @@ from omegaconf import DictConfig
 
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import SporeflowError
-from sporeflow.launch.logfollow import LogFollower
 from sporeflow.core.signals import Interrupted, parent_death_preexec
+from sporeflow.launch.logfollow import LogFollower
 
 RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
 LOG_TAIL = 25
 log = logging.getLogger(__name__)
-STOP_GRACE = 30.0   # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
+STOP_GRACE = 30.0  # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 
 
 class LaunchError(SporeflowError):
@@ -56,7 +57,9 @@ def free_port() -> int:
 
 
 def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
@@ -68,13 +71,26 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     par = cfg.parallel
     local = par.workers // par.nodes
     log_dir = ctx.run_dir / LOG_DIR
-    overrides = [o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))]
+    overrides = [
+        o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))
+    ]
     threads = cfg.runtime.threads or threads_per_worker(local)
-    cmd = ["msrun", f"--worker_num={par.workers}", f"--local_worker_num={local}",
-           f"--master_addr={par.master_addr}", f"--master_port={port}", f"--node_rank={par.node_rank}",
-           f"--log_dir={log_dir}", "--join=True", f"--cluster_time_out={par.cluster_time_out}",
-           "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
-           str(ctx.entry_script), *overrides, f"hydra.run.dir={ctx.run_dir}", f"runtime.threads={threads}"]
+    cmd = [
+        "msrun",
+        f"--worker_num={par.workers}",
+        f"--local_worker_num={local}",
+        f"--master_addr={par.master_addr}",
+        f"--master_port={port}",
+        f"--node_rank={par.node_rank}",
+        f"--log_dir={log_dir}",
+        "--join=True",
+        f"--cluster_time_out={par.cluster_time_out}",
+        "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
+        str(ctx.entry_script),
+        *overrides,
+        f"hydra.run.dir={ctx.run_dir}",
+        f"runtime.threads={threads}",
+    ]
     return cmd, log_dir
 
 
@@ -90,7 +106,7 @@ def record_worker_pid(ctx: RunContext, workers: int) -> None:
 
 
 def dead_worker(log_dir: Path) -> str | None:
-    """"rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
+    """ "rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
     try:
         text = (log_dir / "msrun.log").read_text(errors="replace")
     except OSError:
@@ -106,9 +122,11 @@ def dead_worker(log_dir: Path) -> str | None:
 
 def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
     """(log name, last lines) of the first worker log that shows a Python error."""
-    for log in sorted(log_dir.glob("worker_*.log"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+    for log in sorted(
+        log_dir.glob("worker_*.log"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)
+    ):
         lines = log.read_text(errors="replace").splitlines()
-        if any(l.startswith("Traceback") or "Error:" in l for l in lines):
+        if any(ln.startswith("Traceback") or "Error:" in ln for ln in lines):
             return log.name, lines[-LOG_TAIL:]
     return None
 
@@ -147,8 +165,12 @@ def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> 
     proc.wait()
 
 
-def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = lambda: None,
-           on_end: Callable[[str], None] = lambda status: None) -> float:
+def launch(
+    cfg: DictConfig,
+    ctx: RunContext,
+    before_start: Callable[[], None] = lambda: None,
+    on_end: Callable[[str], None] = lambda status: None,
+) -> float:
     """Run the job under msrun; returns rank 0's objective value (app.run_task's result).
 
     `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
@@ -156,37 +178,64 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
     process of the job). msrun runs in its own process group and dies with this process (a
     parent-death signal); each worker in turn dies with msrun (`signals.die_with_parent`)."""
     # msrun is installed beside this Python (the virtualenv's bin/), whether or not it is on PATH
-    msrun = shutil.which("msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    msrun = shutil.which(
+        "msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
     if msrun is None:
-        raise LaunchError(f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
-                          "into this Python's environment")
+        raise LaunchError(
+            f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
+            "into this Python's environment"
+        )
     par = cfg.parallel
-    master_node = par.node_rank == 0          # the node whose rank 0 reports (and owns the MLflow run)
+    master_node = par.node_rank == 0  # the node whose rank 0 reports (and owns the MLflow run)
     if master_node:
         before_start()
     port = par.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
     cmd[0] = msrun
     env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
+    env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
+    )
     env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
     env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
     local, cores = par.workers // par.nodes, available_cores()
-    first_rank = par.node_rank * local          # msrun numbers ranks node by node
-    where = f" (node {par.node_rank} of {par.nodes}, master {par.master_addr}:{port})" if par.nodes > 1 else ""
-    print(f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: rank {first_rank}; "
-          f"every rank's log in {log_dir}", file=sys.stderr)
+    first_rank = par.node_rank * local  # msrun numbers ranks node by node
+    where = (
+        f" (node {par.node_rank} of {par.nodes}, master {par.master_addr}:{port})"
+        if par.nodes > 1
+        else ""
+    )
+    print(
+        f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: rank {first_rank}; "
+        f"every rank's log in {log_dir}",
+        file=sys.stderr,
+    )
     if local > cores:
-        print(f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
-              "job runs slower than stand-alone; it trains the same experiment (the global batch "
-              f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)", file=sys.stderr)
+        print(
+            f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
+            "job runs slower than stand-alone; it trains the same experiment (the global batch "
+            f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)",
+            file=sys.stderr,
+        )
     log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "msrun.log", "w") as msrun_log, LogFollower(log_dir / f"worker_{first_rank}.log"):
-        proc = subprocess.Popen(cmd, cwd=ctx.launch_dir, env=env, start_new_session=True,
-                                stdout=msrun_log, stderr=subprocess.STDOUT,
-                                preexec_fn=parent_death_preexec(signal.SIGTERM))
+    with (
+        open(log_dir / "msrun.log", "w") as msrun_log,
+        LogFollower(log_dir / f"worker_{first_rank}.log"),
+    ):
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ctx.launch_dir,
+            env=env,
+            start_new_session=True,
+            stdout=msrun_log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=parent_death_preexec(signal.SIGTERM),
+        )
         try:
-            no_cluster = wait_for_job(proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60)
+            no_cluster = wait_for_job(
+                proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60
+            )
         except Interrupted as ex:
             stop_job(proc, ex.signum)
             if master_node:
@@ -194,8 +243,11 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
             raise
     result_path = ctx.run_dir / RESULT_FILE
     if not master_node and proc.returncode == 0 and not no_cluster:
-        print(f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 ({par.master_addr}) "
-              "reports the results and the MLflow run", file=sys.stderr)
+        print(
+            f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 ({par.master_addr}) "
+            "reports the results and the MLflow run",
+            file=sys.stderr,
+        )
         return float("nan")
     if no_cluster or proc.returncode != 0 or not result_path.is_file():
         failed, dead = failing_rank(log_dir), dead_worker(log_dir)
@@ -205,15 +257,22 @@ def launch(cfg: DictConfig, ctx: RunContext, before_start: Callable[[], None] = 
             raise LaunchError(cluster_not_formed(cfg, port, log_dir))
         if failed:
             name, tail = failed
-            raise LaunchError(f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail))
+            raise LaunchError(
+                f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail)
+            )
         if dead:
             raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
-        raise LaunchError(f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}")
+        raise LaunchError(
+            f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}"
+        )
     return float(json.loads(result_path.read_text()).get("objective", float("nan")))
 
 
 # What msrun's scheduler and workers log when the nodes of a job never all connect
-CLUSTER_FAILED = ("Building networking for MS_SCHED failed", "Failed to initialize distributed job cluster")
+CLUSTER_FAILED = (
+    "Building networking for MS_SCHED failed",
+    "Failed to initialize distributed job cluster",
+)
 
 
 def _cluster_failed(log_dir: Path) -> bool:
@@ -227,8 +286,9 @@ def _cluster_failed(log_dir: Path) -> bool:
     return False
 
 
-def wait_for_job(proc: subprocess.Popen, log_dir: Path, multi_node: bool, forming: float,
-                 poll: float = 1.0) -> bool:
+def wait_for_job(
+    proc: subprocess.Popen, log_dir: Path, multi_node: bool, forming: float, poll: float = 1.0
+) -> bool:
     """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
     stopped at once instead of after msrun's own heartbeat time-outs. The logs are read only
     while the cluster may still be forming (`forming` seconds), not for the whole job."""
@@ -251,12 +311,16 @@ def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
     address = f"{par.master_addr}:{port}"
     if par.node_rank == 0:
         others = "node 1" if par.nodes == 2 else f"one or more of nodes 1..{par.nodes - 1}"
-        return (f"the {par.nodes}-node job did not form within parallel.cluster_time_out={par.cluster_time_out} s: "
-                f"{others} never joined the master at {address}. Start the same command there with "
-                f"parallel.node_rank=<its number>, and check that it can reach {address} (logs in {log_dir})")
-    return (f"node {par.node_rank} could not join the master at parallel.master_addr={address} within "
-            f"parallel.cluster_time_out={par.cluster_time_out} s: is node 0 running the same command, and is "
-            f"{address} reachable from this node? (logs in {log_dir})")
+        return (
+            f"the {par.nodes}-node job did not form within parallel.cluster_time_out={par.cluster_time_out} s: "
+            f"{others} never joined the master at {address}. Start the same command there with "
+            f"parallel.node_rank=<its number>, and check that it can reach {address} (logs in {log_dir})"
+        )
+    return (
+        f"node {par.node_rank} could not join the master at parallel.master_addr={address} within "
+        f"parallel.cluster_time_out={par.cluster_time_out} s: is node 0 running the same command, and is "
+        f"{address} reachable from this node? (logs in {log_dir})"
+    )
 
 
 def write_result(ctx: RunContext, objective: float) -> None:

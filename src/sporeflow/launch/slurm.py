@@ -3,6 +3,7 @@ and which host is node 0 (the msrun master). `conf/cluster/slurm.yaml` reads the
 `${sporeflow.slurm:...}` resolver, resolved in each task's own process - so one submitted job
 starts one sporeflow launcher per node, each running msrun for its node's workers. Outside
 SLURM they give a single node's values (node 0, 127.0.0.1)."""
+
 from __future__ import annotations
 
 import os

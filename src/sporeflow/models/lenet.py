@@ -1,6 +1,7 @@
 """LeNet-5 as in MindSpore's model zoo (two 5x5 convs, three dense layers, 32x32 input), with
 MindSpore's default initialisers: the zoo's Normal(0.02) dense init sits at chance for the
 first epochs on small data sets."""
+
 from mindspore import nn
 
 

@@ -1,5 +1,6 @@
 """The seed's sharded MLP (seed 003): three dense layers written with ops.MatMul, so that
 SEMI_AUTO_PARALLEL strategies (`parallel.shard`) can be set per layer's matmul."""
+
 from mindspore import Parameter, nn, ops
 from mindspore.common.initializer import initializer
 
@@ -19,7 +20,9 @@ class Dense(nn.Cell):
 
 
 class MLP(nn.Cell):
-    def __init__(self, num_classes: int = 10, image_size: int = 28, num_channel: int = 1, hidden: int = 512):
+    def __init__(
+        self, num_classes: int = 10, image_size: int = 28, num_channel: int = 1, hidden: int = 512
+    ):
         super().__init__()
         self.flatten = ops.Flatten()
         self.layer1 = Dense(image_size * image_size * num_channel, hidden)

@@ -1,6 +1,7 @@
 """ResNet v1.5 as in MindSpore's model zoo: stride on the 3x3 conv of the bottleneck, He-normal
 conv init, BatchNorm after every conv, global average pooling. ResNet-18 (basic blocks) and
 ResNet-50 (bottlenecks); the same stem for 32x32 (CIFAR) and 224x224 (ImageNet) input."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,16 @@ from mindspore.common.initializer import HeNormal, Uniform
 
 
 def _conv(in_ch: int, out_ch: int, kernel: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(in_ch, out_ch, kernel, stride=stride, pad_mode="pad", padding=kernel // 2,
-                     has_bias=False, weight_init=HeNormal(mode="fan_out", nonlinearity="relu"))
+    return nn.Conv2d(
+        in_ch,
+        out_ch,
+        kernel,
+        stride=stride,
+        pad_mode="pad",
+        padding=kernel // 2,
+        has_bias=False,
+        weight_init=HeNormal(mode="fan_out", nonlinearity="relu"),
+    )
 
 
 def _bn(channels: int, zero_init: bool = False) -> nn.BatchNorm2d:
@@ -78,7 +87,9 @@ class ResNet(nn.Cell):
             stages.append(nn.SequentialCell(blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         bound = 1.0 / math.sqrt(in_ch)
-        self.end_point = nn.Dense(in_ch, num_classes, weight_init=Uniform(bound), bias_init=Uniform(bound))
+        self.end_point = nn.Dense(
+            in_ch, num_classes, weight_init=Uniform(bound), bias_init=Uniform(bound)
+        )
 
     def construct(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))

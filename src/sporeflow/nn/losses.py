@@ -1,5 +1,6 @@
 """Losses of the seeds: label-smoothed cross entropy (ResNet recipes) and the small-operator
 softmax cross entropy the auto-parallel tutorial uses (every op shardable)."""
+
 from __future__ import annotations
 
 from mindspore import Tensor, nn, ops
@@ -9,8 +10,13 @@ from mindspore import dtype as mstype
 class CrossEntropySmooth(nn.LossBase):
     """Softmax cross entropy against labels smoothed to 1 - s (true class) and s / (C - 1) (others)."""
 
-    def __init__(self, sparse: bool = True, reduction: str = "mean", smooth_factor: float = 0.0,
-                 num_classes: int = 1000):
+    def __init__(
+        self,
+        sparse: bool = True,
+        reduction: str = "mean",
+        smooth_factor: float = 0.0,
+        num_classes: int = 1000,
+    ):
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes={num_classes}: label smoothing needs at least 2 classes")
@@ -41,6 +47,8 @@ class SoftmaxCrossEntropyExpand(nn.Cell):
         exp = ops.exp(shifted)
         softmax = exp / ops.sum(exp, -1, keepdim=True)
         if self.sparse:
-            label = ops.one_hot(label, self.num_classes, Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32))
+            label = ops.one_hot(
+                label, self.num_classes, Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
+            )
         loss = -ops.sum(ops.log(softmax + self.eps) * label, -1)
         return ops.mean(loss, -1)

@@ -4,9 +4,11 @@ Configs name these with `_partial_: true`; the stage supplies `params` (the netw
 parameters), `steps_per_epoch` and `epochs` once it knows them. Weight decay goes through
 parameter groups that exempt BatchNorm gamma/beta and biases (the seeds' `init_group_params`).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mindspore import Tensor, nn
 
@@ -22,12 +24,16 @@ def group_params(params, weight_decay: float) -> list:
         return params
     decay = [p for p in params if not any(key in p.name for key in NO_DECAY)]
     no_decay = [p for p in params if any(key in p.name for key in NO_DECAY)]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0},
-            {"order_params": params}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+        {"order_params": params},
+    ]
 
 
-def schedule_of(lr: float, schedule: Mapping[str, Any] | None, steps_per_epoch: int | None,
-                epochs: int | None):
+def schedule_of(
+    lr: float, schedule: Mapping[str, Any] | None, steps_per_epoch: int | None, epochs: int | None
+):
     """A per-step LR Tensor, or the plain float when the schedule is constant without warm-up."""
     schedule = dict(schedule or {})
     name = schedule.pop("name", "constant")
@@ -38,37 +44,94 @@ def schedule_of(lr: float, schedule: Mapping[str, Any] | None, steps_per_epoch: 
     return Tensor(learning_rates(name, lr, steps_per_epoch, epochs, **schedule))
 
 
-def momentum(params, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 0.0,  # noqa: A002
-             nesterov: bool = False, schedule: Mapping | None = None,
-             steps_per_epoch: int | None = None, epochs: int | None = None) -> nn.Optimizer:
-    return nn.Momentum(group_params(params, weight_decay), schedule_of(lr, schedule, steps_per_epoch, epochs),
-                       momentum=momentum, use_nesterov=nesterov)
+def momentum(
+    params,
+    lr: float = 0.01,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+    schedule: Mapping | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> nn.Optimizer:
+    return nn.Momentum(
+        group_params(params, weight_decay),
+        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        momentum=momentum,
+        use_nesterov=nesterov,
+    )
 
 
-def sgd(params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
-        nesterov: bool = False, schedule: Mapping | None = None,
-        steps_per_epoch: int | None = None, epochs: int | None = None) -> nn.Optimizer:
-    return nn.SGD(group_params(params, weight_decay), schedule_of(lr, schedule, steps_per_epoch, epochs),
-                  momentum=momentum, nesterov=nesterov)
+def sgd(
+    params,
+    lr: float = 0.1,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+    schedule: Mapping | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> nn.Optimizer:
+    return nn.SGD(
+        group_params(params, weight_decay),
+        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        momentum=momentum,
+        nesterov=nesterov,
+    )
 
 
-def adam(params, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-         weight_decay: float = 0.0, schedule: Mapping | None = None,
-         steps_per_epoch: int | None = None, epochs: int | None = None) -> nn.Optimizer:
-    return nn.Adam(group_params(params, weight_decay), schedule_of(lr, schedule, steps_per_epoch, epochs),
-                   beta1=beta1, beta2=beta2, eps=eps)
+def adam(
+    params,
+    lr: float = 0.001,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    schedule: Mapping | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> nn.Optimizer:
+    return nn.Adam(
+        group_params(params, weight_decay),
+        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+    )
 
 
-def adamw(params, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01, schedule: Mapping | None = None,
-          steps_per_epoch: int | None = None, epochs: int | None = None) -> nn.Optimizer:
-    return nn.AdamWeightDecay(group_params(params, weight_decay) if weight_decay else list(params),
-                              schedule_of(lr, schedule, steps_per_epoch, epochs), beta1=beta1, beta2=beta2,
-                              eps=eps, weight_decay=0.0)
+def adamw(
+    params,
+    lr: float = 0.001,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    schedule: Mapping | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> nn.Optimizer:
+    return nn.AdamWeightDecay(
+        group_params(params, weight_decay) if weight_decay else list(params),
+        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        weight_decay=0.0,
+    )
 
 
-def adagrad(params, lr: float = 0.01, accum: float = 0.1, weight_decay: float = 0.0,
-            schedule: Mapping | None = None, steps_per_epoch: int | None = None,
-            epochs: int | None = None) -> nn.Optimizer:
-    return nn.Adagrad(group_params(params, weight_decay), accum=accum,
-                      learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs))
+def adagrad(
+    params,
+    lr: float = 0.01,
+    accum: float = 0.1,
+    weight_decay: float = 0.0,
+    schedule: Mapping | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> nn.Optimizer:
+    return nn.Adagrad(
+        group_params(params, weight_decay),
+        accum=accum,
+        learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs),
+    )

@@ -1,6 +1,7 @@
 """Per-step learning-rate schedules (the seeds' `get_lr`), as numpy arrays MindSpore optimizers
 index by their global step: a resumed run, whose global_step is restored, continues at the
 right point of the schedule by construction."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,17 @@ import numpy as np
 NAMES = ("constant", "linear", "cosine", "step")
 
 
-def learning_rates(name: str, lr_max: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 0,
-                   lr_init: float = 0.0, lr_end: float = 0.0, step_epochs=(), gamma: float = 0.1) -> np.ndarray:
+def learning_rates(
+    name: str,
+    lr_max: float,
+    steps_per_epoch: int,
+    epochs: int,
+    warmup_epochs: float = 0,
+    lr_init: float = 0.0,
+    lr_end: float = 0.0,
+    step_epochs=(),
+    gamma: float = 0.1,
+) -> np.ndarray:
     """float32 array of epochs * steps_per_epoch rates.
 
     warmup: linear from lr_init to lr_max over warmup_epochs; then
@@ -36,5 +46,5 @@ def learning_rates(name: str, lr_max: float, steps_per_epoch: int, epochs: int, 
             rates[i] = lr_end + (lr_max - lr_end) * 0.5 * (1.0 + math.cos(math.pi * progress))
         else:
             passed = sum(1 for e in step_epochs if i >= e * steps_per_epoch)
-            rates[i] = lr_max * gamma ** passed
+            rates[i] = lr_max * gamma**passed
     return rates.astype(np.float32)

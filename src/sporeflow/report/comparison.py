@@ -2,6 +2,7 @@
 
 `results` maps each stage that ran to its final metrics: "stage1", "stage2", and the baselines
 (whatever `boost.baselines` listed); every entry other than the two stages is a baseline."""
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,9 @@ def save_figure(fig, path: Path) -> Path:
 
 
 def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
-    others = [(m[metric], name) for name, m in results.items() if name not in STAGES and metric in m]
+    others = [
+        (m[metric], name) for name, m in results.items() if name not in STAGES and metric in m
+    ]
     return max(others)[1] if others else None
 
 
@@ -42,13 +45,16 @@ def paired_lines(paired: dict) -> str:
 def summary_table(results: dict[str, dict]) -> str:
     lines = [f"  {'stage':14s} {'acc':>8s} {'loss':>8s}"]
     for stage, metrics in results.items():
-        lines.append(f"  {stage:14s} {metrics.get('acc', float('nan')):8.4f} {metrics.get('loss', float('nan')):8.4f}")
+        lines.append(
+            f"  {stage:14s} {metrics.get('acc', float('nan')):8.4f} {metrics.get('loss', float('nan')):8.4f}"
+        )
     lines.append(f"  gain (stage2 - best baseline, acc): {gain(results):+.4f}")
     return "\n".join(lines)
 
 
-def comparison_plot(results: dict[str, dict], path: Path, n_eval: int | None = None,
-                    gain_cmp=None) -> Path | None:
+def comparison_plot(
+    results: dict[str, dict], path: Path, n_eval: int | None = None, gain_cmp=None
+) -> Path | None:
     """Each stage's accuracy on a 0-1 axis with its 95% interval (n_eval images), the gain and
     its interval and p-value in the title; None (and a warning) if matplotlib fails."""
     try:
@@ -60,12 +66,21 @@ def comparison_plot(results: dict[str, dict], path: Path, n_eval: int | None = N
         stages = list(results)
         accs = [results[s].get("acc", float("nan")) for s in stages]
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        errors = [1.959963984540054 * (a * (1 - a) / n_eval) ** 0.5 for a in accs] if n_eval else None
-        bars = ax.bar(stages, accs, yerr=errors, capsize=4,
-                      color=["#888", "#2a7", "#57c", "#c84", "#a5a"][: len(stages)])
+        errors = (
+            [1.959963984540054 * (a * (1 - a) / n_eval) ** 0.5 for a in accs] if n_eval else None
+        )
+        bars = ax.bar(
+            stages,
+            accs,
+            yerr=errors,
+            capsize=4,
+            color=["#888", "#2a7", "#57c", "#c84", "#a5a"][: len(stages)],
+        )
         ax.bar_label(bars, fmt="%.4f", fontsize=8, label_type="center")
-        ax.set_ylim(0.0, 1.05)   # from 0: differences of a few images must not look like results
-        ax.set_ylabel(f"eval accuracy ({n_eval} images, 95% interval)" if n_eval else "eval accuracy")
+        ax.set_ylim(0.0, 1.05)  # from 0: differences of a few images must not look like results
+        ax.set_ylabel(
+            f"eval accuracy ({n_eval} images, 95% interval)" if n_eval else "eval accuracy"
+        )
         title = f"dim_reduce: gain over best baseline {gain(results):+.4f}"
         if gain_cmp is not None:
             low, high = gain_cmp.ci95
@@ -87,7 +102,9 @@ def seeds_plot(groups: dict[str, dict[str, list[float]]], path: Path) -> Path | 
         import matplotlib.pyplot as plt
         import numpy as np
 
-        arms = list(dict.fromkeys(arm for by_arm in groups.values() for arm, v in by_arm.items() if v))
+        arms = list(
+            dict.fromkeys(arm for by_arm in groups.values() for arm, v in by_arm.items() if v)
+        )
         width = 0.8 / max(1, len(groups))
         fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(arms)), 3.6))
         for i, (label, by_arm) in enumerate(groups.items()):
@@ -95,10 +112,16 @@ def seeds_plot(groups: dict[str, dict[str, list[float]]], path: Path) -> Path | 
             means = [np.mean(v) if v else np.nan for v in values]
             sds = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
             n = max(len(v) for v in values)
-            ax.bar(np.arange(len(arms)) + i * width, means, width, yerr=sds, capsize=3,
-                   label=f"{n} seeds: {label or '(defaults)'}"[:80])
+            ax.bar(
+                np.arange(len(arms)) + i * width,
+                means,
+                width,
+                yerr=sds,
+                capsize=3,
+                label=f"{n} seeds: {label or '(defaults)'}"[:80],
+            )
         ax.set_xticks(np.arange(len(arms)) + width * (len(groups) - 1) / 2, arms)
-        ax.set_ylim(0.0, 1.0 + 0.08 * (len(groups) + 1))   # room above the bars for the legend
+        ax.set_ylim(0.0, 1.0 + 0.08 * (len(groups) + 1))  # room above the bars for the legend
         ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel("eval accuracy (mean +- sd over seeds)")
         ax.legend(fontsize=7, loc="upper center")

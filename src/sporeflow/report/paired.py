@@ -7,6 +7,7 @@ Analysis, 10.1): d = (b - c) / n, Var(d) = ((b + c) - (b - c)^2 / n) / n^2, wher
 the first got right and c = images only the second got right. McNemar exact: two-sided binomial
 test of b against b + c trials at p = 1/2.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,8 @@ Z95 = 1.959963984540054
 
 @dataclass(frozen=True)
 class PairedComparison:
-    n: int            # eval images
-    only_first: int   # right by the first stage only
+    n: int  # eval images
+    only_first: int  # right by the first stage only
     only_second: int  # right by the second stage only
 
     @property
@@ -44,7 +45,7 @@ class PairedComparison:
         m, k = self.only_first + self.only_second, min(self.only_first, self.only_second)
         if m == 0:
             return 1.0
-        tail = sum(math.comb(m, i) for i in range(k + 1)) / 2 ** m
+        tail = sum(math.comb(m, i) for i in range(k + 1)) / 2**m
         return min(1.0, 2 * tail)
 
     @property
@@ -54,8 +55,10 @@ class PairedComparison:
     def describe(self) -> str:
         low, high = self.ci95
         verdict = "significant at 5%" if self.significant else "not significant at 5%"
-        return (f"{self.images:+d} images ({self.diff:+.4f}, 95% CI {low:+.4f}..{high:+.4f}), "
-                f"McNemar p={self.p_value:.3g}: {verdict}")
+        return (
+            f"{self.images:+d} images ({self.diff:+.4f}, 95% CI {low:+.4f}..{high:+.4f}), "
+            f"McNemar p={self.p_value:.3g}: {verdict}"
+        )
 
 
 def compare_paired(first_correct, second_correct) -> PairedComparison:

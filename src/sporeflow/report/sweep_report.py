@@ -4,6 +4,7 @@ per-epoch curves. Used by the sweep's parent run (sporeflow.entry.sweep_run) and
 
 Reads only the MLflow store: a job's top-level run carries `sweep.run_id`/`sweep.job` tags, its
 overrides, its config as params and its comparison metrics (sporeflow.stages.runs)."""
+
 from __future__ import annotations
 
 import csv
@@ -20,10 +21,17 @@ from sporeflow.tracking.tracker import Tracker
 log = logging.getLogger(__name__)
 
 # metric columns, in this order, when any job has them: (MLflow key, header)
-METRIC_COLUMNS = (("stage1/acc", "stage1"), ("stage2/acc", "stage2"), ("baseline/acc", "baseline"),
-                  ("annealed/acc", "annealed"), ("snapshot_mean/acc", "snapshot_mean"), ("gain", "gain"),
-                  ("final/acc", "acc"), ("final/loss", "loss"))
-CURVE_PREFIX = "curve/"   # a pipeline's per-epoch eval accuracy of every stage, on one epoch axis
+METRIC_COLUMNS = (
+    ("stage1/acc", "stage1"),
+    ("stage2/acc", "stage2"),
+    ("baseline/acc", "baseline"),
+    ("annealed/acc", "annealed"),
+    ("snapshot_mean/acc", "snapshot_mean"),
+    ("gain", "gain"),
+    ("final/acc", "acc"),
+    ("final/loss", "loss"),
+)
+CURVE_PREFIX = "curve/"  # a pipeline's per-epoch eval accuracy of every stage, on one epoch axis
 
 
 @dataclass
@@ -32,7 +40,7 @@ class Job:
     run_id: str
     name: str
     status: str
-    values: dict = field(default_factory=dict)    # swept key -> value (as the override gave it)
+    values: dict = field(default_factory=dict)  # swept key -> value (as the override gave it)
     metrics: dict = field(default_factory=dict)
     failure: str = ""
     pipeline: bool = False
@@ -52,9 +60,18 @@ def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job
     jobs = []
     for run in runs:
         tags = run.data.tags
-        jobs.append(Job(int(tags.get("sweep.job", -1)), run.info.run_id, tags.get("mlflow.runName", ""),
-                        run.info.status, swept_values(tags.get("overrides", ""), run.data.params, keys),
-                        dict(run.data.metrics), tags.get("sporeflow.failure", ""), tags.get("stage") == "pipeline"))
+        jobs.append(
+            Job(
+                int(tags.get("sweep.job", -1)),
+                run.info.run_id,
+                tags.get("mlflow.runName", ""),
+                run.info.status,
+                swept_values(tags.get("overrides", ""), run.data.params, keys),
+                dict(run.data.metrics),
+                tags.get("sporeflow.failure", ""),
+                tags.get("stage") == "pipeline",
+            )
+        )
     return sorted(jobs, key=lambda j: j.number)
 
 
@@ -74,14 +91,20 @@ def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[s
     its 95% interval and McNemar p when the jobs are pipelines."""
     metrics = [(k, h) for k, h in METRIC_COLUMNS if any(k in j.metrics for j in jobs)]
     paired = any("gain_ci_low" in j.metrics for j in jobs)
-    header = ["job", "status", *keys, *(h for _, h in metrics)] + (["gain 95% CI", "p"] if paired else [])
+    header = ["job", "status", *keys, *(h for _, h in metrics)] + (
+        ["gain 95% CI", "p"] if paired else []
+    )
     rows = []
     for job in jobs:
         m = job.metrics
         row = [str(job.number), job.status, *(short_value(job.values.get(k, "")) for k in keys)]
-        row += [(format(m[k], "+.4f" if k == "gain" else ".4f") if k in m else "-") for k, _ in metrics]
+        row += [
+            (format(m[k], "+.4f" if k == "gain" else ".4f") if k in m else "-") for k, _ in metrics
+        ]
         if paired:
-            row.append(f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-")
+            row.append(
+                f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-"
+            )
             row.append(format(m["gain_p_value"], ".3g") if "gain_p_value" in m else "-")
         rows.append(row)
     return header, rows
@@ -97,7 +120,12 @@ def render(header: list[str], rows: list[list[str]], fmt: str = "text") -> str:
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    return "\n".join("  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in [header, *rows]) + "\n"
+    return (
+        "\n".join(
+            "  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in [header, *rows]
+        )
+        + "\n"
+    )
 
 
 def _axis(values: list[str]) -> tuple[list, bool]:
@@ -121,13 +149,17 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys) + 0.6, 3.4), squeeze=False, sharey=True)
+        fig, axes = plt.subplots(
+            1, len(keys), figsize=(3.6 * len(keys) + 0.6, 3.4), squeeze=False, sharey=True
+        )
         for ax, swept in zip(axes[0], keys):
             xs, numeric = _axis([j.values.get(swept, "") for j in done])
             ys = [j.metrics[y_key] for j in done]
             if y_key == "gain" and all("gain_ci_low" in j.metrics for j in done):
-                err = [[y - j.metrics["gain_ci_low"] for y, j in zip(ys, done)],
-                       [j.metrics["gain_ci_high"] - y for y, j in zip(ys, done)]]
+                err = [
+                    [y - j.metrics["gain_ci_low"] for y, j in zip(ys, done)],
+                    [j.metrics["gain_ci_high"] - y for y, j in zip(ys, done)],
+                ]
                 ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=3, color="#2a7")
             else:
                 ax.plot(xs, ys, "o", color="#2a7")
@@ -135,7 +167,9 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
                 ax.axhline(0.0, color="#888", linestyle="--", linewidth=1)
             ax.set_xlabel(swept + ("" if numeric else " (category)"))
             ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel("gain: stage2 - best baseline (acc, 95% CI)" if y_key == "gain" else y_key)
+        axes[0][0].set_ylabel(
+            "gain: stage2 - best baseline (acc, 95% CI)" if y_key == "gain" else y_key
+        )
         fig.suptitle(f"{len(done)} jobs: {y_key} against each swept parameter", fontsize=10)
         return save_figure(fig, path)
     except Exception as ex:  # noqa: BLE001 - a plot must not fail a finished sweep
@@ -147,8 +181,10 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
     """The best job's per-epoch eval accuracy: stage 1, then stage 2 and each baseline from
     where stage 1 ended (the `curve/<stage>` metrics of its pipeline run)."""
     order = ["stage1", "stage2", "baseline", "annealed", "snapshot_mean"]
-    stages = sorted((k[len(CURVE_PREFIX):] for k in job.metrics if k.startswith(CURVE_PREFIX)),
-                    key=lambda s: (order.index(s) if s in order else len(order), s))
+    stages = sorted(
+        (k[len(CURVE_PREFIX) :] for k in job.metrics if k.startswith(CURVE_PREFIX)),
+        key=lambda s: (order.index(s) if s in order else len(order), s),
+    )
     curves = {s: tracker.metric_history(job.run_id, CURVE_PREFIX + s) for s in stages}
     curves = {s: c for s, c in curves.items() if c}
     if not curves:
@@ -160,18 +196,32 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
-        start = curves.get("stage1", [])[-1:]   # later stages start from stage 1's last point
-        styles = {"stage1": ("#888", "-"), "stage2": ("#2a7", "-"), "baseline": ("#57c", "--"),
-                  "annealed": ("#c84", "--"), "snapshot_mean": ("#a5a", ":")}
+        start = curves.get("stage1", [])[-1:]  # later stages start from stage 1's last point
+        styles = {
+            "stage1": ("#888", "-"),
+            "stage2": ("#2a7", "-"),
+            "baseline": ("#57c", "--"),
+            "annealed": ("#c84", "--"),
+            "snapshot_mean": ("#a5a", ":"),
+        }
         last = max(p[0] for points in curves.values() for p in points)
         for stage, points in curves.items():
-            if len(points) == 1 and stage != "stage1":   # no training (snapshot mean): a level, not a path
+            if (
+                len(points) == 1 and stage != "stage1"
+            ):  # no training (snapshot mean): a level, not a path
                 line = [(points[0][0], points[0][1]), (last, points[0][1])]
             else:
                 line = points if stage == "stage1" else start + points
             colour, dash = styles.get(stage, (None, "-"))
-            ax.plot([p[0] for p in line], [p[1] for p in line], marker="o", markersize=3, linestyle=dash,
-                    color=colour, label=f"{stage} {points[-1][1]:.4f}")
+            ax.plot(
+                [p[0] for p in line],
+                [p[1] for p in line],
+                marker="o",
+                markersize=3,
+                linestyle=dash,
+                color=colour,
+                label=f"{stage} {points[-1][1]:.4f}",
+            )
         ax.set_xlabel("epoch (stage 2 and baselines continue from stage 1)")
         ax.set_ylabel("eval accuracy")
         ax.set_title(f"best job {job.number}: {job.name}", fontsize=9)
@@ -196,17 +246,33 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
     if sweep is None:
         return links
     tags = sweep.data.tags
-    key = objective.metric_key(tags.get("sweep.objective", "auto"), any(j.data.tags.get("stage") == "pipeline"
-                                                                       for j in jobs))
-    query = {"workflowType": "machine_learning", "searchFilter": f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
-             "orderByKey": f"metrics.`{key}`", "orderByAsc": "false" if objective.maximize(key) else "true"}
+    key = objective.metric_key(
+        tags.get("sweep.objective", "auto"),
+        any(j.data.tags.get("stage") == "pipeline" for j in jobs),
+    )
+    query = {
+        "workflowType": "machine_learning",
+        "searchFilter": f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
+        "orderByKey": f"metrics.`{key}`",
+        "orderByAsc": "false" if objective.maximize(key) else "true",
+    }
     links.append(("sweep", f"{runs}?{urlencode(query)}"))
     best = tags.get("sweep.best_run_id")
     if best:
         links.append(("best job", f"{runs}/{best}"))
     if jobs:
         ids = [j.info.run_id for j in jobs]
-        links.append(("compare", f"{base}/#/compare-runs?" + urlencode({
-            "runs": json.dumps(ids), "experiments": json.dumps([experiment_id]),
-            "workflowType": "machine_learning"})))   # else the compare page may switch to the GenAI view
+        links.append(
+            (
+                "compare",
+                f"{base}/#/compare-runs?"
+                + urlencode(
+                    {
+                        "runs": json.dumps(ids),
+                        "experiments": json.dumps([experiment_id]),
+                        "workflowType": "machine_learning",
+                    }
+                ),
+            )
+        )  # else the compare page may switch to the GenAI view
     return links

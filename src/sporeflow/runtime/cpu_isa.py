@@ -6,6 +6,7 @@ oneDNN dispatches plain NCHW convolutions to a reference kernel: a LeNet-5 train
 oneDNN reads ONEDNN_MAX_CPU_ISA once, when it first dispatches, so it must be in the
 environment before MindSpore loads; msrun workers inherit it from the launcher.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,8 +62,12 @@ def apply(choice: str) -> str | None:
         return os.environ[ENV_VAR]
     value = resolve(choice)
     if "mindspore" in sys.modules and os.environ.get(ENV_VAR) != value:
-        log.warning("MindSpore was imported before runtime.cpu_isa was applied; "
-                    "%s=%s may not take effect in this process", ENV_VAR, value)
+        log.warning(
+            "MindSpore was imported before runtime.cpu_isa was applied; "
+            "%s=%s may not take effect in this process",
+            ENV_VAR,
+            value,
+        )
     if value is None:
         os.environ.pop(ENV_VAR, None)
     else:

@@ -1,4 +1,5 @@
 """MindSpore process state: execution mode, device, seeds, CPU threads, the parallel context."""
+
 from __future__ import annotations
 
 import random
@@ -9,17 +10,21 @@ import numpy as np
 from omegaconf import DictConfig
 
 _MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
-_PARALLEL = {"data": ms.ParallelMode.DATA_PARALLEL, "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
-             "auto": ms.ParallelMode.AUTO_PARALLEL}
+_PARALLEL = {
+    "data": ms.ParallelMode.DATA_PARALLEL,
+    "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
+    "auto": ms.ParallelMode.AUTO_PARALLEL,
+}
 
 
 @dataclass(frozen=True)
 class Worker:
     """This process's place in the job: rank `rank` of `world_size` (0 of 1 when stand-alone).
     Rank 0 is the main worker: the only one that reports (MLflow, console)."""
+
     rank: int = 0
     world_size: int = 1
-    local_workers: int = 1     # workers on this node (msrun numbers ranks node by node)
+    local_workers: int = 1  # workers on this node (msrun numbers ranks node by node)
 
     @property
     def is_main(self) -> bool:
@@ -58,16 +63,23 @@ def init_parallel(par: DictConfig) -> Worker:
 
     init()  # on CPU: the mccl backend; msrun's scheduler process waits in here
     mode = par.mode.value
-    kwargs = dict(parallel_mode=_PARALLEL[mode], gradients_mean=par.gradients_mean,
-                  device_num=par.device_num, parameter_broadcast=par.parameter_broadcast)
+    kwargs = dict(
+        parallel_mode=_PARALLEL[mode],
+        gradients_mean=par.gradients_mean,
+        device_num=par.device_num,
+        parameter_broadcast=par.parameter_broadcast,
+    )
     if par.all_reduce_fusion_config:
         kwargs["all_reduce_fusion_config"] = list(par.all_reduce_fusion_config)
     if mode == "auto":
         kwargs["search_mode"] = par.search_mode.value
     strategy = par.strategy_ckpt_config
     if strategy.save_file or strategy.load_file:
-        kwargs["strategy_ckpt_config"] = {"save_file": strategy.save_file, "load_file": strategy.load_file,
-                                          "only_trainable_params": strategy.only_trainable_params}
+        kwargs["strategy_ckpt_config"] = {
+            "save_file": strategy.save_file,
+            "load_file": strategy.load_file,
+            "only_trainable_params": strategy.only_trainable_params,
+        }
     ms.set_auto_parallel_context(**kwargs)
     return Worker(get_rank(), get_group_size(), par.workers // par.nodes)
 

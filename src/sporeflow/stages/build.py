@@ -1,6 +1,7 @@
 """What a stage builds from its config: network (shard strategies, start weights, AMP), loss,
 optimizer and the train cell - a plain mindspore.Model, sporeflow's TrainStep, or the stage-2
 DimReduceStep. The engine receives the result (`StageParts`) and only fits it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,21 +11,22 @@ from pathlib import Path
 from mindspore import Model, nn
 from omegaconf import DictConfig
 
-from sporeflow.storage.checkpoints import load_weights
 from sporeflow.config.components import build_loss, build_model, build_optimizer
+from sporeflow.config.strategies import apply_strategies
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
-from sporeflow.config.strategies import apply_strategies
+from sporeflow.storage.checkpoints import load_weights
 
 
 @dataclass(frozen=True)
 class StagePlan:
     """What distinguishes one stage of a pipeline from plain training."""
-    init_weights: Path | None = None     # network weights to start from (stage 1's final.ckpt)
-    basis: object = None                 # k x M PCA basis: train with DimReduceStep
-    snapshot_dir: Path | None = None     # keep stage-1 weight snapshots here (boost.snapshot)
+
+    init_weights: Path | None = None  # network weights to start from (stage 1's final.ckpt)
+    basis: object = None  # k x M PCA basis: train with DimReduceStep
+    snapshot_dir: Path | None = None  # keep stage-1 weight snapshots here (boost.snapshot)
 
 
 def eval_metrics() -> dict:
@@ -33,30 +35,47 @@ def eval_metrics() -> dict:
 
 def needs_train_step(step_cfg: DictConfig) -> bool:
     """False when every `train.*` feature is off: then a plain mindspore.Model(net, loss, opt)."""
-    return (step_cfg.loss_scale != 1.0 or step_cfg.loss_scale_manager.value == "dynamic"
-            or step_cfg.clip_grad_norm > 0 or step_cfg.accumulation_steps > 1 or step_cfg.ema.enabled)
+    return (
+        step_cfg.loss_scale != 1.0
+        or step_cfg.loss_scale_manager.value == "dynamic"
+        or step_cfg.clip_grad_norm > 0
+        or step_cfg.accumulation_steps > 1
+        or step_cfg.ema.enabled
+    )
 
 
-def train_step_from_config(network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer,
-                           step_cfg: DictConfig) -> TrainStep:
+def train_step_from_config(
+    network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer, step_cfg: DictConfig
+) -> TrainStep:
     ema = step_cfg.ema
-    return TrainStep(nn.WithLossCell(network, loss_fn), optimizer, loss_scale=step_cfg.loss_scale,
-                     clip_grad_norm=step_cfg.clip_grad_norm,
-                     accumulation_steps=step_cfg.accumulation_steps,
-                     ema_decay=ema.decay if ema.enabled else 0.0, ema_warmup=ema.warmup,
-                     grad_reducer=data_parallel_reducer(optimizer.parameters),
-                     dynamic_scale=step_cfg.loss_scale_manager.value == "dynamic",
-                     scale_factor=step_cfg.loss_scale_factor, scale_window=step_cfg.loss_scale_window)
+    return TrainStep(
+        nn.WithLossCell(network, loss_fn),
+        optimizer,
+        loss_scale=step_cfg.loss_scale,
+        clip_grad_norm=step_cfg.clip_grad_norm,
+        accumulation_steps=step_cfg.accumulation_steps,
+        ema_decay=ema.decay if ema.enabled else 0.0,
+        ema_warmup=ema.warmup,
+        grad_reducer=data_parallel_reducer(optimizer.parameters),
+        dynamic_scale=step_cfg.loss_scale_manager.value == "dynamic",
+        scale_factor=step_cfg.loss_scale_factor,
+        scale_window=step_cfg.loss_scale_window,
+    )
 
 
 def _model_around(cell: nn.Cell, network: nn.Cell, loss_fn: nn.Cell) -> Model:
     """A Model whose train network is `cell` (returning the loss) and eval network the plain one."""
-    return Model(cell, eval_network=nn.WithEvalCell(network, loss_fn), metrics=eval_metrics(),
-                 eval_indexes=[0, 1, 2])
+    return Model(
+        cell,
+        eval_network=nn.WithEvalCell(network, loss_fn),
+        metrics=eval_metrics(),
+        eval_indexes=[0, 1, 2],
+    )
 
 
-def build_stage_parts(cfg: DictConfig, plan: StagePlan = StagePlan(),
-                      steps_per_epoch: int | None = None) -> StageParts:
+def build_stage_parts(
+    cfg: DictConfig, plan: StagePlan = StagePlan(), steps_per_epoch: int | None = None
+) -> StageParts:
     network = build_model(cfg)
     if cfg.parallel.mode.value == "semi_auto":
         apply_strategies(network, cfg.parallel.shard)
@@ -66,13 +85,24 @@ def build_stage_parts(cfg: DictConfig, plan: StagePlan = StagePlan(),
     loss_fn = build_loss(cfg)
     if plan.basis is not None:
         b = cfg.boost
-        step = DimReduceStep(nn.WithLossCell(network, loss_fn), network.trainable_params(), plan.basis,
-                             rho=b.rho, gamma=b.gamma, alpha=b.alpha, sigma=b.sigma, weight_decay=b.weight_decay)
+        step = DimReduceStep(
+            nn.WithLossCell(network, loss_fn),
+            network.trainable_params(),
+            plan.basis,
+            rho=b.rho,
+            gamma=b.gamma,
+            alpha=b.alpha,
+            sigma=b.sigma,
+            weight_decay=b.weight_decay,
+        )
         return StageParts(network, _model_around(step, network, loss_fn), (step,))
     optimizer = build_optimizer(cfg, network.trainable_params(), steps_per_epoch)
     if not needs_train_step(cfg.train):
-        return StageParts(network, Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=eval_metrics()),
-                          (network, optimizer))
+        return StageParts(
+            network,
+            Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=eval_metrics()),
+            (network, optimizer),
+        )
     step = train_step_from_config(network, loss_fn, optimizer, cfg.train)
     swap = partial(ema_weights_in, step) if cfg.train.ema.enabled else None
     return StageParts(network, _model_around(step, network, loss_fn), (step,), swap)

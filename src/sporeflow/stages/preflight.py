@@ -2,6 +2,7 @@
 a given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
 DataError: exit 2), raised before a dataset is read for training, an MLflow run is created or
 a checkpoint is written."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +10,16 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from sporeflow.storage.checkpoints import CheckpointError, checkpoint_dir, find_resume_dir, newest_complete_checkpoint
 from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.context import RunContext
-from sporeflow.dim_reduce.pca import Layout
 from sporeflow.core.errors import ConfigError
+from sporeflow.dim_reduce.pca import Layout
+from sporeflow.storage.checkpoints import (
+    CheckpointError,
+    checkpoint_dir,
+    find_resume_dir,
+    newest_complete_checkpoint,
+)
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
@@ -35,11 +41,15 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
     network = build_model(cfg)
     for name, param in network.parameters_and_names():
         if name not in state:
-            raise ConfigError(f"resume={cfg.resume}: {path} is not a checkpoint of {type(network).__name__} "
-                              f"(it has no parameter {name!r}); model={cfg.model._target_}")
+            raise ConfigError(
+                f"resume={cfg.resume}: {path} is not a checkpoint of {type(network).__name__} "
+                f"(it has no parameter {name!r}); model={cfg.model._target_}"
+            )
         if tuple(state[name].shape) != tuple(param.shape):
-            raise ConfigError(f"resume={cfg.resume}: {path} holds {name} with shape {tuple(state[name].shape)}, "
-                              f"this network's is {tuple(param.shape)}: another network or num_classes")
+            raise ConfigError(
+                f"resume={cfg.resume}: {path} holds {name} with shape {tuple(state[name].shape)}, "
+                f"this network's is {tuple(param.shape)}: another network or num_classes"
+            )
 
 
 def check_basis(cfg: DictConfig) -> None:
@@ -49,17 +59,21 @@ def check_basis(cfg: DictConfig) -> None:
     path = Path(cfg.boost.pca_mat_path).expanduser()
     if not path.is_file():
         raise ConfigError(f"{key}: no such file")
-    try:   # the header alone: the array is never loaded, a pickle never unpickled
+    try:  # the header alone: the array is never loaded, a pickle never unpickled
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             shape, _, dtype = np.lib.format._read_array_header(f, version)  # noqa: SLF001 - numpy's own reader
     except (ValueError, OSError) as ex:
         raise ConfigError(f"{key}: not a .npy array ({ex})") from None
     if dtype.hasobject:
-        raise ConfigError(f"{key}: the file holds pickled Python objects, which sporeflow never loads; "
-                          "save the basis with numpy.save(path, array.astype('float32'))")
+        raise ConfigError(
+            f"{key}: the file holds pickled Python objects, which sporeflow never loads; "
+            "save the basis with numpy.save(path, array.astype('float32'))"
+        )
     if dtype not in (np.float32, np.float64):
         raise ConfigError(f"{key}: dtype {dtype}; allowed: float32, float64")
     want = (cfg.boost.n_component, Layout.of(build_model(cfg)).total)
     if tuple(shape) != want:
-        raise ConfigError(f"{key}: shape {tuple(shape)}; this network and boost.n_component={want[0]} need {want}")
+        raise ConfigError(
+            f"{key}: shape {tuple(shape)}; this network and boost.n_component={want[0]} need {want}"
+        )

@@ -4,6 +4,7 @@ settings trains stage 1 once and each baseline once: a finished run whose finger
 matches is reused. Concurrent jobs (joblib, submitit) take turns per fingerprint under a file
 lock in the launch dir, so the second job waits for the first one's run instead of training
 its own copy."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,14 +16,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.core.context import global_batch_size
-from sporeflow.storage.locks import exclusive
 from sporeflow.runtime.mindspore_context import Worker, barrier
+from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
-LOCK_DIR = Path(".sporeflow") / "locks"    # under the launch dir, beside mlflow.db
+LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
 
 
 def _digest(key: dict) -> str:
@@ -34,13 +35,17 @@ def stage1_fingerprint(cfg: DictConfig) -> str:
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     key = {k: container[k] for k in STAGE1_KEYS}
     key["snapshot"] = container["boost"]["snapshot"]
-    key["global_batch"] = global_batch_size(cfg)   # dataset.batch_size may be per worker
+    key["global_batch"] = global_batch_size(cfg)  # dataset.batch_size may be per worker
     return _digest(key)
 
 
 def baseline_fingerprint(cfg: DictConfig, stage1: str, name: str) -> str:
     """A baseline is shaped by stage 1, its epoch budget and (annealed) the anneal factor."""
-    key = {"stage1": stage1, "baseline": name, "epochs": cfg.boost.baseline_epochs or cfg.boost.epochs}
+    key = {
+        "stage1": stage1,
+        "baseline": name,
+        "epochs": cfg.boost.baseline_epochs or cfg.boost.epochs,
+    }
     if name == "annealed":
         key["anneal_factor"] = cfg.boost.anneal_factor
     return _digest(key)
@@ -52,13 +57,15 @@ def finished_runs(tracker: Tracker, tag: str, fingerprint: str) -> list:
 
 
 def final_metrics(run) -> dict:
-    return {k[len("final/"):]: v for k, v in run.data.metrics.items() if k.startswith("final/")}
+    return {k[len("final/") :]: v for k, v in run.data.metrics.items() if k.startswith("final/")}
 
 
 def eval_curve(tracker: Tracker, run_id: str) -> list[tuple[int, dict]]:
     """A finished run's per-epoch eval accuracy as [(epoch, {"acc": value})] (one eval per epoch)."""
-    return [(epoch, {"acc": value}) for epoch, (_, value) in
-            enumerate(tracker.metric_history(run_id, "eval/acc"), start=1)]
+    return [
+        (epoch, {"acc": value})
+        for epoch, (_, value) in enumerate(tracker.metric_history(run_id, "eval/acc"), start=1)
+    ]
 
 
 @contextmanager
@@ -72,7 +79,11 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str):
         return
 
     def waiting():
-        log.info("%s (fingerprint %s) is being trained by another job: waiting to reuse it", what, fingerprint)
+        log.info(
+            "%s (fingerprint %s) is being trained by another job: waiting to reuse it",
+            what,
+            fingerprint,
+        )
 
     with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting):
         barrier(worker)

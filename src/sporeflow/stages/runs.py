@@ -1,6 +1,7 @@
 """The MLflow side of stages: run names, what every run records, how a run ends, and what the
 launcher needs done to the store around a parallel job. Imports no MindSpore, so the launcher
 process (which trains nothing) stays light."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,9 @@ from typing import Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.storage.checkpoints import read_run_marker
 from sporeflow.core.context import RunContext
 from sporeflow.core.processes import is_alive
+from sporeflow.storage.checkpoints import read_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
 T = TypeVar("T")
@@ -50,10 +51,17 @@ def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str)
     """Params (the config flattened), tags, and the composed YAML + Hydra files as artifacts."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     run.log_params(flatten(container))
-    run.set_tags({"stage": stage, "experiment": cfg.experiment or "", "git_commit": ctx.git_commit or "",
-                  "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
-                  "overrides": " ".join(ctx.overrides), "run_dir": str(ctx.run_dir),
-                  "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")})
+    run.set_tags(
+        {
+            "stage": stage,
+            "experiment": cfg.experiment or "",
+            "git_commit": ctx.git_commit or "",
+            "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
+            "overrides": " ".join(ctx.overrides),
+            "run_dir": str(ctx.run_dir),
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+        }
+    )
     run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
     if ctx.hydra_dir is not None:
@@ -82,14 +90,19 @@ def close_stale_runs(tracker: Tracker) -> list[str]:
     of other hosts are left alone."""
     closed = []
     host = socket.gethostname()
-    for found in tracker.search_runs(f"attributes.status = 'RUNNING' and tags.`sporeflow.host` = '{host}'",
-                                     max_results=500):
+    for found in tracker.search_runs(
+        f"attributes.status = 'RUNNING' and tags.`sporeflow.host` = '{host}'", max_results=500
+    ):
         tags = found.data.tags
         if is_alive(tags.get("sporeflow.pid"), host, tags.get("sporeflow.process_start")):
             continue
         run = tracker.run(found.info.run_id)
-        run.set_tags({"sporeflow.closed": f"process {tags.get('sporeflow.pid')} on {host} was gone; closed by "
-                                          f"a later start (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"})
+        run.set_tags(
+            {
+                "sporeflow.closed": f"process {tags.get('sporeflow.pid')} on {host} was gone; closed by "
+                f"a later start (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            }
+        )
         run.end("KILLED")
         closed.append(found.info.run_id)
     return closed

@@ -4,6 +4,7 @@ dataset -> parts (stages.build) -> callbacks -> fit (engine) -> final eval -> fi
 A resumed stage restores the newest complete checkpoint (weights, optimizer state, EMA, step),
 continues at the next epoch and in the same MLflow run.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,24 +16,37 @@ import numpy as np
 from mindspore import Model, Tensor
 from omegaconf import DictConfig
 
-from sporeflow.storage.checkpoints import (checkpoint_dir, load_weights, newest_complete_checkpoint, read_run_marker,
-                                   restore_exact, save_atomic, write_run_marker)
 from sporeflow.config.components import build_dataset, build_loss, build_model
 from sporeflow.core.context import RunContext, global_batch_size, worker_batch_size
+from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
 from sporeflow.engine.batchnorm import recompute_batchnorm
-from sporeflow.engine.callbacks import (BestCheckpoints, CheckpointEachEpoch, EvalEachEpoch, ProgressBar, StepLoss,
-                                        Throughput)
+from sporeflow.engine.callbacks import (
+    BestCheckpoints,
+    CheckpointEachEpoch,
+    EvalEachEpoch,
+    ProgressBar,
+    StepLoss,
+    Throughput,
+)
 from sporeflow.engine.divergence import DivergenceGuard, TrainingDiverged
 from sporeflow.engine.events import EventRecord
-from sporeflow.engine.predictions import correct_per_example
 from sporeflow.engine.loop import StageParts, fit
-from sporeflow.core.errors import DataError, DivergedError
-from sporeflow.storage.files import atomic_path
+from sporeflow.engine.predictions import correct_per_example
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.writer import MlflowWriter
+from sporeflow.storage.checkpoints import (
+    checkpoint_dir,
+    load_weights,
+    newest_complete_checkpoint,
+    read_run_marker,
+    restore_exact,
+    save_atomic,
+    write_run_marker,
+)
+from sporeflow.storage.files import atomic_path
 from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
@@ -41,13 +55,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class StageResult:
     name: str
-    metrics: dict                      # final eval metrics of the exported weights: acc, loss
-    checkpoint: Path                   # network weights after the stage (EMA if eval_with=ema)
+    metrics: dict  # final eval metrics of the exported weights: acc, loss
+    checkpoint: Path  # network weights after the stage (EMA if eval_with=ema)
     images_per_sec: float
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
-    batching: str = ""                 # workers, per-worker and global batch, optimizer updates
+    batching: str = ""  # workers, per-worker and global batch, optimizer updates
     correct: np.ndarray | None = None  # per eval image: right or not (paired comparisons)
-    run_id: str | None = None          # its MLflow run (None when tracking is off)
+    run_id: str | None = None  # its MLflow run (None when tracking is off)
 
 
 PREDICTIONS = "predictions.npy"
@@ -65,16 +79,27 @@ def load_predictions(stage_dir: Path) -> np.ndarray | None:
 
 
 def describe_batching(cfg: DictConfig, steps_per_epoch: int) -> str:
-    """"2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""
+    """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""
     updates = cfg.epochs * steps_per_epoch // cfg.train.accumulation_steps
-    split = f"{cfg.parallel.workers} workers x batch {worker_batch_size(cfg)} = global " \
-        if cfg.parallel.workers > 1 else ""
+    split = (
+        f"{cfg.parallel.workers} workers x batch {worker_batch_size(cfg)} = global "
+        if cfg.parallel.workers > 1
+        else ""
+    )
     return f"{split}batch {global_batch_size(cfg)}, {updates} optimizer updates"
 
 
-def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageParts, eval_data,
-                  ckpt_dir: Path, worker: Worker, run: TrackedRun,
-                  plan: StagePlan) -> tuple[list, Throughput, EvalEachEpoch]:
+def fit_callbacks(
+    cfg: DictConfig,
+    name: str,
+    record: EventRecord,
+    parts: StageParts,
+    eval_data,
+    ckpt_dir: Path,
+    worker: Worker,
+    run: TrackedRun,
+    plan: StagePlan,
+) -> tuple[list, Throughput, EvalEachEpoch]:
     """The stage's callbacks in the order they must run at a step and an epoch end:
     guard (stop before anything sees diverged weights) -> measure (snapshots, throughput, loss,
     eval) -> write the record to MLflow (rank 0) -> act on it (best-k, epoch checkpoints) -> show
@@ -82,16 +107,32 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     checkpoint exists, epoch e's metrics are in MLflow, so a resumed run continues them exactly."""
     cb_cfg = cfg.callbacks
     ema_ranked = cfg.train.ema.eval_with.value == "ema"
-    throughput = Throughput(record, global_batch_size(cfg))   # rank 0's step rate x the global batch: the job's
-    evaluator = EvalEachEpoch(record, parts.model, eval_data, cb_cfg.eval_every_n_epochs, parts.ema_swap)
+    throughput = Throughput(
+        record, global_batch_size(cfg)
+    )  # rank 0's step rate x the global batch: the job's
+    evaluator = EvalEachEpoch(
+        record, parts.model, eval_data, cb_cfg.eval_every_n_epochs, parts.ema_swap
+    )
     callbacks = []
     if cb_cfg.stop_on_divergence:  # first: before anything saves or evaluates diverged weights
-        callbacks.append(DivergenceGuard(record, parts.network,
-                                         tolerate_nonfinite_loss=cfg.train.loss_scale_manager.value == "dynamic"))
+        callbacks.append(
+            DivergenceGuard(
+                record,
+                parts.network,
+                tolerate_nonfinite_loss=cfg.train.loss_scale_manager.value == "dynamic",
+            )
+        )
     if plan.snapshot_dir is not None:
         snap = cfg.boost.snapshot
-        callbacks.append(SnapshotCallback(parts.network, plan.snapshot_dir, snap.start_epoch, snap.per_epoch,
-                                          record.steps_per_epoch))
+        callbacks.append(
+            SnapshotCallback(
+                parts.network,
+                plan.snapshot_dir,
+                snap.start_epoch,
+                snap.per_epoch,
+                record.steps_per_epoch,
+            )
+        )
     callbacks.append(throughput)
     if worker.is_main:  # the loss is read to the host only where something shows or writes it
         callbacks.append(StepLoss(record, cb_cfg.log_every_n_steps))
@@ -99,11 +140,26 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
     if worker.is_main:
         callbacks.append(MlflowWriter(record, run))
     if cb_cfg.best.keep:
-        callbacks.append(BestCheckpoints(record, parts.network, ckpt_dir,
-                                         cb_cfg.best.monitor + ("_ema" if ema_ranked else ""), cb_cfg.best.mode.value,
-                                         cb_cfg.best.keep, parts.ema_swap if ema_ranked else None))
-    callbacks.append(CheckpointEachEpoch(record, ckpt_dir, cb_cfg.checkpoint.every_n_epochs,
-                                         cb_cfg.checkpoint.keep_last, cfg.parallel.integrated_save))
+        callbacks.append(
+            BestCheckpoints(
+                record,
+                parts.network,
+                ckpt_dir,
+                cb_cfg.best.monitor + ("_ema" if ema_ranked else ""),
+                cb_cfg.best.mode.value,
+                cb_cfg.best.keep,
+                parts.ema_swap if ema_ranked else None,
+            )
+        )
+    callbacks.append(
+        CheckpointEachEpoch(
+            record,
+            ckpt_dir,
+            cb_cfg.checkpoint.every_n_epochs,
+            cb_cfg.checkpoint.keep_last,
+            cfg.parallel.integrated_save,
+        )
+    )
     if worker.is_main and cb_cfg.progress_bar:
         callbacks.append(ProgressBar(record, name))
     return callbacks, throughput, evaluator
@@ -111,10 +167,15 @@ def fit_callbacks(cfg: DictConfig, name: str, record: EventRecord, parts: StageP
 
 def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir: Path) -> str:
     finite = sorted(ckpt_dir.glob("epoch_*.ckpt"))
-    kept = (f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)" if finite
-            else "no checkpoint was written before it")
-    return (f"stage {name} {ex}; nothing after it was saved, {kept}. Lower optimizer.lr or set "
-            "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless")
+    kept = (
+        f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)"
+        if finite
+        else "no checkpoint was written before it"
+    )
+    return (
+        f"stage {name} {ex}; nothing after it was saved, {kept}. Lower optimizer.lr or set "
+        "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless"
+    )
 
 
 @dataclass
@@ -122,6 +183,7 @@ class PreparedStage:
     """Everything a stage needs before it touches MLflow: data opened, parts built, a resumed
     checkpoint loaded into them. A stage that cannot get this far leaves no trace in MLflow
     (and a resumed run keeps the status it had)."""
+
     name: str
     cfg: DictConfig
     stage_dir: Path
@@ -135,8 +197,14 @@ class PreparedStage:
     parts: StageParts
 
 
-def prepare_stage(name: str, cfg: DictConfig, stage_dir: Path, worker: Worker = Worker(),
-                  resume: bool = False, plan: StagePlan = StagePlan()) -> PreparedStage:
+def prepare_stage(
+    name: str,
+    cfg: DictConfig,
+    stage_dir: Path,
+    worker: Worker = Worker(),
+    resume: bool = False,
+    plan: StagePlan = StagePlan(),
+) -> PreparedStage:
     ckpt_dir = checkpoint_dir(stage_dir, worker.rank, worker.world_size)
     start_epoch, state = 0, None
     if resume:
@@ -144,31 +212,58 @@ def prepare_stage(name: str, cfg: DictConfig, stage_dir: Path, worker: Worker = 
         start_epoch = int(state["epoch_num"].asnumpy())
         log.info("resuming %s from %s (epoch %d)", name, path, start_epoch)
     data = build_dataset(cfg, batch_size=worker_batch_size(cfg))
-    train_data = data.create("train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args())
+    train_data = data.create(
+        "train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args()
+    )
     eval_data = data.create("test")
     steps_per_epoch = train_data.get_dataset_size()
     if steps_per_epoch == 0:
-        raise DataError(f"the training split of {cfg.dataset._target_} yields no batch of "
-                        f"{worker_batch_size(cfg)} (drop_remainder={getattr(data, 'drop_remainder', False)})")
+        raise DataError(
+            f"the training split of {cfg.dataset._target_} yields no batch of "
+            f"{worker_batch_size(cfg)} (drop_remainder={getattr(data, 'drop_remainder', False)})"
+        )
     parts = build_stage_parts(cfg, plan, steps_per_epoch)
     if state is not None:
         restore_exact(state, *parts.state_cells)
-    return PreparedStage(name, cfg, stage_dir, ckpt_dir, worker, plan, start_epoch, train_data, eval_data,
-                         steps_per_epoch, parts)
+    return PreparedStage(
+        name,
+        cfg,
+        stage_dir,
+        ckpt_dir,
+        worker,
+        plan,
+        start_epoch,
+        train_data,
+        eval_data,
+        steps_per_epoch,
+        parts,
+    )
 
 
 def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
     """Train up to `cfg.epochs` epochs, evaluate, export `final.ckpt`, report to the run."""
     cfg, parts, name = stage.cfg, stage.parts, stage.name
     batching = describe_batching(cfg, stage.steps_per_epoch)
-    log.info("stage %s: epochs %d..%d x %d steps; %s", name, stage.start_epoch + 1, cfg.epochs,
-             stage.steps_per_epoch, batching)
+    log.info(
+        "stage %s: epochs %d..%d x %d steps; %s",
+        name,
+        stage.start_epoch + 1,
+        cfg.epochs,
+        stage.steps_per_epoch,
+        batching,
+    )
     if stage.worker.is_main:
-        run.set_tags({"batch.per_worker": worker_batch_size(cfg), "batch.global": global_batch_size(cfg),
-                      "batch.workers": cfg.parallel.workers})
+        run.set_tags(
+            {
+                "batch.per_worker": worker_batch_size(cfg),
+                "batch.global": global_batch_size(cfg),
+                "batch.workers": cfg.parallel.workers,
+            }
+        )
     record = EventRecord(cfg.epochs, stage.steps_per_epoch, stage.start_epoch)
-    callbacks, throughput, evaluator = fit_callbacks(cfg, name, record, parts, stage.eval_data, stage.ckpt_dir,
-                                                     stage.worker, run, stage.plan)
+    callbacks, throughput, evaluator = fit_callbacks(
+        cfg, name, record, parts, stage.eval_data, stage.ckpt_dir, stage.worker, run, stage.plan
+    )
     try:
         fit(parts, stage.train_data, cfg.epochs, callbacks, stage.start_epoch)
     except TrainingDiverged as ex:
@@ -177,8 +272,11 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
     latest = record.latest_eval()
     final = latest[1] if latest is not None else evaluator.evaluate()
     ema_ranked = cfg.train.ema.eval_with.value == "ema"
-    exported = {k[:-4]: v for k, v in final.items() if k.endswith("_ema")} if ema_ranked else \
-        {k: v for k, v in final.items() if not k.endswith("_ema")}
+    exported = (
+        {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
+        if ema_ranked
+        else {k: v for k, v in final.items() if not k.endswith("_ema")}
+    )
     with (parts.ema_swap if ema_ranked else nullcontext)():
         weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
         correct = correct_per_example(parts.network, stage.eval_data)
@@ -191,7 +289,9 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
-    return StageResult(name, exported, weights, throughput.mean, record.evals, batching, correct, run.run_id)
+    return StageResult(
+        name, exported, weights, throughput.mean, record.evals, batching, correct, run.run_id
+    )
 
 
 def network_with(cfg: DictConfig, base: Path, weights: dict):
@@ -204,8 +304,9 @@ def network_with(cfg: DictConfig, base: Path, weights: dict):
     return network
 
 
-def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun,
-                     stage_dir: Path) -> StageResult:
+def evaluate_weights(
+    name: str, cfg: DictConfig, weights: dict, base: Path, run: TrackedRun, stage_dir: Path
+) -> StageResult:
     """A stage with no training: `base` weights overlaid with `weights` (name -> array),
     BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
     network = network_with(cfg, base, weights)
@@ -220,20 +321,32 @@ def evaluate_weights(name: str, cfg: DictConfig, weights: dict, base: Path, run:
     save_predictions(stage_dir, correct)
     run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
     run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
-    return StageResult(name, result, path, float("nan"), [(0, result)], correct=correct, run_id=run.run_id)
+    return StageResult(
+        name, result, path, float("nan"), [(0, result)], correct=correct, run_id=run.run_id
+    )
 
 
-def tracked_stage(tracker: Tracker, stage: str, cfg: DictConfig, ctx: RunContext,
-                  resume_dir: Path | None = None, parent: TrackedRun | None = None,
-                  plan: StagePlan = StagePlan(), stage_dir: Path | None = None,
-                  tags: dict | None = None, worker: Worker = Worker()) -> StageResult:
+def tracked_stage(
+    tracker: Tracker,
+    stage: str,
+    cfg: DictConfig,
+    ctx: RunContext,
+    resume_dir: Path | None = None,
+    parent: TrackedRun | None = None,
+    plan: StagePlan = StagePlan(),
+    stage_dir: Path | None = None,
+    tags: dict | None = None,
+    worker: Worker = Worker(),
+) -> StageResult:
     """Run one stage inside its own MLflow run (a child of `parent` in a pipeline).
 
     Resuming continues in `resume_dir` (its checkpoints, its MLflow run). The stage is prepared
     first: what cannot start creates no run and changes none.
     """
     stage_dir = resume_dir or stage_dir or ctx.run_dir
-    prepared = prepare_stage(stage, cfg, stage_dir, worker, resume=resume_dir is not None, plan=plan)
+    prepared = prepare_stage(
+        stage, cfg, stage_dir, worker, resume=resume_dir is not None, plan=plan
+    )
     marker = read_run_marker(stage_dir) if resume_dir else {}
     if marker.get("mlflow_run_id"):
         run = tracker.resume_run(marker["mlflow_run_id"])

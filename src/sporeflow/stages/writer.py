@@ -1,4 +1,5 @@
 """The single writer from a stage's EventRecord to its MLflow run (rank 0 only)."""
+
 from __future__ import annotations
 
 from mindspore.train import Callback

@@ -1,5 +1,6 @@
 """Checkpoint files: atomic writes (a kill mid-save never leaves a truncated file), pruning,
 and resume (newest complete checkpoint, exact-name restore, the run marker)."""
+
 from __future__ import annotations
 
 import json
@@ -16,18 +17,25 @@ from sporeflow.storage.files import atomic_path, write_text_atomic
 log = logging.getLogger(__name__)
 
 
-def save_atomic(obj: Any, path: str | os.PathLike, append_dict: dict | None = None,
-                integrated_save: bool = True) -> Path:
+def save_atomic(
+    obj: Any, path: str | os.PathLike, append_dict: dict | None = None, integrated_save: bool = True
+) -> Path:
     """Save a Cell or parameter list to `path` atomically (sporeflow.storage.files).
 
     integrated_save=False keeps each rank's slices of sharded parameters (semi/auto parallel);
     `sporeflow merge-ckpt` joins them later."""
-    size = sum(p.data.nbytes for p in obj.get_parameters()) if hasattr(obj, "get_parameters") else None
+    size = (
+        sum(p.data.nbytes for p in obj.get_parameters()) if hasattr(obj, "get_parameters") else None
+    )
     with atomic_path(path, size_hint=size) as tmp:
         try:
-            ms.save_checkpoint(obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save)
+            ms.save_checkpoint(
+                obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save
+            )
         finally:
-            tmp.with_suffix(".tmp").unlink(missing_ok=True)  # MindSpore writes <name>.tmp, then renames it
+            tmp.with_suffix(".tmp").unlink(
+                missing_ok=True
+            )  # MindSpore writes <name>.tmp, then renames it
     return Path(path)
 
 
@@ -78,11 +86,14 @@ def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
     if resume is False or resume in ("false", "False", "", None):
         return None
     if resume is True or resume in ("true", "True"):
-        markers = sorted(Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"),
-                         key=lambda p: p.stat().st_mtime)
+        markers = sorted(
+            Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"), key=lambda p: p.stat().st_mtime
+        )
         if not markers:
-            raise CheckpointError(f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
-                                  "give the run directory: resume=<run dir>")
+            raise CheckpointError(
+                f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
+                "give the run directory: resume=<run dir>"
+            )
         return markers[-1].parent
     run_dir = Path(str(resume)).expanduser()
     if not (run_dir / "checkpoints").is_dir():
@@ -98,8 +109,9 @@ def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:
             return path, ms.load_checkpoint(str(path))
         except (ValueError, RuntimeError, OSError) as ex:
             log.warning("skipping unreadable checkpoint %s: %s", path, ex)
-    raise CheckpointError(f"no readable epoch_*.ckpt in {directory} "
-                          f"({len(candidates)} found, none loads)")
+    raise CheckpointError(
+        f"no readable epoch_*.ckpt in {directory} ({len(candidates)} found, none loads)"
+    )
 
 
 def load_checkpoint_file(path: Path) -> dict:
@@ -122,18 +134,22 @@ def restore_exact(state: dict, *cells) -> list[str]:
     moments overwrite network weights; here every parameter must find its own name.
     Returns the checkpoint entries that were not used.
     """
-    params = {}
+    params: dict[str, Any] = {}
     for cell in cells:
         for p in cell.get_parameters():
             params.setdefault(p.name, p)
     missing = [name for name in params if name not in state]
     if missing:
-        raise CheckpointError(f"the checkpoint lacks {len(missing)} parameter(s) of this network, "
-                              f"e.g. {', '.join(missing[:5])}")
+        raise CheckpointError(
+            f"the checkpoint lacks {len(missing)} parameter(s) of this network, "
+            f"e.g. {', '.join(missing[:5])}"
+        )
     for name, param in params.items():
         value = state[name]
         if tuple(value.shape) != tuple(param.shape):
-            raise CheckpointError(f"parameter {name}: checkpoint shape {tuple(value.shape)} "
-                                  f"!= network shape {tuple(param.shape)}")
+            raise CheckpointError(
+                f"parameter {name}: checkpoint shape {tuple(value.shape)} "
+                f"!= network shape {tuple(param.shape)}"
+            )
         param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
     return [name for name in state if name not in params]

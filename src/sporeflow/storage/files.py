@@ -6,14 +6,15 @@ truncated file under the real name, and the temp file is removed when the write 
 temp name keeps the target's suffix, because MindSpore appends ".ckpt" and numpy ".npy" to
 names that lack them.
 """
+
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from sporeflow.core.errors import SporeflowError
 
@@ -41,11 +42,12 @@ def atomic_path(path: str | os.PathLike, size_hint: int | None = None) -> Iterat
         if not _no_space(ex):
             raise
         tmp.unlink(missing_ok=True)
-        free = shutil.disk_usage(path.parent).free / 2 ** 20
-        need = f", about {size_hint / 2 ** 20:.1f} MB needed" if size_hint else ""
-        raise DiskFullError(f"no space left writing {path}: {free:.1f} MB free on its device{need}; files "
-                            "written before are intact. Free space there, or give hydra.run.dir on a larger disk"
-                            ) from None
+        free = shutil.disk_usage(path.parent).free / 2**20
+        need = f", about {size_hint / 2**20:.1f} MB needed" if size_hint else ""
+        raise DiskFullError(
+            f"no space left writing {path}: {free:.1f} MB free on its device{need}; files "
+            "written before are intact. Free space there, or give hydra.run.dir on a larger disk"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
 

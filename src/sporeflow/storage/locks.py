@@ -1,11 +1,13 @@
 """One exclusive file lock: how concurrent processes (a joblib/submitit sweep's jobs, the
 first runs against a fresh store) take turns at something only one of them should do."""
+
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 
 @contextmanager

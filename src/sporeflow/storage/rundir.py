@@ -2,6 +2,7 @@
 `${sporeflow.uid:}`), and a user may pass the same `hydra.run.dir` twice: before any work the
 entry claims the dir, and a dir that a live process on this host still holds is refused, so
 two runs never write into the same checkpoints/."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,11 @@ from pathlib import Path
 import psutil
 
 from sporeflow.core.errors import SporeflowError
-from sporeflow.storage.files import write_text_atomic
 from sporeflow.core.processes import is_alive, this_process
+from sporeflow.storage.files import write_text_atomic
 
 CLAIM_FILE = ".sporeflow_claim.json"
-_UID = secrets.token_hex(2)   # one per process: every interpolation in this process agrees
+_UID = secrets.token_hex(2)  # one per process: every interpolation in this process agrees
 
 
 def uid() -> str:
@@ -31,8 +32,9 @@ class RunDirInUse(SporeflowError):
 def _alive_elsewhere(holder: dict) -> bool:
     """True when `holder` is a live process on this host other than this one or its ancestors."""
     mine = {p.pid for p in [psutil.Process(), *psutil.Process().parents()]}
-    return holder.get("pid") not in mine and bool(is_alive(holder.get("pid"), holder.get("host"),
-                                                          holder.get("started")))
+    return holder.get("pid") not in mine and bool(
+        is_alive(holder.get("pid"), holder.get("host"), holder.get("started"))
+    )
 
 
 def claim_run_dir(run_dir: Path) -> None:
@@ -47,9 +49,13 @@ def claim_run_dir(run_dir: Path) -> None:
         except (OSError, ValueError):
             holder = {}
         if _alive_elsewhere(holder):
-            raise RunDirInUse(f"run dir {run_dir} is in use by another run (pid {holder['pid']}); "
-                              "start again, or give another hydra.run.dir") from None
-        write_text_atomic(path, json.dumps(this_process()))   # a finished or dead run's dir: take it over
+            raise RunDirInUse(
+                f"run dir {run_dir} is in use by another run (pid {holder['pid']}); "
+                "start again, or give another hydra.run.dir"
+            ) from None
+        write_text_atomic(
+            path, json.dumps(this_process())
+        )  # a finished or dead run's dir: take it over
         return
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(this_process()))

@@ -1,6 +1,6 @@
 """MLflow tracking that can never cost a training run.
 
-Every MLflow call goes through `Tracker._call`: a sqlite store that is busy with another
+Every MLflow call goes through `Tracker.call`: a sqlite store that is busy with another
 process's write ("database is locked") is retried with back-off; any other failure
 (unreachable server, bad URI) is logged once as a warning and tracking switches off for the
 rest of the process; training carries on. A store still busy after a minute of retries (many
@@ -11,24 +11,36 @@ its creation (schema migration, experiment) happens under a file lock beside the
 Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
 artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import random
 import time
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable
 
 from sporeflow.storage.locks import exclusive
 
 log = logging.getLogger(__name__)
 
-MAX_PARAM_LENGTH = 6000       # MLflow 3's limit on a param value
-BATCH_LIMIT = 1000            # metrics per log_batch call (MLflow's limit)
+MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
+BATCH_LIMIT = 1000  # metrics per log_batch call (MLflow's limit)
 PARAM_BATCH_LIMIT = 100
-LOCKED_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)   # seconds between tries of a busy sqlite store
+LOCKED_RETRIES = (
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    15.0,
+    30.0,
+)  # seconds between tries of a busy sqlite store
 
 
 def default_uri(launch_dir: Path) -> str:
@@ -53,7 +65,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a sqlite:/// URI (None for other stores)."""
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
 
 @contextmanager
@@ -73,7 +85,11 @@ def process_tags() -> dict[str, str]:
     from sporeflow.core.processes import this_process
 
     me = this_process()
-    return {"sporeflow.pid": str(me["pid"]), "sporeflow.host": me["host"], "sporeflow.process_start": repr(me["started"])}
+    return {
+        "sporeflow.pid": str(me["pid"]),
+        "sporeflow.host": me["host"],
+        "sporeflow.process_start": repr(me["started"]),
+    }
 
 
 def _is_busy(ex: BaseException) -> bool:
@@ -95,8 +111,14 @@ def _server_reachable(uri: str, timeout: float = 3.0) -> str | None:
 class Tracker:
     """Owns the MLflow client and the 'tracking still works' state shared by all its runs."""
 
-    def __init__(self, uri: str, experiment_name: str, enabled: bool = True,
-                 artifact_root: Path | None = None, read_only: bool = False):
+    def __init__(
+        self,
+        uri: str,
+        experiment_name: str,
+        enabled: bool = True,
+        artifact_root: Path | None = None,
+        read_only: bool = False,
+    ):
         self.uri = uri
         self.experiment_name = experiment_name
         self.enabled = enabled
@@ -105,18 +127,31 @@ class Tracker:
         self._client = None
         self._experiment_id: str | None = None
 
+    @property
+    def client(self) -> Any:
+        """The connected MlflowClient (None before `connect`, or with tracking off)."""
+        return self._client
+
     @classmethod
-    def from_config(cls, tracking_cfg: Any, launch_dir: Path, read_only: bool = False) -> "Tracker":
+    def from_config(cls, tracking_cfg: Any, launch_dir: Path, read_only: bool = False) -> Tracker:
         uri = resolve_uri(tracking_cfg.uri, launch_dir)
-        artifact_root = Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
-        return cls(uri, tracking_cfg.experiment_name, tracking_cfg.enabled, artifact_root, read_only)
+        artifact_root = (
+            Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
+        )
+        return cls(
+            uri, tracking_cfg.experiment_name, tracking_cfg.enabled, artifact_root, read_only
+        )
 
     def _disable(self, what: str, ex: BaseException) -> None:
-        log.warning("MLflow tracking disabled for this run (%s failed against %s: %s); "
-                    "training continues", what, self.uri, ex)
+        log.warning(
+            "MLflow tracking disabled for this run (%s failed against %s: %s); training continues",
+            what,
+            self.uri,
+            ex,
+        )
         self.enabled = False
 
-    def _call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
+    def call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
         if not self.enabled or (write and self.read_only):
             return None
         for pause in (*LOCKED_RETRIES, None):
@@ -126,12 +161,18 @@ class Tracker:
                 if not _is_busy(ex):
                     self._disable(what, ex)
                     return None
-                if pause is None:   # busy for a minute: this write is lost, later ones are tried
-                    log.warning("MLflow store %s still busy after %.0f s of retries: %s lost; tracking stays on",
-                                self.uri, sum(LOCKED_RETRIES), what)
+                if pause is None:  # busy for a minute: this write is lost, later ones are tried
+                    log.warning(
+                        "MLflow store %s still busy after %.0f s of retries: %s lost; tracking stays on",
+                        self.uri,
+                        sum(LOCKED_RETRIES),
+                        what,
+                    )
                     return None
                 log.debug("%s: %s busy, retrying in %.1f s", what, self.uri, pause)
-                time.sleep(pause * random.uniform(1.0, 1.5))   # jitter: concurrent jobs do not retry in step
+                time.sleep(
+                    pause * random.uniform(1.0, 1.5)
+                )  # jitter: concurrent jobs do not retry in step
         return None
 
     def connect(self) -> None:
@@ -140,7 +181,9 @@ class Tracker:
             return
         db = sqlite_path(self.uri)
         if self.read_only and db is not None and not db.exists():
-            self.enabled = False   # nothing to look up, and a reader never creates a store (node > 0)
+            self.enabled = (
+                False  # nothing to look up, and a reader never creates a store (node > 0)
+            )
             return
         if self.uri.startswith(("http://", "https://")):
             problem = _server_reachable(self.uri)
@@ -153,7 +196,10 @@ class Tracker:
         def open_store():
             from mlflow.tracking import MlflowClient
 
-            for chatty in ("mlflow.store.db.utils", "alembic"):   # "Creating initial MLflow database tables..."
+            for chatty in (
+                "mlflow.store.db.utils",
+                "alembic",
+            ):  # "Creating initial MLflow database tables..."
                 logging.getLogger(chatty).setLevel(logging.WARNING)
 
             client = MlflowClient(tracking_uri=self.uri)
@@ -170,19 +216,24 @@ class Tracker:
             self._client, self._experiment_id = client, exp_id
 
         with store_lock(self.uri):
-            self._call("connect", open_store, write=False)
+            self.call("connect", open_store, write=False)
 
-    def start_run(self, run_name: str, tags: Mapping[str, str] | None = None,
-                  parent: "TrackedRun | None" = None) -> "TrackedRun":
+    def start_run(
+        self,
+        run_name: str,
+        tags: Mapping[str, str] | None = None,
+        parent: TrackedRun | None = None,
+    ) -> TrackedRun:
         """A new MLflow run (a child of `parent` when given); a no-op run if tracking is off."""
         self.connect()
         tags = {**process_tags(), **(tags or {})}
         if parent is not None and parent.run_id:
             tags["mlflow.parentRunId"] = parent.run_id
-        run = self._call("create_run", lambda: self._client.create_run(
-            self._experiment_id, run_name=run_name, tags=tags))
+        run = self.call(
+            "create_run",
+            lambda: self._client.create_run(self._experiment_id, run_name=run_name, tags=tags),
+        )
         return TrackedRun(self, run.info.run_id if run is not None else None)
-
 
     def get_run(self, run_id: str):
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreachable."""
@@ -199,9 +250,16 @@ class Tracker:
         self.connect()
         if self._client is None:
             return []
-        found = self._call("search_runs", lambda: self._client.search_runs(
-            [self._experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]),
-            write=False)
+        found = self.call(
+            "search_runs",
+            lambda: self._client.search_runs(
+                [self._experiment_id],
+                filter_string,
+                max_results=max_results,
+                order_by=["attributes.start_time DESC"],
+            ),
+            write=False,
+        )
         return list(found or [])
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -209,18 +267,20 @@ class Tracker:
         self.connect()
         if self._client is None:
             return []
-        found = self._call("get_metric_history", lambda: self._client.get_metric_history(run_id, key), write=False)
+        found = self.call(
+            "get_metric_history", lambda: self._client.get_metric_history(run_id, key), write=False
+        )
         return sorted((m.step, m.value) for m in found or [])
 
-    def resume_run(self, run_id: str) -> "TrackedRun":
+    def resume_run(self, run_id: str) -> TrackedRun:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         self.connect()
-        self._call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
+        self.call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
         run = self.run(run_id)
         run.set_tags(process_tags())
         return run
 
-    def run(self, run_id: str) -> "TrackedRun":
+    def run(self, run_id: str) -> TrackedRun:
         """An existing run to write to, as it is (no status change)."""
         self.connect()
         return TrackedRun(self, run_id if self.enabled else None)
@@ -235,7 +295,7 @@ class TrackedRun:
         self._pending: list = []
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        return self.tracker._call(what, fn) if self.run_id is not None else None
+        return self.tracker.call(what, fn) if self.run_id is not None else None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from_items = list(params.items())
@@ -244,8 +304,11 @@ class TrackedRun:
             from mlflow.entities import Param
 
             for i in range(0, len(from_items), PARAM_BATCH_LIMIT):
-                chunk = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in from_items[i:i + PARAM_BATCH_LIMIT]]
-                self.tracker._client.log_batch(self.run_id, params=chunk)
+                chunk = [
+                    Param(k, str(v)[:MAX_PARAM_LENGTH])
+                    for k, v in from_items[i : i + PARAM_BATCH_LIMIT]
+                ]
+                self.tracker.client.log_batch(self.run_id, params=chunk)
 
         self._call("log_params", write)
 
@@ -253,7 +316,9 @@ class TrackedRun:
         def write():
             from mlflow.entities import RunTag
 
-            self.tracker._client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self.tracker.client.log_batch(
+                self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()]
+            )
 
         self._call("set_tags", write)
 
@@ -272,17 +337,21 @@ class TrackedRun:
 
         def write():
             for i in range(0, len(pending), BATCH_LIMIT):
-                self.tracker._client.log_batch(self.run_id, metrics=pending[i:i + BATCH_LIMIT])
+                self.tracker.client.log_batch(self.run_id, metrics=pending[i : i + BATCH_LIMIT])
 
         if pending:
             self._call("log_metrics", write)
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        self._call("log_artifact", lambda: self.tracker._client.log_artifact(
-            self.run_id, str(path), artifact_path))
+        self._call(
+            "log_artifact",
+            lambda: self.tracker.client.log_artifact(self.run_id, str(path), artifact_path),
+        )
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._call("log_text", lambda: self.tracker._client.log_text(self.run_id, text, artifact_file))
+        self._call(
+            "log_text", lambda: self.tracker.client.log_text(self.run_id, text, artifact_file)
+        )
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
         for p in paths:
@@ -292,4 +361,6 @@ class TrackedRun:
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""
         self.flush()
-        self._call("set_terminated", lambda: self.tracker._client.set_terminated(self.run_id, status))
+        self._call(
+            "set_terminated", lambda: self.tracker.client.set_terminated(self.run_id, status)
+        )

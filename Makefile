@@ -7,12 +7,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-slow test-all bench clean help
+.PHONY: install train test test-slow test-all lint format bench clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
 	@echo "make test    - install if needed, then run the test suite but the slow tests (~17 min)"
 	@echo "make test-slow - the tests marked slow (~12 min); make test-all runs both"
+	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
+	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
 	@echo "make clean   - remove outputs/, multirun/ runs, mlflow.db, mlartifacts/"
 
@@ -43,6 +45,18 @@ test-slow: install
 
 test-all: install
 	$(PYTEST) $(PYTEST_ARGS)
+
+# mypy checks the layers below config (they import no Hydra): the ones most code stands on
+TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce
+
+lint: install
+	$(RUN) -m ruff check .
+	$(RUN) -m ruff format --check .
+	$(RUN) -m mypy $(TYPED)
+
+format: install
+	$(RUN) -m ruff format .
+	$(RUN) -m ruff check --fix .
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done

@@ -11,8 +11,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.train import REPO, run_train
-from sporeflow.config.schema import validate
 from sporeflow.config.strategies import check_strategy
+from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.launch.msrun import threads_per_worker
 
@@ -161,7 +161,7 @@ def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
 
 
 def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
-    from sporeflow.config.schema import validate
+    from sporeflow.config.validation import validate
     from sporeflow.core.context import RunContext
     from sporeflow.launch.msrun import msrun_command
 

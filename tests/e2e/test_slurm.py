@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sporeflow.config.schema import validate
+from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
 from sporeflow.launch.msrun import msrun_command
 

@@ -6,7 +6,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from helpers.train import CONF, REPO, run_train
-from sporeflow.config.schema import allowed_keys, validate
+from sporeflow.config.schema import allowed_keys
+from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 
 GROUPS = ["model", "dataset", "optimizer", "loss", "parallel", "boost", "callbacks", "experiment"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Annotated
 
 import mindspore as ms
 import mindspore.dataset as mds
@@ -15,6 +16,7 @@ import numpy as np
 from mindspore.dataset import transforms, vision
 
 from sporeflow.core.errors import DataError
+from sporeflow.core.ranges import Count
 from sporeflow.data.sampling import EpochSampler
 
 SPLITS = ("train", "test")
@@ -27,13 +29,13 @@ class ImageDataset(ABC):
 
     def __init__(
         self,
-        batch_size: int,
-        image_size: int,
-        num_classes: int,
-        channels: int,
+        batch_size: Annotated[int, Count],
+        image_size: Annotated[int, Count],
+        num_classes: Annotated[int, Count],
+        channels: Annotated[int, Count],
         mean: float | Sequence[float],
         std: float | Sequence[float],
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
     ):
         self.batch_size = batch_size
@@ -125,7 +127,7 @@ class ImageDataset(ABC):
         return ops
 
 
-def _per_channel(value: float | Sequence[float], channels: int) -> list[float]:
+def _per_channel(value: float | Sequence[float], channels: Annotated[int, Count]) -> list[float]:
     if isinstance(value, (int, float)):
         return [float(value)] * channels
     values = [float(v) for v in value]

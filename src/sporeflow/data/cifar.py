@@ -7,12 +7,14 @@ Note: Cifar10Dataset rejects .bin files of fewer than 10,000 records.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import mindspore.dataset as mds
 import numpy as np
 from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
+from sporeflow.core.ranges import Count
 from sporeflow.data.base import ImageDataset
 
 RECORD = 1 + 32 * 32 * 3
@@ -25,15 +27,15 @@ class Cifar10(ImageDataset):
     def __init__(
         self,
         root: str,
-        batch_size: int = 32,
-        image_size: int = 32,
-        num_classes: int = 10,
-        channels: int = 3,
+        batch_size: Annotated[int, Count] = 32,
+        image_size: Annotated[int, Count] = 32,
+        num_classes: Annotated[int, Count] = 10,
+        channels: Annotated[int, Count] = 3,
         mean=(0.4914, 0.4822, 0.4465),
         std=(0.2470, 0.2435, 0.2616),
         augment: bool = True,
         num_samples: int | None = None,
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
     ):
         super().__init__(

@@ -7,15 +7,19 @@ any stored image; the train/test split is stratified and fixed (seed 0), whateve
 from __future__ import annotations
 
 import functools
+from typing import Annotated
 
 import mindspore.dataset as mds
 import numpy as np
 
+from sporeflow.core.ranges import Count, OpenUnit
 from sporeflow.data.base import ImageDataset
 
 
 @functools.lru_cache(maxsize=4)
-def load_digits_split(split: str, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+def load_digits_split(
+    split: str, test_fraction: Annotated[float, OpenUnit]
+) -> tuple[np.ndarray, np.ndarray]:
     """Images (N, 8, 8, 1) uint8 and labels (N,) int32 of one split."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -34,14 +38,14 @@ class Digits(ImageDataset):
 
     def __init__(
         self,
-        batch_size: int = 32,
-        image_size: int = 32,
-        num_classes: int = 10,
-        channels: int = 1,
-        test_fraction: float = 0.2,
+        batch_size: Annotated[int, Count] = 32,
+        image_size: Annotated[int, Count] = 32,
+        num_classes: Annotated[int, Count] = 10,
+        channels: Annotated[int, Count] = 1,
+        test_fraction: Annotated[float, OpenUnit] = 0.2,
         mean: float = 0.3,
         std: float = 0.4,
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
         root: str | None = None,
     ):

@@ -12,11 +12,13 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Annotated
 
 import mindspore.dataset as mds
 import numpy as np
 
 from sporeflow.core.errors import DataError
+from sporeflow.core.ranges import Count
 from sporeflow.data.base import ImageDataset
 from sporeflow.storage.files import atomic_path
 
@@ -88,14 +90,14 @@ class IdxImages(ImageDataset):
         self,
         root: str,
         cache_dir: str | None = None,
-        batch_size: int = 64,
-        image_size: int = 28,
-        num_classes: int = 10,
-        channels: int = 1,
+        batch_size: Annotated[int, Count] = 64,
+        image_size: Annotated[int, Count] = 28,
+        num_classes: Annotated[int, Count] = 10,
+        channels: Annotated[int, Count] = 1,
         mean: float = 0.1307,
         std: float = 0.3081,
         num_samples: int | None = None,
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
     ):
         super().__init__(

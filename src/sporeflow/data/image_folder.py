@@ -8,11 +8,13 @@ eval Decode, Resize(image_size * 256 / 224), CenterCrop(image_size); then Normal
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import mindspore.dataset as mds
 from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
+from sporeflow.core.ranges import Count
 from sporeflow.data.base import ImageDataset
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
@@ -23,13 +25,13 @@ class ImageFolder(ImageDataset):
     def __init__(
         self,
         root: str,
-        batch_size: int = 32,
-        image_size: int = 224,
-        num_classes: int = 1000,
-        channels: int = 3,
+        batch_size: Annotated[int, Count] = 32,
+        image_size: Annotated[int, Count] = 224,
+        num_classes: Annotated[int, Count] = 1000,
+        channels: Annotated[int, Count] = 3,
         mean=(0.485, 0.456, 0.406),
         std=(0.229, 0.224, 0.225),
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
     ):
         super().__init__(

@@ -3,25 +3,28 @@ for trying a model before its data set is at hand (accuracy on it means nothing)
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import mindspore.dataset as mds
 import numpy as np
 
+from sporeflow.core.ranges import Count
 from sporeflow.data.base import ImageDataset
 
 
 class Synthetic(ImageDataset):
     def __init__(
         self,
-        batch_size: int = 32,
-        image_size: int = 32,
-        num_classes: int = 10,
-        channels: int = 3,
-        num_samples: int = 512,
-        test_samples: int = 128,
+        batch_size: Annotated[int, Count] = 32,
+        image_size: Annotated[int, Count] = 32,
+        num_classes: Annotated[int, Count] = 10,
+        channels: Annotated[int, Count] = 3,
+        num_samples: Annotated[int, Count] = 512,
+        test_samples: Annotated[int, Count] = 128,
         data_seed: int = 0,
         mean: float = 0.5,
         std: float = 0.25,
-        num_parallel_workers: int = 1,
+        num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
         root: str | None = None,
     ):

@@ -21,8 +21,9 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_model
-from sporeflow.config.schema import BoostName, validate
+from sporeflow.config.schema import BoostName
 from sporeflow.config.strategies import check_parallel_plan
+from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import SporeflowError

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from sporeflow.config.schema import COMPONENT_GROUPS, allowed_keys, component_settings
+from sporeflow.config.schema import COMPONENT_GROUPS, allowed_keys
+from sporeflow.config.validation import component_settings
 from sporeflow.core.errors import ConfigError, DataError
 
 

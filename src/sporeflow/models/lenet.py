@@ -2,11 +2,20 @@
 MindSpore's default initialisers: the zoo's Normal(0.02) dense init sits at chance for the
 first epochs on small data sets."""
 
+from typing import Annotated
+
 from mindspore import nn
+
+from sporeflow.core.ranges import Count
 
 
 class LeNet5(nn.Cell):
-    def __init__(self, num_classes: int = 10, num_channel: int = 1, include_top: bool = True):
+    def __init__(
+        self,
+        num_classes: Annotated[int, Count] = 10,
+        num_channel: Annotated[int, Count] = 1,
+        include_top: bool = True,
+    ):
         super().__init__()
         self.include_top = include_top
         self.conv1 = nn.Conv2d(num_channel, 6, 5, pad_mode="valid")

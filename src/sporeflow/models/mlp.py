@@ -1,8 +1,12 @@
 """The seed's sharded MLP (seed 003): three dense layers written with ops.MatMul, so that
 SEMI_AUTO_PARALLEL strategies (`parallel.shard`) can be set per layer's matmul."""
 
+from typing import Annotated
+
 from mindspore import Parameter, nn, ops
 from mindspore.common.initializer import initializer
+
+from sporeflow.core.ranges import Count
 
 
 class Dense(nn.Cell):
@@ -21,7 +25,11 @@ class Dense(nn.Cell):
 
 class MLP(nn.Cell):
     def __init__(
-        self, num_classes: int = 10, image_size: int = 28, num_channel: int = 1, hidden: int = 512
+        self,
+        num_classes: Annotated[int, Count] = 10,
+        image_size: Annotated[int, Count] = 28,
+        num_channel: Annotated[int, Count] = 1,
+        hidden: Annotated[int, Count] = 512,
     ):
         super().__init__()
         self.flatten = ops.Flatten()

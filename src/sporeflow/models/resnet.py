@@ -5,9 +5,12 @@ ResNet-50 (bottlenecks); the same stem for 32x32 (CIFAR) and 224x224 (ImageNet) 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from mindspore import nn, ops
 from mindspore.common.initializer import HeNormal, Uniform
+
+from sporeflow.core.ranges import Count
 
 
 def _conv(in_ch: int, out_ch: int, kernel: int, stride: int = 1) -> nn.Conv2d:
@@ -73,7 +76,9 @@ class Bottleneck(nn.Cell):
 
 
 class ResNet(nn.Cell):
-    def __init__(self, block, layers, num_classes: int = 1000, num_channel: int = 3):
+    def __init__(
+        self, block, layers, num_classes: Annotated[int, Count] = 1000, num_channel: int = 3
+    ):
         super().__init__()
         self.conv1, self.bn1 = _conv(num_channel, 64, 7, 2), _bn(64)
         self.relu = nn.ReLU()
@@ -97,9 +102,9 @@ class ResNet(nn.Cell):
         return self.end_point(ops.mean(x, (2, 3)))
 
 
-def resnet18(num_classes: int = 1000, num_channel: int = 3) -> ResNet:
+def resnet18(num_classes: Annotated[int, Count] = 1000, num_channel: int = 3) -> ResNet:
     return ResNet(BasicBlock, (2, 2, 2, 2), num_classes, num_channel)
 
 
-def resnet50(num_classes: int = 1000, num_channel: int = 3) -> ResNet:
+def resnet50(num_classes: Annotated[int, Count] = 1000, num_channel: int = 3) -> ResNet:
     return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, num_channel)

@@ -3,8 +3,12 @@ softmax cross entropy the auto-parallel tutorial uses (every op shardable)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
+
+from sporeflow.core.ranges import Count, Decay
 
 
 class CrossEntropySmooth(nn.LossBase):
@@ -14,8 +18,8 @@ class CrossEntropySmooth(nn.LossBase):
         self,
         sparse: bool = True,
         reduction: str = "mean",
-        smooth_factor: float = 0.0,
-        num_classes: int = 1000,
+        smooth_factor: Annotated[float, Decay] = 0.0,
+        num_classes: Annotated[int, Count] = 1000,
     ):
         super().__init__()
         if num_classes < 2:
@@ -36,7 +40,7 @@ class SoftmaxCrossEntropyExpand(nn.Cell):
     """Mean softmax cross entropy built from elementary ops (max, exp, sum, div, log, mul), so
     AUTO_PARALLEL can shard each of them; numerically the same as the fused loss."""
 
-    def __init__(self, sparse: bool = True, num_classes: int = 10):
+    def __init__(self, sparse: bool = True, num_classes: Annotated[int, Count] = 10):
         super().__init__()
         self.sparse = sparse
         self.num_classes = num_classes

@@ -8,16 +8,17 @@ parameter groups that exempt BatchNorm gamma/beta and biases (the seeds' `init_g
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from mindspore import Tensor, nn
 
+from sporeflow.core.ranges import Decay, NonNegative, Positive
 from sporeflow.nn.schedules import learning_rates
 
 NO_DECAY = ("beta", "gamma", "bias")
 
 
-def group_params(params, weight_decay: float) -> list:
+def group_params(params, weight_decay: Annotated[float, NonNegative]) -> list:
     """[{decayed params, weight_decay}, {gamma/beta/bias, 0}, {order_params}] when decay is on."""
     params = list(params)
     if not weight_decay:
@@ -32,7 +33,10 @@ def group_params(params, weight_decay: float) -> list:
 
 
 def schedule_of(
-    lr: float, schedule: Mapping[str, Any] | None, steps_per_epoch: int | None, epochs: int | None
+    lr: Annotated[float, Positive],
+    schedule: Mapping[str, Any] | None,
+    steps_per_epoch: int | None,
+    epochs: int | None,
 ):
     """A per-step LR Tensor, or the plain float when the schedule is constant without warm-up."""
     schedule = dict(schedule or {})
@@ -46,9 +50,9 @@ def schedule_of(
 
 def momentum(
     params,
-    lr: float = 0.01,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
+    lr: Annotated[float, Positive] = 0.01,
+    momentum: Annotated[float, Decay] = 0.9,
+    weight_decay: Annotated[float, NonNegative] = 0.0,
     nesterov: bool = False,
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
@@ -64,9 +68,9 @@ def momentum(
 
 def sgd(
     params,
-    lr: float = 0.1,
-    momentum: float = 0.0,
-    weight_decay: float = 0.0,
+    lr: Annotated[float, Positive] = 0.1,
+    momentum: Annotated[float, Decay] = 0.0,
+    weight_decay: Annotated[float, NonNegative] = 0.0,
     nesterov: bool = False,
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
@@ -82,11 +86,11 @@ def sgd(
 
 def adam(
     params,
-    lr: float = 0.001,
-    beta1: float = 0.9,
-    beta2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 0.0,
+    lr: Annotated[float, Positive] = 0.001,
+    beta1: Annotated[float, Decay] = 0.9,
+    beta2: Annotated[float, Decay] = 0.999,
+    eps: Annotated[float, Positive] = 1e-8,
+    weight_decay: Annotated[float, NonNegative] = 0.0,
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
@@ -102,11 +106,11 @@ def adam(
 
 def adamw(
     params,
-    lr: float = 0.001,
-    beta1: float = 0.9,
-    beta2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 0.01,
+    lr: Annotated[float, Positive] = 0.001,
+    beta1: Annotated[float, Decay] = 0.9,
+    beta2: Annotated[float, Decay] = 0.999,
+    eps: Annotated[float, Positive] = 1e-8,
+    weight_decay: Annotated[float, NonNegative] = 0.01,
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
@@ -123,9 +127,9 @@ def adamw(
 
 def adagrad(
     params,
-    lr: float = 0.01,
+    lr: Annotated[float, Positive] = 0.01,
     accum: float = 0.1,
-    weight_decay: float = 0.0,
+    weight_decay: Annotated[float, NonNegative] = 0.0,
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,

@@ -5,8 +5,11 @@ right point of the schedule by construction."""
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
+
+from sporeflow.core.ranges import NonNegative, Positive
 
 NAMES = ("constant", "linear", "cosine", "step")
 
@@ -16,11 +19,11 @@ def learning_rates(
     lr_max: float,
     steps_per_epoch: int,
     epochs: int,
-    warmup_epochs: float = 0,
-    lr_init: float = 0.0,
-    lr_end: float = 0.0,
+    warmup_epochs: Annotated[float, NonNegative] = 0,
+    lr_init: Annotated[float, NonNegative] = 0.0,
+    lr_end: Annotated[float, NonNegative] = 0.0,
     step_epochs=(),
-    gamma: float = 0.1,
+    gamma: Annotated[float, Positive] = 0.1,
 ) -> np.ndarray:
     """float32 array of epochs * steps_per_epoch rates.
 

@@ -1,0 +1,80 @@
+"""The meaningful range of a numeric option, written where the option is declared:
+`lr: Annotated[float, Positive] = 0.01` on a component's argument, or on a config dataclass
+field. Config validation reads these annotations and reports every value outside its range
+at once (exit 2, one line per key), before any work starts."""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Range:
+    """low < or <= value < or <= high; a None bound is open-ended."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def problem(self, value: Any) -> Optional[str]:
+        """Why `value` is outside the range (None when it is inside, or is not a number)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if math.isnan(value):
+            return f"must be {self}, not nan"
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and (
+            value >= self.high if self.high_open else value > self.high
+        )
+        return f"must be {self}" if below or above else None
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {_number(self.high)}"
+        return "any number"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def AtLeast(low: float) -> Range:
+    return Range(low=low)
+
+
+def Between(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Range:
+    return Range(low, high, low_open, high_open)
+
+
+Positive = Range(low=0, low_open=True)
+NonNegative = Range(low=0)
+Count = AtLeast(1)  # a whole number of things: epochs, workers, batches
+OpenUnit = Between(0, 1, True, True)  # 0 < x < 1: step factors, Armijo constants
+Decay = Between(0, 1, high_open=True)  # 0 <= x < 1: momenta, betas, smoothing
+
+
+def range_of(hint: Any) -> Optional[Range]:
+    """The Range in an `Annotated[...]` hint, also inside Optional[...]; None if there is none."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return next((m for m in hint.__metadata__ if isinstance(m, Range)), None)
+    if typing.get_origin(hint) is typing.Union:
+        return next((r for r in map(range_of, typing.get_args(hint)) if r is not None), None)
+    return None
+
+
+def without_range(hint: Any) -> Any:
+    """The plain type under an `Annotated[...]` hint (unchanged when there is none)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return typing.get_args(hint)[0]
+    if typing.get_origin(hint) is typing.Union:
+        return typing.Union[tuple(without_range(a) for a in typing.get_args(hint))]
+    return hint

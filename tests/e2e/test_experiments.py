@@ -10,7 +10,7 @@ from helpers.train import REPO, run_train
 
 pytestmark = pytest.mark.e2e
 
-SHORT = ["epochs=1", "callbacks.checkpoint.keep_last=1"]
+SHORT = ["debug=quick"]  # conf/debug/quick.yaml: one epoch, one checkpoint kept
 REDUCED = {
     "lenet_fashion_mnist": ["dataset.num_samples=256"],
     "resnet50_cifar10": [

@@ -26,7 +26,7 @@ def test_runs_started_together_get_their_own_dir_checkpoints_and_run(tmp_path, n
     procs = []
     for _ in range(n):
         cmd, env = train_command(
-            ["epochs=1", "callbacks.checkpoint.keep_last=1"], tmp_path, run_dir=None
+            ["debug=quick"], tmp_path, run_dir=None
         )
         procs.append(
             subprocess.Popen(
@@ -107,6 +107,13 @@ def test_divergence_check_can_be_switched_off(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "run" / "checkpoints" / "final.ckpt").exists()
+    # it did diverge: the guard that is off would have stopped this run
+    import math
+
+    (run,) = runs_of(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    losses = [m.value for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert losses and not all(math.isfinite(v) for v in losses), losses[-5:]
 
 
 def job_processes(marker: str) -> list:
@@ -318,18 +325,15 @@ def test_a_full_disk_fails_the_run_with_one_line_and_keeps_earlier_checkpoints(t
 def test_a_killed_worker_is_named_with_its_rank_and_signal(tmp_path):
     import os
     import signal as signals
-    import time
 
     proc = start_and_wait_for_a_checkpoint(
         ["parallel=data2", "epochs=300"], tmp_path, "checkpoints/rank_1/epoch_0001.ckpt"
     )
     pid = int((tmp_path / "run" / "msrun_logs" / "worker_1.pid").read_text())
-    start = time.time()
     os.kill(pid, signals.SIGKILL)
-    _, err = proc.communicate(timeout=180)
+    _, err = proc.communicate(timeout=180)   # 300 epochs take far longer: the kill ended the job
     assert proc.returncode == 1, err[-3000:]
     assert f"rank 1 (pid {pid}) was killed by SIGKILL" in err
-    assert time.time() - start < 150
     assert wait_gone(str(tmp_path), 30) == []
     (run,) = runs_of(tmp_path)
     assert run.info.status == "FAILED"

@@ -185,12 +185,7 @@ def test_dim_reduce_across_nodes_needs_no_shared_disk(two_nodes, tmp_path):
     weights agree bit for bit across the nodes; node 0 alone tracks the pipeline."""
     small = [
         "+dataset.drop_remainder=true",
-        "epochs=3",
-        "boost=dim_reduce",
-        "boost.snapshot.start_epoch=1",
-        "boost.snapshot.per_epoch=4",
-        "boost.n_component=8",
-        "boost.epochs=1",
+        "debug=dim_reduce",
         "boost.baselines=[baseline]",
     ]
     run_two_nodes(two_nodes, tmp_path, small)

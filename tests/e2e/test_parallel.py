@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import mindspore as ms
@@ -64,21 +63,19 @@ def test_data8_starts_eight_workers_and_finishes(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
-    start = time.time()
     proc = run_train(
         ["parallel=data2", "epochs=1", "model._target_=helpers.failing_models.FailOnRank"],
         tmp_path,
         env={"PYTHONPATH": str(REPO / "tests")},
         timeout=600,
     )
-    assert time.time() - start < 300
     assert proc.returncode == 1
     assert "worker_1.log failed" in proc.stderr
     assert "deliberate failure while building the network on rank 1" in proc.stderr
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("sporeflow")
     runs = client.search_runs([exp.experiment_id]) if exp else []
-    assert all(r.info.status == "FAILED" for r in runs)
+    assert runs and all(r.info.status == "FAILED" for r in runs), [r.info.status for r in runs]
 
 
 @pytest.mark.parametrize("option", ["semi_auto8", "auto8"])
@@ -132,12 +129,7 @@ def test_dim_reduce_data2_keeps_ranks_bit_identical(tmp_path):
     proc = run_train(
         [
             "parallel=data2",
-            "epochs=3",
-            "boost=dim_reduce",
-            "boost.snapshot.start_epoch=1",
-            "boost.snapshot.per_epoch=4",
-            "boost.n_component=8",
-            "boost.epochs=1",
+            "debug=dim_reduce",
             "boost.baselines=[baseline]",
         ],
         tmp_path,

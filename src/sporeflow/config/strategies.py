@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from sporeflow.config.schema import DeviceTarget, ParallelMode
 from sporeflow.core.context import worker_batch_size
 from sporeflow.core.errors import ConfigError
 
@@ -58,8 +59,8 @@ def check_strategy(layer: str, strategy, weight_shape, batch_size: int, device_n
 def check_parallel_plan(cfg: DictConfig, build_network) -> None:
     """Strategies first (so a bad one is caught on any machine), then what the device can run."""
     par = cfg.parallel
-    mode = par.mode.value
-    if par.shard and mode == "semi_auto":  # strategies mean nothing to the other modes
+    mode = par.mode
+    if par.shard and mode is ParallelMode.semi_auto:  # strategies mean nothing to the other modes
         network = build_network()
         cells = _matmul_cells(network)
         for layer, strategy in par.shard.items():
@@ -75,10 +76,15 @@ def check_parallel_plan(cfg: DictConfig, build_network) -> None:
                 worker_batch_size(cfg),
                 par.device_num,
             )
-    if mode in ("semi_auto", "auto") and cfg.device_target.value == "CPU":
-        name = {"semi_auto": "SEMI_AUTO_PARALLEL", "auto": "AUTO_PARALLEL"}[mode]
+    if (
+        mode in (ParallelMode.semi_auto, ParallelMode.auto)
+        and cfg.device_target is DeviceTarget.CPU
+    ):
+        name = {ParallelMode.semi_auto: "SEMI_AUTO_PARALLEL", ParallelMode.auto: "AUTO_PARALLEL"}[
+            mode
+        ]
         raise ConfigError(
-            f"parallel.mode={mode} ({name}) cannot run with device_target=CPU: MindSpore's CPU backend "
+            f"parallel.mode={mode.value} ({name}) cannot run with device_target=CPU: MindSpore's CPU backend "
             "refuses it at graph compile ('currently only support Ascend/GPU backend'). On this machine "
             "use data parallel (parallel=data2|data4|data8), or run with device_target=Ascend|GPU where "
             "those devices exist"

@@ -9,11 +9,13 @@ import mindspore as ms
 import numpy as np
 from omegaconf import DictConfig
 
-_MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
+from sporeflow.config.schema import DeviceTarget, Mode, ParallelMode
+
+_MODES = {Mode.graph: ms.GRAPH_MODE, Mode.pynative: ms.PYNATIVE_MODE}
 _PARALLEL = {
-    "data": ms.ParallelMode.DATA_PARALLEL,
-    "semi_auto": ms.ParallelMode.SEMI_AUTO_PARALLEL,
-    "auto": ms.ParallelMode.AUTO_PARALLEL,
+    ParallelMode.data: ms.ParallelMode.DATA_PARALLEL,
+    ParallelMode.semi_auto: ms.ParallelMode.SEMI_AUTO_PARALLEL,
+    ParallelMode.auto: ms.ParallelMode.AUTO_PARALLEL,
 }
 
 
@@ -48,12 +50,12 @@ class Worker:
 def init_context(cfg: DictConfig) -> Worker:
     """Set mode and device (the non-deprecated `ms.set_device`), seed every RNG a run uses, and,
     for a parallel job running under msrun, join the cluster and set MindSpore's parallel context."""
-    ms.set_context(mode=_MODES[cfg.mode.value])
+    ms.set_context(mode=_MODES[cfg.mode])
     ms.set_device(cfg.device_target.value)
-    if cfg.runtime.threads and cfg.device_target.value == "CPU":
+    if cfg.runtime.threads and cfg.device_target is DeviceTarget.CPU:
         ms.device_context.cpu.op_tuning.threads_num(cfg.runtime.threads)
     seed_everything(cfg.seed)
-    if cfg.parallel.mode.value == "standalone":
+    if cfg.parallel.mode is ParallelMode.standalone:
         return Worker()
     return init_parallel(cfg.parallel)
 
@@ -62,7 +64,7 @@ def init_parallel(par: DictConfig) -> Worker:
     from mindspore.communication import get_group_size, get_rank, init
 
     init()  # on CPU: the mccl backend; msrun's scheduler process waits in here
-    mode = par.mode.value
+    mode = par.mode
     kwargs = dict(
         parallel_mode=_PARALLEL[mode],
         gradients_mean=par.gradients_mean,
@@ -71,7 +73,7 @@ def init_parallel(par: DictConfig) -> Worker:
     )
     if par.all_reduce_fusion_config:
         kwargs["all_reduce_fusion_config"] = list(par.all_reduce_fusion_config)
-    if mode == "auto":
+    if mode is ParallelMode.auto:
         kwargs["search_mode"] = par.search_mode.value
     strategy = par.strategy_ckpt_config
     if strategy.save_file or strategy.load_file:

@@ -12,6 +12,7 @@ from mindspore import Model, nn
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model, build_optimizer
+from sporeflow.config.schema import LossScaleManager, ParallelMode
 from sporeflow.config.strategies import apply_strategies
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.loop import StageParts
@@ -37,7 +38,7 @@ def needs_train_step(step_cfg: DictConfig) -> bool:
     """False when every `train.*` feature is off: then a plain mindspore.Model(net, loss, opt)."""
     return (
         step_cfg.loss_scale != 1.0
-        or step_cfg.loss_scale_manager.value == "dynamic"
+        or step_cfg.loss_scale_manager is LossScaleManager.dynamic
         or step_cfg.clip_grad_norm > 0
         or step_cfg.accumulation_steps > 1
         or step_cfg.ema.enabled
@@ -57,7 +58,7 @@ def train_step_from_config(
         ema_decay=ema.decay if ema.enabled else 0.0,
         ema_warmup=ema.warmup,
         grad_reducer=data_parallel_reducer(optimizer.parameters),
-        dynamic_scale=step_cfg.loss_scale_manager.value == "dynamic",
+        dynamic_scale=step_cfg.loss_scale_manager is LossScaleManager.dynamic,
         scale_factor=step_cfg.loss_scale_factor,
         scale_window=step_cfg.loss_scale_window,
     )
@@ -77,7 +78,7 @@ def build_stage_parts(
     cfg: DictConfig, plan: StagePlan = StagePlan(), steps_per_epoch: int | None = None
 ) -> StageParts:
     network = build_model(cfg)
-    if cfg.parallel.mode.value == "semi_auto":
+    if cfg.parallel.mode is ParallelMode.semi_auto:
         apply_strategies(network, cfg.parallel.shard)
     if plan.init_weights is not None:
         load_weights(network, plan.init_weights)

@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.components import build_model
+from sporeflow.config.schema import StartFrom
 from sporeflow.core.context import RunContext
 from sporeflow.dim_reduce.pca import (
     Layout,
@@ -319,7 +320,7 @@ class DimReducePipeline:
     def _stage2_start(self, stage1: Stage1, snapshots, layout: Layout) -> Path:
         """Stage 2's first weights: stage 1's final ones, or (`boost.start_from=mean`) their mean
         over the snapshots - the point the PCA directions are centred on."""
-        if self.boost.start_from.value == "final":
+        if self.boost.start_from is StartFrom.final:
             return stage1.weights
         path = self.ctx.run_dir / "stage2" / f"start_mean_rank_{self.worker.rank}.ckpt"
         return save_atomic(

@@ -13,6 +13,7 @@ import sys
 from omegaconf import DictConfig
 
 from sporeflow.config import objective
+from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
@@ -36,7 +37,7 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
             log.warning(
                 "MLflow run %s was left RUNNING by a process that is gone: marked KILLED", run_id
             )
-    if cfg.boost.name.value == "dim_reduce":
+    if cfg.boost.name is BoostName.dim_reduce:
         return objective_value(cfg, DimReducePipeline(cfg, ctx, tracker, worker).run())
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
     result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, worker=worker)
@@ -51,5 +52,5 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
 
 
 def objective_value(cfg: DictConfig, metrics: dict) -> float:
-    dim_reduce = cfg.boost.name.value == "dim_reduce"
+    dim_reduce = cfg.boost.name is BoostName.dim_reduce
     return float(metrics.get(objective.name(cfg.sweep.objective, dim_reduce), float("nan")))

@@ -11,6 +11,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_model
+from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import ConfigError
 from sporeflow.dim_reduce.pca import Layout
@@ -25,7 +26,7 @@ from sporeflow.storage.checkpoints import (
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
     build_dataset(cfg).check()
     check_resume(cfg, ctx)
-    if cfg.boost.name.value == "dim_reduce" and cfg.boost.pca_mat_path:
+    if cfg.boost.name is BoostName.dim_reduce and cfg.boost.pca_mat_path:
         check_basis(cfg)
 
 

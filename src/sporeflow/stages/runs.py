@@ -11,6 +11,7 @@ from typing import Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.core.processes import is_alive
 from sporeflow.storage.checkpoints import read_run_marker
@@ -22,7 +23,7 @@ T = TypeVar("T")
 def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
     """`tracking.run_name`, else "<model>-<dataset>", "-dim_reduce" added for a pipeline; in a
     sweep, what differs between its jobs: "dim_reduce rho=0.4 sigma=0.2"."""
-    dim_reduce = cfg.boost.name.value == "dim_reduce"
+    dim_reduce = cfg.boost.name is BoostName.dim_reduce
     if cfg.tracking.run_name:
         base = cfg.tracking.run_name
     else:

@@ -17,6 +17,7 @@ from mindspore import Model, Tensor
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_loss, build_model
+from sporeflow.config.schema import EvalWith, LossScaleManager
 from sporeflow.core.context import RunContext, global_batch_size, worker_batch_size
 from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
@@ -106,7 +107,7 @@ def fit_callbacks(
     it (progress bar, rank 0). Writing before checkpointing keeps this true: when epoch e's
     checkpoint exists, epoch e's metrics are in MLflow, so a resumed run continues them exactly."""
     cb_cfg = cfg.callbacks
-    ema_ranked = cfg.train.ema.eval_with.value == "ema"
+    ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
     throughput = Throughput(
         record, global_batch_size(cfg)
     )  # rank 0's step rate x the global batch: the job's
@@ -119,7 +120,7 @@ def fit_callbacks(
             DivergenceGuard(
                 record,
                 parts.network,
-                tolerate_nonfinite_loss=cfg.train.loss_scale_manager.value == "dynamic",
+                tolerate_nonfinite_loss=cfg.train.loss_scale_manager is LossScaleManager.dynamic,
             )
         )
     if plan.snapshot_dir is not None:
@@ -271,7 +272,7 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
 
     latest = record.latest_eval()
     final = latest[1] if latest is not None else evaluator.evaluate()
-    ema_ranked = cfg.train.ema.eval_with.value == "ema"
+    ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
     exported = (
         {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
         if ema_ranked

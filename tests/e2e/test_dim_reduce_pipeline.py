@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+import shutil
 
 import pytest
-from mlflow.tracking import MlflowClient
 
-from helpers.train import TRAIN, run_train
+from helpers.store import by_stage, client_of, runs_of
+from helpers.train import multirun, run_train, sporeflow_cli
 
 pytestmark = pytest.mark.e2e
 
 SMALL = ["debug=dim_reduce"]  # conf/debug/dim_reduce.yaml: 3 epochs x 4 snapshots, 8 components
 
 
-def runs_by_stage(db):
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("sporeflow")
-    runs = client.search_runs([exp.experiment_id])
-    by_stage = {}
-    for run in runs:
-        by_stage.setdefault(run.data.tags["stage"], []).append(run)
-    return client, by_stage
+def runs_by_stage(launch_dir):
+    return client_of(launch_dir), by_stage(runs_of(launch_dir))
 
 
 def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
@@ -33,7 +24,7 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean", "gain"):
         assert stage in proc.stderr
 
-    client, by_stage = runs_by_stage(tmp_path / "mlflow.db")
+    client, by_stage = runs_by_stage(tmp_path)
     (parent,) = by_stage["pipeline"]
     for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean"):
         (child,) = by_stage[stage]
@@ -94,7 +85,9 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert m["gain_images"] == b - c and m["gain"] == pytest.approx((b - c) / 360, abs=1e-6)
     assert m["gain_p_value"] == pytest.approx(binomtest(min(b, c), b + c).pvalue if b + c else 1.0)
     assert m["gain_ci_low"] <= m["gain"] <= m["gain_ci_high"]
-    (line,) = [ln for ln in proc.stderr.splitlines() if f"stage2 vs {best}: {b - c:+d} images" in ln]
+    (line,) = [
+        ln for ln in proc.stderr.splitlines() if f"stage2 vs {best}: {b - c:+d} images" in ln
+    ]
     verdict = "not significant at 5%" if m["gain_p_value"] >= 0.05 else "significant at 5%"
     assert verdict in line and ("not significant" in line) == (m["gain_p_value"] >= 0.05), line
     # the annealed baseline really used the annealed learning rate
@@ -130,7 +123,7 @@ def test_stage2_can_start_from_the_snapshot_mean(tmp_path):
         offset += size
     final = ms.load_checkpoint(str(run_dir / "stage1" / "checkpoints" / "final.ckpt"))
     assert any(not np.allclose(start[n].asnumpy(), final[n].asnumpy()) for n in layout["names"])
-    (stage2,) = runs_by_stage(tmp_path / "mlflow.db")[1]["stage2"]
+    (stage2,) = runs_by_stage(tmp_path)[1]["stage2"]
     assert (
         stage2.data.tags["start_from"] == "mean"
         and stage2.data.params["boost.start_from"] == "mean"
@@ -139,47 +132,32 @@ def test_stage2_can_start_from_the_snapshot_mean(tmp_path):
 
 def sweep(tmp_path, *overrides):
     """`python train.py -m SMALL ... OVERRIDES` with one baseline; the runs by stage."""
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        *SMALL,
-        *overrides,
-        "boost.baselines=[baseline]",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    proc = multirun(tmp_path, *SMALL, *overrides, "boost.baselines=[baseline]")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return runs_by_stage(tmp_path / "mlflow.db")[1]
+    return runs_by_stage(tmp_path)[1]
 
 
 def sporeflow_compare(tmp_path, *args):
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "sporeflow"), "compare", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
-    )
+    return sporeflow_cli(tmp_path, "compare", *args)
 
 
-@pytest.mark.slow
-def test_sweep_trains_stage1_once_and_reuse_can_be_refused(tmp_path):
-    by_stage = sweep(tmp_path, "boost.rho=0.4,0.7")
-    assert len(by_stage["pipeline"]) == 2 and len(by_stage["stage2"]) == 2
-    assert len(by_stage["stage1"]) == 1, "the sweep should train stage 1 once"
-    reused = [p for p in by_stage["pipeline"] if "stage1_reused_from" in p.data.tags]
+def test_sweep_trains_stage1_once_and_reuse_can_be_refused(rho_sweep, tmp_path):
+    cwd, _ = rho_sweep
+    found = runs_by_stage(cwd)[1]
+    assert len(found["pipeline"]) == 2 and len(found["stage2"]) == 2
+    assert len(found["stage1"]) == 1, "the sweep should train stage 1 once"
+    reused = [p for p in found["pipeline"] if "stage1_reused_from" in p.data.tags]
     assert (
         len(reused) == 1
-        and reused[0].data.tags["stage1_reused_from"] == by_stage["stage1"][0].info.run_id
+        and reused[0].data.tags["stage1_reused_from"] == found["stage1"][0].info.run_id
     )
-    assert sorted(r.data.params["boost.rho"] for r in by_stage["stage2"]) == ["0.4", "0.7"]
+    assert sorted(r.data.params["boost.rho"] for r in found["stage2"]) == ["0.4", "0.7"]
 
-    proc = run_train(SMALL + ["boost.reuse_stage1=false", "boost.baselines=[]"], tmp_path)
+    launch = tmp_path / "launch"  # the shared sweep's store stays as the other tests read it
+    shutil.copytree(cwd, launch)
+    proc = run_train(SMALL + ["boost.reuse_stage1=false", "boost.baselines=[]"], launch)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _, by_stage = runs_by_stage(tmp_path / "mlflow.db")
-    assert len(by_stage["stage1"]) == 2
+    assert len(runs_by_stage(launch)[1]["stage1"]) == 2
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
-from helpers.train import TRAIN, run_train
+from helpers.train import COMBINED_BATCH, TRAIN
 
 pytestmark = pytest.mark.e2e
 
 PORT = 8118
-DROP = ["+dataset.drop_remainder=true", "epochs=2", "dataset.batch_size=32"]
 
 
 @dataclass
@@ -150,9 +149,11 @@ def only_runs(launch_dir: Path) -> list:
     return client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
 
 
-def test_two_nodes_train_one_job_like_one_machine_on_the_combined_batch(two_nodes, tmp_path):
+def test_two_nodes_train_one_job_like_one_machine_on_the_combined_batch(
+    two_nodes, tmp_path, standalone_on_the_combined_batch
+):
     started = time.monotonic()
-    errs = run_two_nodes(two_nodes, tmp_path, DROP)
+    errs = run_two_nodes(two_nodes, tmp_path, COMBINED_BATCH)
     print(f"two-node data2 job: {time.monotonic() - started:.1f} s")
     assert "node 1: its workers finished; rank 0 on node 0" in errs[1]
     ranks = [
@@ -162,11 +163,7 @@ def test_two_nodes_train_one_job_like_one_machine_on_the_combined_batch(two_node
     assert not (tmp_path / "node1" / "run/checkpoints/rank_0").exists(), (
         "each node holds only its own rank"
     )
-    solo = tmp_path / "solo"
-    solo.mkdir()
-    proc = run_train(DROP, solo)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    alone = weights(solo / "run/checkpoints/final.ckpt")
+    alone = standalone_on_the_combined_batch
     assert ranks[0].keys() == alone.keys()
     for key in alone:
         np.testing.assert_array_equal(

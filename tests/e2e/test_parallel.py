@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.train import REPO, run_train
+from helpers.train import COMBINED_BATCH, REPO, run_train
 from sporeflow.config.strategies import check_strategy
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.launch.msrun import threads_per_worker
 
 pytestmark = pytest.mark.e2e
-DROP = ["+dataset.drop_remainder=true", "epochs=2"]
 
 
 def weights(path):
@@ -24,19 +23,14 @@ def weights(path):
 
 
 @pytest.mark.slow
-def test_data2_matches_standalone_on_the_combined_batch(tmp_path):
-    par, solo = tmp_path / "par", tmp_path / "solo"
+def test_data2_matches_standalone_on_the_combined_batch(tmp_path, standalone_on_the_combined_batch):
+    par = tmp_path / "par"
     par.mkdir()
-    solo.mkdir()
-    proc = run_train(
-        DROP + ["parallel=data2", "dataset.batch_size=32"], par, timeout=600
-    )  # the global batch
+    proc = run_train([*COMBINED_BATCH, "parallel=data2"], par, timeout=600)  # the global batch
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    proc = run_train(DROP + ["dataset.batch_size=32"], solo)
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
     ranks = [weights(par / "run" / "checkpoints" / f"rank_{r}" / "final.ckpt") for r in (0, 1)]
-    alone = weights(solo / "run" / "checkpoints" / "final.ckpt")
+    alone = standalone_on_the_combined_batch
     assert ranks[0].keys() == alone.keys()
     for key in alone:
         np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)  # bit-identical

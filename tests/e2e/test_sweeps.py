@@ -24,65 +24,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
-from helpers.train import TRAIN
+from helpers.store import by_stage, client_of, runs_of
+from helpers.train import multirun, sporeflow_cli
 
 pytestmark = pytest.mark.e2e
 
-SMALL = [
-    "epochs=3",
-    "boost=dim_reduce",
-    "boost.snapshot.start_epoch=1",
-    "boost.snapshot.per_epoch=4",
-    "boost.n_component=8",
-    "boost.epochs=1",
-    "boost.baselines=[baseline,snapshot_mean]",
-]
-
-
-def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        *args,
-        f"hydra.sweep.dir={cwd / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
 
 def store(cwd: Path):
-    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("sporeflow")
-    return client, client.search_runs([exp.experiment_id], max_results=1000)
-
-
-def by_stage(runs) -> dict:
-    found: dict = {}
-    for run in runs:
-        found.setdefault(run.data.tags["stage"], []).append(run)
-    return found
-
-
-def sporeflow(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "sporeflow"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
-        timeout=300,
-    )
-
-
-@pytest.fixture(scope="module")
-def rho_sweep(tmp_path_factory):
-    """`python train.py -m SMALL boost.rho=0.4,0.7`: the launch dir after the sweep."""
-    cwd = tmp_path_factory.mktemp("rho_sweep")
-    proc = multirun(cwd, *SMALL, "boost.rho=0.4,0.7")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cwd, proc
+    return client_of(cwd), runs_of(cwd)
 
 
 def test_a_sweep_is_one_parent_run_with_jobs_named_by_what_differs(rho_sweep):
@@ -152,7 +101,7 @@ def test_a_sweep_trains_stage1_and_each_baseline_once(rho_sweep):
 
 def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
     cwd, _ = rho_sweep
-    proc = sporeflow(cwd, "compare", "--sweep", "latest", "--format", "csv")
+    proc = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [r["boost.rho"] for r in rows] and set(r["boost.rho"] for r in rows) == {"0.4", "0.7"}
@@ -164,9 +113,9 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
         assert float(row["stage2"]) == pytest.approx(
             pipelines[row["boost.rho"]].data.metrics["stage2/acc"], abs=5e-5
         )
-    markdown = sporeflow(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
+    markdown = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
     assert markdown.splitlines()[0].startswith("| job | status | boost.rho |")
-    assert sporeflow(cwd, "compare", "--sweep", "0123abc").returncode == 2
+    assert sporeflow_cli(cwd, "compare", "--sweep", "0123abc").returncode == 2
 
 
 def test_a_failed_job_ends_the_parent_failed_and_the_summary_names_it(tmp_path):
@@ -227,7 +176,7 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
         pids.add(job.data.tags["sporeflow.pid"])
     assert len(pids) == 2 and str(os.getpid()) not in pids, "each job ran in its own joblib worker"
     assert sweep.info.status == "FINISHED" and sweep.data.metrics["jobs_finished"] == 2
-    table = sporeflow(
+    table = sporeflow_cli(
         tmp_path, "compare", "--sweep", "latest", "--format", "csv"
     )  # plain runs: acc, loss
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
@@ -292,7 +241,7 @@ def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
 def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     import optuna
 
-    search = ["hparams_search=dim_reduce_optuna", *SMALL[:-1], "boost.baselines=[baseline]"]
+    search = ["hparams_search=dim_reduce_optuna", "debug=dim_reduce", "boost.baselines=[baseline]"]
     first = multirun(tmp_path, *search, "hydra.sweeper.n_trials=2")
     assert first.returncode == 0, first.stderr[-3000:]
     second = multirun(
@@ -462,7 +411,7 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
                 pass
             assert time.monotonic() < deadline, "mlflow server did not answer within 90 s"
             time.sleep(0.5)
-        proc = sporeflow(cwd, "ui", "--links-only", "--port", str(port))
+        proc = sporeflow_cli(cwd, "ui", "--links-only", "--port", str(port))
         assert proc.returncode == 0, proc.stderr
         links = dict(line.split(None, 1) for line in proc.stdout.splitlines() if line.strip())
         assert "workflowType=machine_learning" in links["sweep"]

@@ -12,6 +12,12 @@ CONF = REPO / "conf"
 TRAIN = REPO / "train.py"
 TESTS = REPO / "tests"
 
+# a stand-alone job on the batch a data2 or two-node job splits in two (drop_remainder: every
+# worker sees whole batches, so the weights can match)
+COMBINED_BATCH = ["+dataset.drop_remainder=true", "epochs=2", "dataset.batch_size=32"]
+# the dim-reduce sweep: two jobs that share stage 1 and the baselines
+RHO_SWEEP = ["debug=dim_reduce", "boost.baselines=[baseline,snapshot_mean]", "boost.rho=0.4,0.7"]
+
 
 def train_command(args, cwd: Path, run_dir: str | None = "run", env: dict | None = None):
     """(argv, env) of `python train.py ARGS` launched in `cwd`, Hydra run dir cwd/<run_dir>
@@ -32,4 +38,30 @@ def run_train(
     cmd, full_env = train_command(args, cwd, run_dir, env)
     return subprocess.run(
         cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python train.py -m ARGS` in `cwd`, sweep dir cwd/multirun, the default store."""
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        *args,
+        f"hydra.sweep.dir={cwd / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def sporeflow_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The `sporeflow` console script of this venv, run in `cwd` against its default store."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "sporeflow"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        timeout=timeout,
     )

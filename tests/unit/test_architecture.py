@@ -202,3 +202,22 @@ def test_a_loose_module_at_the_root_is_found(tmp_path, monkeypatch):
         layer_of(loose) == "root"
         and layer_of(fake_src / "sporeflow" / "engine" / "x.py") == "engine"
     )
+
+
+@pytest.mark.parametrize(
+    "module, absent",
+    [
+        ("sporeflow", {"mindspore", "mlflow", "hydra"}),  # the ISA choice must precede MindSpore
+        ("sporeflow.stages.runs", {"mindspore"}),  # the launcher's MLflow hooks stay light
+        ("sporeflow.launch.msrun", {"mindspore", "mlflow"}),
+        ("sporeflow.config.schema", {"mindspore", "mlflow"}),
+    ],
+)
+def test_importing_a_light_module_loads_no_heavy_library(module, absent):
+    """What the docs promise about import cost, checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print(sorted(m for m in {sorted(absent)!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"importing {module} loads {out.stdout.strip()}"

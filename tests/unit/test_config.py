@@ -10,7 +10,17 @@ from sporeflow.config.schema import allowed_keys
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 
-GROUPS = ["model", "dataset", "optimizer", "loss", "parallel", "boost", "callbacks", "experiment", "debug"]
+GROUPS = [
+    "model",
+    "dataset",
+    "optimizer",
+    "loss",
+    "parallel",
+    "boost",
+    "callbacks",
+    "experiment",
+    "debug",
+]
 
 
 def options(group):

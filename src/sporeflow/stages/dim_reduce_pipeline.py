@@ -52,7 +52,8 @@ from sporeflow.stages.stage import (
     network_with,
     tracked_stage,
 )
-from sporeflow.storage.checkpoints import final_weights, save_atomic, write_run_marker
+from sporeflow.storage.checkpoints import final_weights, save_atomic
+from sporeflow.storage.run_marker import write_run_marker
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)

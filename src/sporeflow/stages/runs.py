@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.core.processes import is_alive
-from sporeflow.storage.checkpoints import read_run_marker
+from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
 T = TypeVar("T")

@@ -42,12 +42,11 @@ from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     load_weights,
     newest_complete_checkpoint,
-    read_run_marker,
     restore_exact,
     save_atomic,
-    write_run_marker,
 )
 from sporeflow.storage.files import atomic_path
+from sporeflow.storage.run_marker import read_run_marker, write_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)

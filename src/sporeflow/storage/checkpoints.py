@@ -3,7 +3,6 @@ and resume (newest complete checkpoint, exact-name restore, the run marker)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -12,7 +11,8 @@ from typing import Any
 import mindspore as ms
 
 from sporeflow.core.errors import SporeflowError
-from sporeflow.storage.files import atomic_path, write_text_atomic
+from sporeflow.storage.files import atomic_path
+from sporeflow.storage.run_marker import RUN_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +63,6 @@ def final_weights(stage_dir: Path, rank: int = 0) -> Path:
 
 class CheckpointError(SporeflowError):
     """A checkpoint is missing, unreadable or does not fit the network."""
-
-
-RUN_MARKER = "sporeflow_run.json"
-
-
-def write_run_marker(run_dir: Path, **info: Any) -> None:
-    """Record what a resume needs to continue this run (MLflow run id, stage) in the run dir."""
-    write_text_atomic(Path(run_dir) / RUN_MARKER, json.dumps(info, indent=2))
-
-
-def read_run_marker(run_dir: Path) -> dict:
-    path = Path(run_dir) / RUN_MARKER
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from mlflow.tracking import MlflowClient
@@ -74,3 +77,44 @@ def test_failure_midway_disables_without_raising(tmp_path):
     assert not tracker.enabled
     run.log_metrics({"m": 1.0}, 1, flush=True)
     run.end("FINISHED")
+
+
+def hold_write_lock(db: Path, seconds: float) -> subprocess.Popen:
+    """Another process takes the sqlite database's write lock and keeps it `seconds`."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(float(sys.argv[2])); "
+            "c.execute('COMMIT')",
+            str(db),
+            str(seconds),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_store_busy_past_the_retries_loses_that_write_and_stays_on(tmp_path, monkeypatch, caplog):
+    """README "When things go wrong": busy past the retry budget, that one write is lost with a
+    warning; tracking stays on and the next write lands. The budget is shortened to one try (the
+    product's own constant); MLflow's sqlite store itself waits up to 20 s per try
+    (busy_timeout), so the other process holds a real write lock for 22 s."""
+    from sporeflow.tracking import tracker as tracking
+
+    monkeypatch.setattr(tracking, "LOCKED_RETRIES", ())
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "busy")
+    run = tracker.start_run("r")
+    holder = hold_write_lock(tmp_path / "mlflow.db", 22.0)
+    with caplog.at_level(logging.WARNING):
+        run.log_metrics({"lost": 1.0}, 0, flush=True)
+    holder.wait(timeout=30)
+    assert "still busy after" in caplog.text and "tracking stays on" in caplog.text
+    assert tracker.enabled
+    run.log_metrics({"kept": 2.0}, 1, flush=True)
+    client = MlflowClient(tracker.uri)
+    assert client.get_metric_history(run.run_id, "lost") == []
+    assert [m.value for m in client.get_metric_history(run.run_id, "kept")] == [2.0]

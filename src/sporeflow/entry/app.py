@@ -134,6 +134,11 @@ def _run_stand_alone(cfg: DictConfig, ctx: RunContext) -> float:
     return run_pipeline(cfg, ctx)
 
 
+def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
+    """The process the user started: the launcher of a parallel job, or the whole run."""
+    return _run_as_launcher if msrun.needs_launch(cfg) else _run_stand_alone
+
+
 def _checked_and_claimed(cfg: DictConfig, ctx: RunContext) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
     from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
@@ -154,19 +159,14 @@ def run_task(cfg: DictConfig) -> float:
         plain = _validated(cfg)
         if not worker:
             _checked_and_claimed(plain, ctx)
-        role = (
-            _run_as_worker
-            if worker
-            else _run_as_launcher
-            if msrun.needs_launch(plain)
-            else _run_stand_alone
-        )
+        role = _run_as_worker if worker else _role_of(plain)
         return role(plain, ctx)
     except messages.usage_errors():
-        remove_unused_run_dir(ctx.run_dir)  # only if nothing but Hydra's own files is in it
+        if ctx.sweep is None:  # a sweep job's dir keeps its outcome (sporeflow_job.json)
+            remove_unused_run_dir(ctx.run_dir)  # only if nothing but Hydra's files is in it
         raise
     except signals.Interrupted as ex:
-        ex.hint = resume_hint(plain, ctx)
+        ex.hint = resume_hint(cfg, ctx)
         raise
 
 

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
-from helpers.train import multirun, sporeflow_cli
+from helpers.train import TRAIN, multirun, sporeflow_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -446,3 +446,47 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_a_loss_objective_ranks_the_lowest_loss_first(tmp_path):
+    """sweep.objective=loss: the parent names the job with the smallest final loss as best."""
+    proc = multirun(tmp_path, "debug=quick", "sweep.objective=loss", "optimizer.lr=0.005,0.05")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = by_stage(runs_of(tmp_path))
+    (parent,) = stages["sweep"]
+    jobs = stages["train"]
+    assert len(jobs) == 2
+    lowest = min(jobs, key=lambda r: r.data.metrics["final/loss"])
+    assert parent.data.tags["sweep.best_run_id"] == lowest.info.run_id
+    assert parent.data.metrics["best/final/loss"] == pytest.approx(
+        lowest.data.metrics["final/loss"]
+    )
+
+
+def test_ctrl_c_during_a_sweep_ends_the_running_job_and_the_parent_killed(tmp_path):
+    """README "When things go wrong": the running job ends KILLED, then the sweep's parent run;
+    the jobs not started yet never start."""
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        "epochs=300",
+        "optimizer.lr=0.01,0.02",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    first = tmp_path / "multirun" / "0" / "checkpoints" / "epoch_0001.ckpt"
+    deadline = time.monotonic() + 240
+    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert first.exists(), "job 0 never reached its first checkpoint"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, 143), err[-3000:]  # SIGINT, or MindSpore's SIGTERM in a step
+    stages = by_stage(runs_of(tmp_path))
+    (parent,) = stages["sweep"]
+    assert parent.info.status == "KILLED"
+    assert [r.info.status for r in stages["train"]] == ["KILLED"], "job 1 must never start"
+    assert not (tmp_path / "multirun" / "1").exists()

@@ -415,7 +415,7 @@ class DimReducePipeline:
         if self.worker.is_main:
             trained = "\n".join(f"  {stage}: {how}" for stage, how in self.batching.items())
             print(
-                f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); MLflow {self.tracker.uri}\n{table}\n{trained}",
+                f"[sporeflow] dim_reduce pipeline ({self.ctx.run_dir}); {self.tracker.describe()}\n{table}\n{trained}",
                 file=sys.stderr,
             )
         return metrics

@@ -45,7 +45,7 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
         print(
             f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s ({result.batching}); "
-            f"weights {result.checkpoint}; MLflow {tracker.uri}",
+            f"weights {result.checkpoint}; {tracker.describe()}",
             file=sys.stderr,
         )
     return objective_value(cfg, result.metrics)

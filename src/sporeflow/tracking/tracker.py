@@ -126,6 +126,7 @@ class Tracker:
         self.artifact_root = artifact_root
         self._client = None
         self._experiment_id: str | None = None
+        self._failed: str | None = None  # what failed when tracking switched itself off
 
     @property
     def client(self) -> Any:
@@ -150,6 +151,15 @@ class Tracker:
             ex,
         )
         self.enabled = False
+        self._failed = what
+
+    def describe(self) -> str:
+        """Where this process's records went, as the console summary says it."""
+        if self._failed is not None:
+            return f"MLflow off since {self._failed} failed against {self.uri}: this run is not fully recorded"
+        if not self.enabled:
+            return "MLflow off (tracking.enabled=false)"
+        return f"MLflow {self.uri}"
 
     def call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
         if not self.enabled or (write and self.read_only):

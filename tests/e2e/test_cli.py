@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,51 @@ def test_merge_ckpt_clear_errors(tmp_path):
 def test_help_lists_commands():
     proc = subprocess.run([SPOREFLOW, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "merge-ckpt" in proc.stdout and "compare" in proc.stdout
+
+
+def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path):
+    """`sporeflow ui` starts `mlflow server` (which starts uvicorn and huey workers); SIGTERM to
+    the command ends all of them and frees the port."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    import psutil
+
+    from sporeflow.tracking.tracker import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sporeflow").start_run("a run").end()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    ui = subprocess.Popen(
+        [SPOREFLOW, "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline, page = time.monotonic() + 120, None
+        while page is None and time.monotonic() < deadline and ui.poll() is None:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).status
+            except OSError:
+                time.sleep(1)
+        assert page == 200, "the server never answered"
+        started = psutil.Process(ui.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(p.cmdline()) for p in started), [
+            p.cmdline() for p in started
+        ]
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(timeout=60) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(started, timeout=15)
+        assert not alive, [p.cmdline() for p in alive]
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, "the port is still served"
+    finally:
+        if ui.poll() is None:
+            ui.kill()

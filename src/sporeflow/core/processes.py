@@ -1,13 +1,20 @@
-"""Which process is this, and is that one still alive: the facts behind run-dir claims and
-behind closing MLflow runs whose process is gone. A pid alone is reused by the OS; pid + host
-+ process start time is not."""
+"""Which process is this, is that one still alive (the facts behind run-dir claims and behind
+closing MLflow runs whose process is gone: a pid alone is reused by the OS, pid + host +
+process start time is not), and child process groups that end with the one that started them
+(msrun and its workers, `sporeflow ui`'s mlflow server and its workers)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import time
+from typing import Any
 
 import psutil
+
+from sporeflow.core.signals import parent_death_preexec
 
 
 def this_process() -> dict:
@@ -29,3 +36,45 @@ def is_alive(pid: int | None, host: str | None, started: float | None) -> bool |
         return abs(psutil.Process(int(pid)).create_time() - float(started)) < 0.01
     except (psutil.Error, ValueError, TypeError):
         return False
+
+
+def start_group(cmd: list[str], **popen: Any) -> subprocess.Popen:
+    """Start `cmd` as the leader of a new process group that gets SIGTERM when this process
+    dies; `stop_group` ends the whole group (the leader's own children included)."""
+    return subprocess.Popen(
+        cmd, start_new_session=True, preexec_fn=parent_death_preexec(signal.SIGTERM), **popen
+    )
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(proc: subprocess.Popen, signum: int, grace: float = 30.0) -> None:
+    """Pass `signum` to the process group `proc` leads and wait until the whole group is gone
+    (the leader may exit while a child still ends its MLflow run); SIGKILL what is left after
+    `grace` seconds."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if group_alive(proc.pid):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()

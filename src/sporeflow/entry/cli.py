@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from sporeflow.config.schema import Baseline
+from sporeflow.core import signals
+from sporeflow.core.processes import start_group, stop_group
 
 STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
 
@@ -162,8 +164,6 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 
 def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
-    import subprocess
-
     from sporeflow.report.sweep_report import ui_links
 
     opened = _open_experiment(args)
@@ -194,10 +194,13 @@ def ui(args: argparse.Namespace) -> int:
         str(args.port),
     ]
     print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
+    signals.install()
+    proc = start_group(server)
     try:
-        return subprocess.call(server)
-    except KeyboardInterrupt:
-        return 0
+        return proc.wait()
+    except signals.Interrupted as ex:  # Ctrl-C or SIGTERM: the server and every worker it started
+        stop_group(proc, ex.signum, grace=10.0)
+        return ex.exit_code
 
 
 def merge_ckpt(args: argparse.Namespace) -> int:

@@ -28,7 +28,8 @@ from omegaconf import DictConfig
 
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import SporeflowError
-from sporeflow.core.signals import Interrupted, parent_death_preexec
+from sporeflow.core.processes import start_group, stop_group
+from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
 
 RESULT_FILE = "sporeflow_result.json"
@@ -131,40 +132,6 @@ def failing_rank(log_dir: Path) -> tuple[str, list[str]] | None:
     return None
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def stop_job(proc: subprocess.Popen, signum: int, grace: float = STOP_GRACE) -> None:
-    """Pass `signum` to msrun's process group (msrun, scheduler, workers) and wait until the whole
-    group is gone - msrun may exit while a worker still ends its MLflow run; SIGKILL what is left
-    after `grace` seconds."""
-    try:
-        os.killpg(proc.pid, signum)
-    except ProcessLookupError:
-        proc.wait()
-        return
-    deadline = time.monotonic() + grace
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
 def launch(
     cfg: DictConfig,
     ctx: RunContext,
@@ -223,21 +190,15 @@ def launch(
         open(log_dir / "msrun.log", "w") as msrun_log,
         LogFollower(log_dir / f"worker_{first_rank}.log"),
     ):
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ctx.launch_dir,
-            env=env,
-            start_new_session=True,
-            stdout=msrun_log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=parent_death_preexec(signal.SIGTERM),
+        proc = start_group(
+            cmd, cwd=ctx.launch_dir, env=env, stdout=msrun_log, stderr=subprocess.STDOUT
         )
         try:
             no_cluster = wait_for_job(
                 proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60
             )
         except Interrupted as ex:
-            stop_job(proc, ex.signum)
+            stop_group(proc, ex.signum, STOP_GRACE)
             if master_node:
                 on_end("KILLED")
             raise
@@ -299,7 +260,7 @@ def wait_for_job(
             return _cluster_failed(log_dir)
         except subprocess.TimeoutExpired:
             if _cluster_failed(log_dir):
-                stop_job(proc, signal.SIGTERM)
+                stop_group(proc, signal.SIGTERM, STOP_GRACE)
                 return True
     proc.wait()
     return multi_node and _cluster_failed(log_dir)

@@ -225,3 +225,24 @@ def test_a_node_that_never_arrives_is_named_after_the_cluster_time_out(two_nodes
         f"at {two_nodes.addresses[0]}:{PORT}"
     ) in err
     assert not [r for r in only_runs(tmp_path / "node0") if r.info.status == "RUNNING"]
+
+
+def test_a_node_that_cannot_reach_the_master_says_so(two_nodes, tmp_path):
+    """README "When things go wrong", the other side: node 1 started alone names the master it
+    could not join, ends with exit 1 and never opens a store."""
+    proc = start_node(
+        two_nodes,
+        1,
+        tmp_path / "node",
+        tmp_path / "node1",
+        ["epochs=1"],
+        cluster_time_out=15,
+        private_disk=False,
+    )
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    assert (
+        f"node 1 could not join the master at parallel.master_addr={two_nodes.addresses[0]}:{PORT}"
+        in err
+    )
+    assert not list((tmp_path / "node1").glob("mlflow.db*"))

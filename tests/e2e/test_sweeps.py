@@ -274,6 +274,48 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     first_best = max((t for t in trials if t.number < 2), key=lambda t: t.value)
     assert earlier.data.tags["optuna.best_trial"] == str(first_best.number)
 
+    # README "When things go wrong": an interrupted search, started again with the same
+    # command, tries the interrupted trial's parameters again
+    started = time.time()
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        *search,
+        "hydra.sweeper.n_trials=4",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while (
+        proc.poll() is None
+        and time.monotonic() < deadline
+        and not [
+            m
+            for m in (tmp_path / "multirun").glob("*/stage2/sporeflow_run.json")
+            if m.stat().st_mtime > started
+        ]
+    ):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # while the fourth trial trains its stage 2
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, 143), err[-3000:]
+    study = optuna.load_study(
+        study_name="dim_reduce", storage=f"sqlite:///{tmp_path / 'optuna.db'}"
+    )
+    (cut,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    again = multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "3 trials done, 1 to run" in again.stderr
+    study = optuna.load_study(
+        study_name="dim_reduce", storage=f"sqlite:///{tmp_path / 'optuna.db'}"
+    )
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 4 and complete[-1].params == cut.params
+    assert study.trials[cut.number].state == optuna.trial.TrialState.FAIL
+
 
 def low_high(key: str) -> tuple[float, float]:
     return {

@@ -172,19 +172,15 @@ class OptunaSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study, name = self._study(launch_dir)
 
-        for stale in study.get_trials(
-            deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
-        ):
-            if (
-                stale.state == TrialState.RUNNING
-            ):  # an interrupted search: try those parameters again
-                study.tell(stale.number, state=TrialState.FAIL)
-                study.enqueue_trial(stale.params, skip_if_exists=False)
-        done = len(
-            study.get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-            )
-        )
+        interrupted = 0
+        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            # an interrupted search: FAIL the trial and try its parameters again; it does not
+            # count against n_trials, so the same command runs it again
+            study.tell(stale.number, state=TrialState.FAIL)
+            study.enqueue_trial(stale.params, skip_if_exists=False)
+            interrupted += 1
+        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        done = len(study.get_trials(deepcopy=False, states=ended)) - interrupted
         remaining = max(0, self.n_trials - done)
         print(
             f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()} {name}): "

@@ -209,3 +209,39 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
         line = next(ln for ln in plain.stdout.splitlines() if ln.startswith(parent.info.run_id))
         m = parent.data.metrics
         assert f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" in line
+
+
+@pytest.mark.slow
+def test_two_jobs_started_together_take_turns_on_one_stage1(tmp_path):
+    """Two pipelines of one fingerprint started at once in one launch dir: the lock makes one
+    train stage 1 and the baseline while the other waits, then reuses both."""
+    import subprocess
+
+    from helpers.train import train_command
+
+    procs = []
+    for rho in ("0.4", "0.7"):
+        cmd, env = train_command(
+            [*SMALL, "boost.baselines=[baseline]", f"boost.rho={rho}"],
+            tmp_path,
+            run_dir=None,
+            env={"MLFLOW_TRACKING_URI": ""},
+        )
+        procs.append(
+            subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        )
+    for proc in procs:
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+    found = runs_by_stage(tmp_path)[1]
+    assert len(found["stage1"]) == 1 and len(found["baseline"]) == 1, "trained once, not twice"
+    assert len(found["pipeline"]) == 2 and all(
+        p.info.status == "FINISHED" for p in found["pipeline"]
+    )
+    reused = [p for p in found["pipeline"] if "stage1_reused_from" in p.data.tags]
+    assert (
+        len(reused) == 1
+        and reused[0].data.tags["stage1_reused_from"] == found["stage1"][0].info.run_id
+    )
+    assert reused[0].data.tags.get("baseline_reused_from") == found["baseline"][0].info.run_id
+    assert sorted(r.data.params["boost.rho"] for r in found["stage2"]) == ["0.4", "0.7"]

@@ -1,21 +1,26 @@
-"""Errors a user can fix. The entry turns them into one clear message and a non-zero exit."""
+"""sporeflow's own errors: the entry turns each into one clear message and an exit code.
+
+Two kinds: input the user must fix (ConfigError, DataError: exit 2, before any work), and a
+run that failed for a reason sporeflow can name (a diverged run, a full disk, a worker that
+died: exit 1, the MLflow run FAILED with the reason). Anything else is a bug and keeps its
+traceback.
+"""
 
 
 class SporeflowError(Exception):
-    """Base class: a problem with the user's input, not a bug in sporeflow."""
+    """Base class: a failure sporeflow can explain in one message (no traceback needed)."""
 
 
 class ConfigError(SporeflowError):
-    """The composed config is invalid; the message names the full key path and allowed values.
-
-    Exits with code 2 (usage error), like argparse.
-    """
+    """The composed config is invalid; one line per bad key, each naming the full key path and
+    what is allowed. Exits with code 2 (usage error), like argparse."""
 
 
 class DataError(SporeflowError):
-    """A data set is missing, has the wrong layout or is empty; the message says what was expected."""
+    """A data set is missing, has the wrong layout or is empty; the message says what was
+    expected. Exits with code 2."""
 
 
 class DivergedError(SporeflowError):
     """Training produced a non-finite loss or weights; the message names the stage, step and
-    value, and the last finite checkpoint."""
+    value, and the last finite checkpoint. Exits with code 1."""

@@ -34,8 +34,21 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+_received: list[int] = []  # every signal _raise saw, in order
+
+
 def _raise(signum, frame):
+    _received.append(signum)
     raise Interrupted(signum)
+
+
+def raise_if_received() -> None:
+    """Raise Interrupted again for a signal already received. Python runs a signal handler
+    between any two bytecodes of the main thread; when that is inside a weakref callback or a
+    `__del__` (MindSpore and MLflow run many), the exception is printed as "ignored" and lost.
+    The training loop calls this at every step, so such an interrupt still ends the run."""
+    if _received:
+        raise Interrupted(_received[-1])
 
 
 def install() -> None:

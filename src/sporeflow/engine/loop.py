@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mindspore import Model, nn
+from mindspore.train import Callback
+
+from sporeflow.core.signals import raise_if_received
 
 
 @dataclass
@@ -22,6 +25,14 @@ class StageParts:
     )
 
 
+class StopOnSignal(Callback):
+    """Ends training at the next step after SIGINT/SIGTERM, even when the Interrupted the signal
+    raised was swallowed where it landed (core.signals.raise_if_received)."""
+
+    def on_train_step_end(self, run_context):
+        raise_if_received()
+
+
 def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch: int = 0) -> None:
     """Train epochs start_epoch+1 .. epochs (nothing when already there).
 
@@ -30,7 +41,7 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
         parts.model.train(
             epochs,
             train_data,
-            callbacks=callbacks,
+            callbacks=[StopOnSignal(), *callbacks],
             dataset_sink_mode=False,
             initial_epoch=start_epoch,
         )

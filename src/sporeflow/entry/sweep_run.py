@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective
 from sporeflow.core.context import SweepJob
-from sporeflow.core.signals import Interrupted
+from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
 from sporeflow.tracking.tracker import Tracker
@@ -109,6 +109,7 @@ class SweepRun(Callback):
             )
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        raise_if_received()  # an interrupt swallowed where it landed starts no further job
         if self.run_id is None:
             return
         os.environ.update(

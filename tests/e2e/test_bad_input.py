@@ -65,6 +65,11 @@ CASES = {
         ["optimizer.lrr is not a setting", "allowed: lr"],
     ),
     "typo in a top-level key": (["epochz=3"], ["epochz: no such key", "epochs, seed"]),
+    "a setting the component takes that its group file does not list": (
+        ["dataset.drop_remainder=true"],
+        ["dataset.drop_remainder: a setting the dataset takes", "+dataset.drop_remainder=<value>"],
+    ),
+    "a value outside its range": (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1: must be > 0"]),
     "typo in a framework key": (
         ["callbacks.checkpont.keep=1"],
         ["callbacks.checkpont: no such key", "checkpoint"],

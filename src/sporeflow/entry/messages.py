@@ -78,6 +78,11 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
             parent, sys.argv if argv is None else argv
         )
         where = parent or "the top level"
+        if parent in COMPONENT_GROUPS and full_key.rpartition(".")[2] in allowed:
+            return (
+                f"{full_key}: a setting the {parent} takes but its group file does not list; "
+                f"add it with +{full_key}=<value>"
+            )
         return f"{full_key}: no such key" + (
             f"; allowed under {where}: {', '.join(allowed)}" if allowed else ""
         )

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from mindspore import Tensor, nn
 
+from sporeflow.core.errors import ConfigError
 from sporeflow.core.ranges import Decay, NonNegative, Positive
 from sporeflow.nn.schedules import learning_rates
 
@@ -58,12 +59,18 @@ def momentum(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> nn.Optimizer:
-    return nn.Momentum(
+    """v = momentum * v + g; w -= lr * v, or with nesterov w -= lr * (g + momentum * v).
+
+    MindSpore 2.10's CPU `nn.Momentum(use_nesterov=True)` takes the plain step (checked against
+    numpy in tests/unit/test_optim.py); its `nn.SGD` takes the Nesterov step, so nesterov runs
+    on nn.SGD (the same update otherwise: dampening 0, v starts at the first gradient)."""
+    groups, rate = (
         group_params(params, weight_decay),
         schedule_of(lr, schedule, steps_per_epoch, epochs),
-        momentum=momentum,
-        use_nesterov=nesterov,
     )
+    if nesterov:
+        return nn.SGD(groups, rate, momentum=momentum, nesterov=True)
+    return nn.Momentum(groups, rate, momentum=momentum)
 
 
 def sgd(
@@ -76,6 +83,8 @@ def sgd(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> nn.Optimizer:
+    if nesterov and momentum <= 0:
+        raise ConfigError(f"optimizer.nesterov=true needs optimizer.momentum > 0, not {momentum}")
     return nn.SGD(
         group_params(params, weight_decay),
         schedule_of(lr, schedule, steps_per_epoch, epochs),

@@ -33,6 +33,8 @@ def test_every_option_composes_and_validates(compose_cfg, group, option):
     cfg = validate(compose_cfg([f"{group}={option}", *device]))
     if group == "experiment":
         assert cfg.experiment == option, "a preset must set `experiment:` to its own name"
+    elif group == "debug":
+        assert cfg.callbacks.progress_bar is False and cfg.epochs <= 3, "debug runs are short"
     else:
         assert cfg[group] is not None
     assert cfg.model.num_classes == cfg.dataset.num_classes  # interpolated, not repeated

@@ -16,7 +16,7 @@ help:
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
-	@echo "make clean   - remove outputs/, multirun/ runs, mlflow.db, mlartifacts/"
+	@echo "make clean   - remove outputs/, multirun/ runs, the MLflow store (mlflow.db, mlartifacts/), the Optuna study (optuna.db), locks"
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,5 +62,5 @@ bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done
 
 clean:
-	rm -rf outputs mlflow.db mlartifacts .pytest_cache
+	rm -rf outputs mlflow.db mlflow.db.lock optuna.db mlartifacts .sporeflow .pytest_cache
 	find multirun -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -70,6 +70,14 @@ CASES = {
         ["dataset.drop_remainder: a setting the dataset takes", "+dataset.drop_remainder=<value>"],
     ),
     "a value outside its range": (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1: must be > 0"]),
+    "a device this MindSpore installation cannot run": (
+        ["device_target=GPU"],
+        ["device_target=GPU: this MindSpore", "has no GPU device or backend; it runs on: CPU"],
+    ),
+    "a preset made for a device this machine lacks": (
+        ["experiment=mnist_semi_auto"],
+        ["device_target=Ascend: this MindSpore", "it runs on: CPU"],
+    ),
     "typo in a framework key": (
         ["callbacks.checkpont.keep=1"],
         ["callbacks.checkpont: no such key", "checkpoint"],

@@ -71,3 +71,15 @@ def test_preset_runs_reduced(tmp_path, preset):
         r.info.status == "FINISHED" and r.data.tags["experiment"] == preset for r in runs
     )
     assert any("final/acc" in r.data.metrics or "stage2/acc" in r.data.metrics for r in runs)
+
+
+def test_the_readme_reduced_example_is_the_one_tested():
+    """README shows how to run a preset made for Ascend on this machine: that command must be
+    the one test_preset_runs_reduced runs (it diverged when the two drifted apart)."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    (line,) = [
+        ln for ln in text.splitlines() if "train.py experiment=resnet50_imagenet_stage1 " in ln
+    ]
+    args = line.split("train.py", 1)[1].split()
+    preset = "resnet50_imagenet_stage1"
+    assert sorted(args) == sorted([f"experiment={preset}", *SHORT, *REDUCED[preset]])

@@ -38,6 +38,14 @@ def is_alive(pid: int | None, host: str | None, started: float | None) -> bool |
         return False
 
 
+def is_running(pid: int) -> bool:
+    """Whether process `pid` exists and has not ended (a zombie has ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def start_group(cmd: list[str], **popen: Any) -> subprocess.Popen:
     """Start `cmd` as the leader of a new process group that gets SIGTERM when this process
     dies; `stop_group` ends the whole group (the leader's own children included)."""

@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import SporeflowError
-from sporeflow.core.processes import start_group, stop_group
+from sporeflow.core.processes import is_running, start_group, stop_group
 from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
 
@@ -36,6 +36,7 @@ RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
 LOG_TAIL = 25
 log = logging.getLogger(__name__)
+WORKERS_GONE_GRACE = 10.0  # seconds msrun may outlive all of this node's workers
 STOP_GRACE = 30.0  # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 
 
@@ -186,6 +187,8 @@ def launch(
             file=sys.stderr,
         )
     log_dir.mkdir(parents=True, exist_ok=True)
+    for stale in log_dir.glob("worker_*.pid"):  # an earlier launch's: its workers are gone
+        stale.unlink()
     with (
         open(log_dir / "msrun.log", "w") as msrun_log,
         LogFollower(log_dir / f"worker_{first_rank}.log"),
@@ -195,7 +198,7 @@ def launch(
         )
         try:
             no_cluster = wait_for_job(
-                proc, log_dir, par.nodes > 1, forming=par.cluster_time_out + 60
+                proc, log_dir, par.nodes > 1, par.cluster_time_out + 60, par.workers // par.nodes
             )
         except Interrupted as ex:
             stop_group(proc, ex.signum, STOP_GRACE)
@@ -248,22 +251,51 @@ def _cluster_failed(log_dir: Path) -> bool:
 
 
 def wait_for_job(
-    proc: subprocess.Popen, log_dir: Path, multi_node: bool, forming: float, poll: float = 1.0
+    proc: subprocess.Popen,
+    log_dir: Path,
+    multi_node: bool,
+    forming: float,
+    local_workers: int,
+    poll: float = 1.0,
 ) -> bool:
     """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
     stopped at once instead of after msrun's own heartbeat time-outs. The logs are read only
-    while the cluster may still be forming (`forming` seconds), not for the whole job."""
+    while the cluster may still be forming (`forming` seconds), not for the whole job. A job
+    whose workers have all ended while msrun (its scheduler waiting for them) lives on is
+    stopped after WORKERS_GONE_GRACE seconds, not after msrun's minutes of time-outs."""
     deadline = time.monotonic() + forming
-    while multi_node and time.monotonic() < deadline:
+    gone_since: float | None = None
+    while True:
         try:
             proc.wait(timeout=poll)
-            return _cluster_failed(log_dir)
+            break
         except subprocess.TimeoutExpired:
-            if _cluster_failed(log_dir):
-                stop_group(proc, signal.SIGTERM, STOP_GRACE)
-                return True
-    proc.wait()
+            pass
+        if multi_node and time.monotonic() < deadline and _cluster_failed(log_dir):
+            stop_group(proc, signal.SIGTERM, STOP_GRACE)
+            return True
+        if not _workers_all_ended(log_dir, local_workers):
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since > WORKERS_GONE_GRACE:
+            log.warning("every worker of this node has ended but msrun has not: stopping it")
+            stop_group(proc, signal.SIGTERM, STOP_GRACE)
+            break
     return multi_node and _cluster_failed(log_dir)
+
+
+def _workers_all_ended(log_dir: Path, local_workers: int) -> bool:
+    """Every worker of this node recorded its pid (record_worker_pid), and none of them runs."""
+    pids = []
+    for path in log_dir.glob("worker_*.pid"):
+        try:
+            pids.append(int(path.read_text()))
+        except (OSError, ValueError):
+            return False
+    if len(pids) < local_workers:
+        return False
+    return not any(is_running(pid) for pid in pids)
 
 
 def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:

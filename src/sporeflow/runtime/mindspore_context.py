@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
@@ -45,6 +46,28 @@ class Worker:
     def dataset_args(self) -> dict:
         """The data-set sharding that gives this worker its own part of every epoch."""
         return {"num_shards": self.world_size, "shard_id": self.rank} if self.world_size > 1 else {}
+
+
+def device_problem(target: DeviceTarget) -> str | None:
+    """Why this MindSpore installation cannot run on `target` (None when it can): a CPU wheel,
+    or a machine without the card, would otherwise fail only once every worker has started."""
+    if target is DeviceTarget.CPU:  # every MindSpore build runs on the CPU
+        return None
+    from mindspore import hal
+
+    logging.disable(logging.WARNING)  # hal warns at length about each backend it cannot load
+    try:
+        if hal.is_available(target.value):
+            return None
+        usable = [
+            t.value for t in DeviceTarget if t is DeviceTarget.CPU or hal.is_available(t.value)
+        ]
+    finally:
+        logging.disable(logging.NOTSET)
+    return (
+        f"device_target={target.value}: this MindSpore {ms.__version__} installation has no "
+        f"{target.value} device or backend; it runs on: {', '.join(usable)}"
+    )
 
 
 def init_context(cfg: DictConfig) -> Worker:

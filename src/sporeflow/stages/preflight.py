@@ -15,6 +15,7 @@ from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import ConfigError
 from sporeflow.dim_reduce.pca import Layout
+from sporeflow.runtime.mindspore_context import device_problem
 from sporeflow.storage.checkpoints import (
     CheckpointError,
     checkpoint_dir,
@@ -24,6 +25,9 @@ from sporeflow.storage.checkpoints import (
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
+    problem = device_problem(cfg.device_target)
+    if problem:
+        raise ConfigError(problem)
     build_dataset(cfg).check()
     check_resume(cfg, ctx)
     if cfg.boost.name is BoostName.dim_reduce and cfg.boost.pca_mat_path:

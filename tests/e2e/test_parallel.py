@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers.store import runs_of
 from helpers.train import COMBINED_BATCH, REPO, run_train
 from sporeflow.config.strategies import check_strategy
 from sporeflow.config.validation import validate
@@ -218,3 +219,24 @@ def test_a_global_batch_that_does_not_split_is_refused(compose_cfg):
         compose_cfg(["parallel=data4", "dataset.batch_size=30", "parallel.per_worker_batch=true"])
     )
     assert cfg.parallel.per_worker_batch
+
+
+@pytest.mark.slow
+def test_a_job_whose_workers_all_died_ends_without_waiting_out_msrun(tmp_path):
+    """Every worker fails at start while msrun's scheduler would wait parallel.cluster_time_out
+    (300 s) for them: the launcher stops msrun once they are all gone and names a failed log."""
+    proc = run_train(
+        [
+            "parallel=data2",
+            "parallel.cluster_time_out=300",
+            "model._target_=helpers.failing_models.FailOnEveryRank",
+        ],
+        tmp_path,
+        env={"PYTHONPATH": str(REPO / "tests")},
+        timeout=200,  # well under the 300 s msrun alone would wait
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "every worker of this node has ended but msrun has not: stopping it" in proc.stderr
+    assert "deliberate failure on rank" in proc.stderr
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FAILED"

@@ -17,3 +17,10 @@ class BrokenInit(LeNet5):
 
     def __init__(self, num_classes: int = 10, num_channel: int = 1):
         raise ValueError("bug in the user's model code: shapes do not line up")
+
+
+class FailOnEveryRank(LeNet5):
+    """Every worker of a parallel job fails while building its network."""
+
+    def __init__(self, num_classes: int = 10, num_channel: int = 1):
+        raise RuntimeError(f"deliberate failure on rank {get_rank()}")

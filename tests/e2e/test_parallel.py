@@ -238,5 +238,4 @@ def test_a_job_whose_workers_all_died_ends_without_waiting_out_msrun(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "every worker of this node has ended but msrun has not: stopping it" in proc.stderr
     assert "deliberate failure on rank" in proc.stderr
-    (run,) = runs_of(tmp_path)
-    assert run.info.status == "FAILED"
+    assert runs_of(tmp_path) == [], "no worker got as far as starting an MLflow run"

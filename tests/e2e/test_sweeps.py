@@ -316,6 +316,13 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     assert len(complete) == 4 and complete[-1].params == cut.params
     assert study.trials[cut.number].state == optuna.trial.TrialState.FAIL
 
+    # a study that has all its trials: the same command runs nothing and leaves no empty sweep
+    sweeps_before = {r.info.run_id for r in by_stage(runs_of(tmp_path))["sweep"]}
+    done = multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 trials done, 0 to run" in done.stderr and "no job ran" in done.stderr
+    assert {r.info.run_id for r in by_stage(runs_of(tmp_path))["sweep"]} == sweeps_before
+
 
 def low_high(key: str) -> tuple[float, float]:
     return {

@@ -160,6 +160,14 @@ class SweepRun(Callback):
         tracker = self._tracker()
         parent = tracker.run(self.run_id)
         outcomes = self.outcomes()
+        if not outcomes and error is None:  # e.g. an Optuna study that has all its trials
+            tracker.delete_run(self.run_id)
+            print(
+                "[sporeflow] sweep: no job ran, so it leaves no MLflow run (an Optuna study that "
+                "already has hydra.sweeper.n_trials trials continues with a larger n_trials)",
+                file=sys.stderr,
+            )
+            return
         failed = [o for o in outcomes if o["status"] == "FAILED"]
         interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
         status = (

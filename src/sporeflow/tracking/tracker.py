@@ -282,6 +282,11 @@ class Tracker:
         )
         return sorted((m.step, m.value) for m in found or [])
 
+    def delete_run(self, run_id: str) -> None:
+        """Move a run to MLflow's trash (`mlflow gc` removes it for good)."""
+        self.connect()
+        self.call("delete_run", lambda: self._client.delete_run(run_id))
+
     def resume_run(self, run_id: str) -> TrackedRun:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         self.connect()

@@ -191,14 +191,17 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     """`-m seed=1,2` then `sporeflow compare --seeds`: one row, mean +- sd per arm over the seeds."""
     import statistics
 
+    # a single seed-1 run first, with the same overrides as the sweep: never pooled with it
+    single = run_train([*SMALL, "boost.baselines=[baseline]"], tmp_path)
+    assert single.returncode == 0, single.stderr[-3000:]
     by_stage = sweep(tmp_path, "seed=1,2")
-    parents = by_stage["pipeline"]
-    assert (
-        len(parents) == 2 and len(by_stage["stage1"]) == 2
-    )  # a seed is part of stage 1's fingerprint
+    parents = [p for p in by_stage["pipeline"] if "sweep.run_id" in p.data.tags]
+    assert len(parents) == 2 and len(by_stage["stage1"]) == 2  # seed 1's stage 1 is reused
     table = sporeflow_compare(tmp_path, "--seeds", "--plot", str(tmp_path / "seeds.png"))
     assert table.returncode == 0, table.stderr
-    (row,) = [line for line in table.stdout.splitlines()[1:] if line.strip()]
+    rows = [line for line in table.stdout.splitlines()[1:] if line.strip()]
+    assert sorted(r.split()[0] for r in rows) == ["1", "2"], rows
+    (row,) = [r for r in rows if r.split()[0] == "2"]
     for key in ("stage1/acc", "stage2/acc", "baseline/acc", "gain"):
         values = [p.data.metrics[key] for p in parents]
         assert f"{statistics.fmean(values):.4f}+-{statistics.stdev(values):.4f}" in row, key

@@ -71,10 +71,17 @@ def compare(args: argparse.Namespace) -> int:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
     if args.seeds:
-        groups: dict[str, list] = {}
+        # a configuration is what differs but the seed, within one sweep: a run of another
+        # sweep, or a single run, is never pooled with a seed sweep's runs
+        keyed: dict[tuple[str, str], list] = {}
         for run in runs:
             if run.info.status == "FINISHED":
-                groups.setdefault(_without_seed(run.data.tags.get("overrides", "")), []).append(run)
+                sweep = run.data.tags.get("sweep.run_id", run.info.run_id)
+                overrides = _without_seed(run.data.tags.get("overrides", ""))
+                keyed.setdefault((sweep, overrides), []).append(run)
+        groups = {overrides: members for (_, overrides), members in keyed.items()}
+        if len(groups) < len(keyed):  # the same overrides in several sweeps: name each sweep
+            groups = {f"{o} (sweep {sw[:8]})": members for (sw, o), members in keyed.items()}
         if args.plot:
             from sporeflow.report.comparison import seeds_plot
 

@@ -13,14 +13,15 @@ import pytest
 from mindspore import Tensor, nn
 from mlflow.tracking import MlflowClient
 
+from helpers.store import client_of, runs_of
 from helpers.train import run_train, train_command
+from sporeflow.core.errors import CheckpointError
 from sporeflow.storage.checkpoints import (
-    CheckpointError,
-    find_resume_dir,
     newest_complete_checkpoint,
     restore_exact,
     save_atomic,
 )
+from sporeflow.storage.run_marker import find_resume_dir
 
 
 def trained_pair(steps=3, seed=0):
@@ -128,3 +129,30 @@ def test_sigkill_mid_training_then_resume_matches_uninterrupted(tmp_path):
     assert steps == list(range(1, 4 * 45 + 1))  # continued at the right step, nothing doubled
     acc_steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc_ema")]
     assert acc_steps == [45, 90, 135, 180]
+
+
+@pytest.mark.e2e
+def test_resume_true_goes_on_in_the_newest_run_dir_with_its_best_checkpoints(tmp_path):
+    """`resume=true` continues the newest run under outputs/ in that run's own dir: no stray new
+    run dir, its log goes on in its train.log, its own .hydra stays, one MLflow run; with
+    callbacks.best.keep=1 one best checkpoint remains, the best of every epoch."""
+    first = run_train(["epochs=2", "callbacks.best.keep=1"], tmp_path, run_dir=None)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run_dir,) = [p.parent for p in tmp_path.glob("outputs/*/*/.sporeflow_claim.json")]
+    config_before = (run_dir / ".hydra" / "config.yaml").read_text()
+    resumed = run_train(
+        ["epochs=4", "callbacks.best.keep=1", "resume=true"], tmp_path, run_dir=None
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [p.parent for p in tmp_path.glob("outputs/*/*/.sporeflow_claim.json")] == [run_dir]
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == config_before
+    assert len(list((run_dir / ".hydra").glob("resume-*/overrides.yaml"))) == 1
+    assert (run_dir / "train.log").read_text().count("stage train: epochs") == 2
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FINISHED"
+    accs = client_of(tmp_path).get_metric_history(run.info.run_id, "eval/acc")
+    assert len(accs) == 4
+    best = max(accs, key=lambda m: (m.value, -m.step))
+    epoch = best.step // 45
+    (kept,) = (run_dir / "checkpoints").glob("best_acc_*.ckpt")
+    assert kept.name == f"best_acc_{best.value:.4f}_epoch_{epoch:04d}.ckpt"

@@ -24,3 +24,7 @@ class DataError(SporeflowError):
 class DivergedError(SporeflowError):
     """Training produced a non-finite loss or weights; the message names the stage, step and
     value, and the last finite checkpoint. Exits with code 1."""
+
+
+class CheckpointError(SporeflowError):
+    """A checkpoint is missing, unreadable or does not fit the network (`resume=`: exit 2)."""

@@ -8,6 +8,7 @@ come before those that read what was measured (`fit_callbacks` in stages builds 
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -191,7 +192,17 @@ class BestCheckpoints(Callback):
         self.sign = 1.0 if mode == "max" else -1.0
         self.keep = keep
         self.swap = swap or nullcontext
-        self.best: list[tuple[float, Path]] = []
+        self.best: list[tuple[float, Path]] = self._kept()
+
+    def _kept(self) -> list[tuple[float, Path]]:
+        """The best checkpoints an earlier part of this run left (a resume goes on ranking them)."""
+        pattern = re.compile(rf"best_{re.escape(self.metric)}_(-?[0-9.]+)_epoch_\d+\.ckpt")
+        found = []
+        for path in self.directory.glob(f"best_{self.metric}_*_epoch_*.ckpt"):
+            match = pattern.fullmatch(path.name)
+            if match:
+                found.append((float(match.group(1)), path))
+        return sorted(found, key=lambda item: -self.sign * item[0])[: self.keep]
 
     def on_train_epoch_end(self, run_context):
         latest = self.record.latest_eval()

@@ -7,12 +7,13 @@ from omegaconf import OmegaConf
 
 from sporeflow.config.schema import SCHEMA_NAME, RunConfig
 from sporeflow.launch import slurm
-from sporeflow.storage import rundir
+from sporeflow.storage import run_marker, rundir
 
 
 def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore (train.yaml lists it first in its defaults) and
-    register `${sporeflow.uid:}` (run and sweep dir names) and `${sporeflow.slurm:...}`."""
+    register `${sporeflow.uid:}` (run and sweep dir names), `${sporeflow.slurm:...}` and the
+    run dir of a resumed run (`${sporeflow.run_dir:...}`, `${sporeflow.hydra_subdir:...}`)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
@@ -22,3 +23,9 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(
         "sporeflow.slurm", slurm.resolve, replace=True
     )  # per task: not cached
+    # resume=<run dir> | true: Hydra's run dir is the resumed one (no stray new dir), and its
+    # config goes to .hydra/resume-<time> beside the run's own
+    OmegaConf.register_new_resolver("sporeflow.run_dir", run_marker.hydra_run_dir, replace=True)
+    OmegaConf.register_new_resolver(
+        "sporeflow.hydra_subdir", run_marker.hydra_output_subdir, replace=True
+    )

@@ -19,7 +19,7 @@ from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.stages.runs import close_stale_runs
 from sporeflow.stages.stage import tracked_stage
-from sporeflow.storage.checkpoints import find_resume_dir
+from sporeflow.storage.run_marker import find_resume_dir
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)

@@ -13,15 +13,14 @@ from omegaconf import DictConfig
 from sporeflow.config.components import build_dataset, build_model
 from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
-from sporeflow.core.errors import ConfigError
+from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
 from sporeflow.runtime.mindspore_context import device_problem
 from sporeflow.storage.checkpoints import (
-    CheckpointError,
     checkpoint_dir,
-    find_resume_dir,
     newest_complete_checkpoint,
 )
+from sporeflow.storage.run_marker import find_resume_dir
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:

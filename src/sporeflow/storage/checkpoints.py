@@ -10,9 +10,8 @@ from typing import Any
 
 import mindspore as ms
 
-from sporeflow.core.errors import SporeflowError
+from sporeflow.core.errors import CheckpointError
 from sporeflow.storage.files import atomic_path
-from sporeflow.storage.run_marker import RUN_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -59,30 +58,6 @@ def final_weights(stage_dir: Path, rank: int = 0) -> Path:
     parallel, else the stand-alone one (so a stand-alone stage 1 serves a parallel job too)."""
     per_rank = checkpoint_dir(stage_dir, rank, world_size=2) / "final.ckpt"
     return per_rank if per_rank.is_file() else checkpoint_dir(stage_dir) / "final.ckpt"
-
-
-class CheckpointError(SporeflowError):
-    """A checkpoint is missing, unreadable or does not fit the network."""
-
-
-def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
-    """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
-    if resume is False or resume in ("false", "False", "", None):
-        return None
-    if resume is True or resume in ("true", "True"):
-        markers = sorted(
-            Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"), key=lambda p: p.stat().st_mtime
-        )
-        if not markers:
-            raise CheckpointError(
-                f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
-                "give the run directory: resume=<run dir>"
-            )
-        return markers[-1].parent
-    run_dir = Path(str(resume)).expanduser()
-    if not (run_dir / "checkpoints").is_dir():
-        raise CheckpointError(f"resume={resume}: {run_dir / 'checkpoints'} does not exist")
-    return run_dir.resolve()
 
 
 def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:

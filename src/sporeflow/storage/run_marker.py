@@ -1,6 +1,7 @@
 """The run marker: what a resume (and the launcher closing a run) needs to find a run's MLflow
-record again, kept as a small JSON file in the run dir. No MindSpore here, so the launcher's
-hooks (stages/runs.py) stay light."""
+record again, kept as a small JSON file in the run dir; and which run dir a `resume=` names.
+No MindSpore here: the launcher's hooks (stages/runs.py) and the `${sporeflow.run_dir:...}`
+resolver Hydra calls before anything else stay light."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sporeflow.core.errors import CheckpointError
 from sporeflow.storage.files import write_text_atomic
 
 RUN_MARKER = "sporeflow_run.json"
@@ -24,3 +26,42 @@ def read_run_marker(run_dir: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
+    """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
+    if resume is False or resume in ("false", "False", "", None):
+        return None
+    if resume is True or resume in ("true", "True"):
+        markers = sorted(
+            Path(launch_dir).glob(f"outputs/*/*/{RUN_MARKER}"), key=lambda p: p.stat().st_mtime
+        )
+        if not markers:
+            raise CheckpointError(
+                f"resume=true: no sporeflow run under {Path(launch_dir) / 'outputs'}; "
+                "give the run directory: resume=<run dir>"
+            )
+        return markers[-1].parent
+    run_dir = Path(str(resume)).expanduser()
+    if not (run_dir / "checkpoints").is_dir():
+        raise CheckpointError(f"resume={resume}: {run_dir / 'checkpoints'} does not exist")
+    return run_dir.resolve()
+
+
+def hydra_run_dir(resume: Any, new_dir: str) -> str:
+    """The `${sporeflow.run_dir:${resume},<new dir>}` resolver in conf/train.yaml: a resumed run
+    goes on in its own run dir (its log, its claim), a new run gets `new_dir`. A `resume=` that
+    names no run keeps `new_dir`: the entry then refuses it with the reason (exit 2)."""
+    try:
+        found = find_resume_dir(resume, Path.cwd())
+    except CheckpointError:
+        return new_dir
+    return str(found) if found is not None else new_dir
+
+
+def hydra_output_subdir(resume: Any, stamp: str) -> str:
+    """Where Hydra writes the job's config: `.hydra`, or for a resume `.hydra/resume-<stamp>`,
+    so the resumed run's own config stays as it was."""
+    if resume is False or resume in ("false", "False", "", None):
+        return ".hydra"
+    return f".hydra/resume-{stamp}"

@@ -167,6 +167,10 @@ class ProgressBar(Callback):
         self._show(run_context.original_args().cur_epoch_num, refresh=True)
 
     def on_train_end(self, run_context):
+        self.close()
+
+    def close(self) -> None:
+        """End the bar's line (fit calls it when training raised, too); repeating is harmless."""
         self.bar.close()
 
 

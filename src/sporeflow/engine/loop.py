@@ -37,7 +37,9 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
     """Train epochs start_epoch+1 .. epochs (nothing when already there).
 
     Non-sink mode: the callbacks act per step (loss, progress, snapshots)."""
-    if start_epoch < epochs:
+    if start_epoch >= epochs:
+        return
+    try:
         parts.model.train(
             epochs,
             train_data,
@@ -45,3 +47,8 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
             dataset_sink_mode=False,
             initial_epoch=start_epoch,
         )
+    finally:  # also when training raised: a progress bar ends its line before the error's
+        for callback in callbacks:
+            close = getattr(callback, "close", None)
+            if callable(close):
+                close()

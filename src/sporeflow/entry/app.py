@@ -97,6 +97,7 @@ def _validated(cfg: DictConfig) -> DictConfig:
     config and its parallel plan checked; returns the plain, resolved config."""
     isa = cpu_isa.apply(cfg.runtime.cpu_isa.value)
     log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
+    log.info("checking the config against its components (this imports MindSpore)")
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
     return plain

@@ -180,10 +180,17 @@ def launch(
         file=sys.stderr,
     )
     if local > cores:
+        batch = cfg.dataset.batch_size
+        same = (
+            f"each worker takes dataset.batch_size={batch} (parallel.per_worker_batch=true): the "
+            f"global batch is {batch * par.workers}"
+            if par.per_worker_batch
+            else f"it trains the same experiment (the global batch dataset.batch_size={batch} is "
+            "split across workers)"
+        )
         print(
-            f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns and this "
-            "job runs slower than stand-alone; it trains the same experiment (the global batch "
-            f"dataset.batch_size={cfg.dataset.batch_size} is split across workers)",
+            f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns "
+            f"and this job runs slower than stand-alone; {same}",
             file=sys.stderr,
         )
     log_dir.mkdir(parents=True, exist_ok=True)

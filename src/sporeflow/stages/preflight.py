@@ -41,7 +41,10 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
         run_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
         path, state = newest_complete_checkpoint(checkpoint_dir(run_dir, 0, cfg.parallel.workers))
     except CheckpointError as ex:
-        raise ConfigError(f"resume={cfg.resume}: {ex}") from None
+        why = str(ex)  # find_resume_dir's own messages already name the key
+        raise ConfigError(
+            why if why.startswith("resume=") else f"resume={cfg.resume}: {why}"
+        ) from None
     network = build_model(cfg)
     for name, param in network.parameters_and_names():
         if name not in state:

@@ -205,6 +205,8 @@ def prepare_stage(
     resume: bool = False,
     plan: StagePlan = StagePlan(),
 ) -> PreparedStage:
+    if worker.is_main:
+        log.info("stage %s: building the data set, the network and its train step", name)
     ckpt_dir = checkpoint_dir(stage_dir, worker.rank, worker.world_size)
     start_epoch, state = 0, None
     if resume:

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-slow test-all lint format bench clean help
+.PHONY: install train test test-slow test-all lint format bench readme-examples clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
@@ -16,6 +16,7 @@ help:
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
+	@echo "make readme-examples - rerun the README's example commands and put their output in it (~4 min)"
 	@echo "make clean   - remove outputs/, multirun/ runs, the MLflow store (mlflow.db, mlartifacts/), the Optuna study (optuna.db), locks"
 
 $(STAMP): setup.cfg pyproject.toml
@@ -57,6 +58,9 @@ lint: install
 format: install
 	$(RUN) -m ruff format .
 	$(RUN) -m ruff check --fix .
+
+readme-examples: install
+	$(RUN) docs/readme_examples.py
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done

@@ -414,6 +414,35 @@ def _dump_dom(browser: str, url: str, profile: Path, budget_ms: int) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", html.unescape(out)).split())
 
 
+def _screenshot(browser: str, url: str, profile: Path, path: Path) -> Path:
+    """A PNG of the page as headless Chromium renders it (the README's pictures come from here:
+    SPOREFLOW_DOCS_SCREENSHOTS=docs/img copies them there)."""
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=30000",
+            "--window-size=1600,1000",
+            f"--screenshot={path}",
+            url,
+        ],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no screenshot of {url}"
+    docs = os.environ.get("SPOREFLOW_DOCS_SCREENSHOTS")
+    if docs:
+        shutil.copy(path, Path(docs) / path.name)
+    return path
+
+
 def _rendered(browser: str, url: str, profile: Path, wanted: list[str]) -> str:
     text = ""
     for budget in (20_000, 45_000):  # a slow machine may need more virtual time for the React app
@@ -492,6 +521,11 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
         expected = next(p for p in pipelines if p.info.run_id == first).data.metrics
         for key in ("stage2/acc", "stage1/acc", "gain"):
             assert shown[key] == pytest.approx(expected[key], abs=6e-4), (key, section)
+        # the pages just checked, as pictures (the README shows these)
+        _screenshot(browser, links["sweep"], tmp_path / "profile1", tmp_path / "sweep_runs.png")
+        _screenshot(
+            browser, links["compare"], tmp_path / "profile2", tmp_path / "sweep_compare.png"
+        )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

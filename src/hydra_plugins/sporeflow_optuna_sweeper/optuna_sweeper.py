@@ -35,6 +35,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective
+from sporeflow.config.schema import BoostName
 from sporeflow.core.errors import ConfigError, SporeflowError
 from sporeflow.entry.sweep_run import TRIALS_FILE
 
@@ -133,8 +134,12 @@ class OptunaSweeper(Sweeper):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        boost = OmegaConf.select(self.config, "boost.name", default=None)  # an Enum, or its name
+        dim_reduce = (
+            boost is not None and BoostName(getattr(boost, "value", boost)) is BoostName.dim_reduce
+        )
         name = objective.name(
-            self.config.sweep.objective, str(self.config.boost.name) == "dim_reduce"
+            OmegaConf.select(self.config, "sweep.objective", default="auto"), dim_reduce
         )
         sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
         study = optuna.create_study(

@@ -1,17 +1,34 @@
-"""The MLflow tracker against a real sqlite store and a real (unreachable) HTTP address."""
+"""The tracking journal and its writer against a real sqlite store, a real writer process and
+a real (unreachable) HTTP address. No MindSpore: the tracker is exercised as a library."""
 
 from __future__ import annotations
 
-import logging
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-from sporeflow.tracking.tracker import Tracker, default_uri, flatten, resolve_uri
+from sporeflow.tracking.apply import Applier
+from sporeflow.tracking.journal import AppliedState, read_records, sibling
+from sporeflow.tracking.store import default_uri, flatten, resolve_uri
+from sporeflow.tracking.tracker import Tracker
+
+
+def config(**kw):
+    return SimpleNamespace(**{"uri": None, "experiment_name": "t", "enabled": True, **kw})
+
+
+def closed_port() -> int:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_flatten_nests_and_stringifies():
@@ -27,94 +44,148 @@ def test_uri_precedence(tmp_path, monkeypatch):
     assert resolve_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"
 
 
-def test_params_metrics_artifacts_round_trip(tmp_path):
-    cfg = SimpleNamespace(uri=None, experiment_name="t", enabled=True)
-    tracker = Tracker.from_config(cfg, tmp_path)
-    assert tracker.uri == default_uri(tmp_path)
-    run = tracker.start_run("r", tags={"stage": "train"})
-    params = {f"p{i}": i for i in range(150)}  # more than one MLflow batch
-    run.log_params(params)
-    for step in range(1, 1201):  # more than one metric batch
+def write_a_run(tracker: Tracker, tmp_path: Path, steps: int = 1200):
+    parent = tracker.start_run("parent", tags={"stage": "pipeline"})
+    run = tracker.start_run("r", tags={"stage": "train"}, parent=parent)
+    run.log_params({f"p{i}": i for i in range(150)})  # more than one MLflow batch
+    for step in range(1, steps + 1):  # more than one metric batch
         run.log_metrics({"train/loss": 1.0 / step}, step)
+        if step % 400 == 0:
+            run.flush()
     (tmp_path / "w.ckpt").write_bytes(b"weights")
     run.log_artifact(tmp_path / "w.ckpt", "checkpoints")
+    parent.set_tags({"best_child": run.run_id})  # a tag naming a run by its journal key
     run.end("FINISHED")
+    parent.end("FINISHED")
+    return parent, run
 
+
+def test_a_journalled_run_reaches_the_store_whole_through_the_writer(tmp_path):
+    tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
+    assert tracker.uri == default_uri(tmp_path)
+    with tracker:
+        parent, run = write_a_run(tracker, tmp_path)
+        assert run.run_id.startswith("sf-")  # a key until the writer creates the run
+    assert tracker.left == 0
+    ids = tracker.applied().runs
     client = MlflowClient(tracker.uri)
-    got = client.get_run(run.run_id)
+    got = client.get_run(ids[run.run_id])
     assert got.info.status == "FINISHED"
     assert got.data.params["p149"] == "149" and len(got.data.params) == 150
-    history = client.get_metric_history(run.run_id, "train/loss")
+    assert got.data.tags["mlflow.parentRunId"] == ids[parent.run_id]
+    assert client.get_run(ids[parent.run_id]).data.tags["best_child"] == ids[run.run_id]
+    history = client.get_metric_history(ids[run.run_id], "train/loss")
     assert [m.step for m in history] == list(range(1, 1201))
-    assert got.data.tags["stage"] == "train"
-    assert [a.path for a in client.list_artifacts(run.run_id, "checkpoints")] == [
+    assert [a.path for a in client.list_artifacts(ids[run.run_id], "checkpoints")] == [
         "checkpoints/w.ckpt"
     ]
     location = client.get_experiment_by_name("t").artifact_location
     assert location == (tmp_path.resolve() / "mlartifacts" / "t").as_uri()
+    assert "mlflow" not in _modules_imported_by_journalling(tmp_path)
 
 
-def test_unreachable_server_is_a_warning_not_an_error(tmp_path, caplog):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cfg = SimpleNamespace(uri=f"http://127.0.0.1:{port}", experiment_name="t", enabled=True)
-    tracker = Tracker.from_config(cfg, tmp_path)
-    with caplog.at_level(logging.WARNING):
-        run = tracker.start_run("r")
-        run.log_params({"a": 1})
-        run.log_metrics({"m": 1.0}, 1, flush=True)
-        run.end("FINISHED")
-    assert not tracker.enabled and run.run_id is None
-    assert sum("tracking disabled" in r.message for r in caplog.records) == 1
-
-
-def test_failure_midway_disables_without_raising(tmp_path):
-    cfg = SimpleNamespace(uri=None, experiment_name="t", enabled=True)
-    tracker = Tracker.from_config(cfg, tmp_path)
-    run = tracker.start_run("r")
-    run.log_artifact(tmp_path / "does-not-exist.bin")  # MLflow raises; the tracker must not
-    assert not tracker.enabled
-    run.log_metrics({"m": 1.0}, 1, flush=True)
-    run.end("FINISHED")
-
-
-def hold_write_lock(db: Path, seconds: float) -> subprocess.Popen:
-    """Another process takes the sqlite database's write lock and keeps it `seconds`."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(float(sys.argv[2])); "
-            "c.execute('COMMIT')",
-            str(db),
-            str(seconds),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+def _modules_imported_by_journalling(tmp_path: Path) -> set[str]:
+    """The top-level modules a fresh interpreter has after journalling a run (its writer may
+    import anything: it is another process)."""
+    code = (
+        "import sys; from types import SimpleNamespace as S; from pathlib import Path;"
+        "from sporeflow.tracking.tracker import Tracker;"
+        f"t = Tracker.from_config(S(uri=None, experiment_name='t', enabled=True), Path({str(tmp_path)!r}),"
+        f" journal_dir=Path({str(tmp_path / 'fresh')!r}));"
+        "r = t.start_run('x'); r.log_metrics({'m': 1.0}, 1, flush=True); r.end(); t.finish();"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
-    assert holder.stdout.readline().strip() == "locked"
-    return holder
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
 
 
-def test_a_store_busy_past_the_retries_loses_that_write_and_stays_on(tmp_path, monkeypatch, caplog):
-    """README "When things go wrong": busy past the retry budget, that one write is lost with a
-    warning; tracking stays on and the next write lands. The budget is shortened to one try (the
-    product's own constant); MLflow's sqlite store itself waits up to 20 s per try
-    (busy_timeout), so the other process holds a real write lock for 22 s."""
-    from sporeflow.tracking import tracker as tracking
-
-    monkeypatch.setattr(tracking, "LOCKED_RETRIES", ())
-    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "busy")
-    run = tracker.start_run("r")
-    holder = hold_write_lock(tmp_path / "mlflow.db", 22.0)
-    with caplog.at_level(logging.WARNING):
-        run.log_metrics({"lost": 1.0}, 0, flush=True)
-    holder.wait(timeout=30)
-    assert "still busy after" in caplog.text and "tracking stays on" in caplog.text
-    assert tracker.enabled
-    run.log_metrics({"kept": 2.0}, 1, flush=True)
+def test_a_replay_after_a_writer_died_mid_write_duplicates_nothing(tmp_path):
+    """The writer saves the range in flight before each write; found again at the next start,
+    that range is replayed with checks: the run is found by its key, not created twice; metric
+    points already stored are not sent again."""
+    tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
+    with tracker:
+        _, run = write_a_run(tracker, tmp_path, steps=50)
+    state = AppliedState.load(tracker.journal)
+    last = state.seq
+    # as if the writer died after sending everything but before saving its position
+    AppliedState(in_flight=[1, last]).save(tracker.journal)
+    applier = Applier(tracker.journal)
+    assert applier.apply_pending() == last
+    assert applier.state.runs == state.runs
     client = MlflowClient(tracker.uri)
-    assert client.get_metric_history(run.run_id, "lost") == []
-    assert [m.value for m in client.get_metric_history(run.run_id, "kept")] == [2.0]
+    experiment = client.get_experiment_by_name("t").experiment_id
+    assert len(client.search_runs([experiment])) == 2
+    history = client.get_metric_history(state.runs[run.run_id], "train/loss")
+    assert [m.step for m in history] == list(range(1, 51))
+
+
+def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_path, capsys):
+    uri = f"http://127.0.0.1:{closed_port()}"
+    tracker = Tracker.from_config(
+        config(uri=uri, drain_timeout=1.0), tmp_path, journal_dir=tmp_path / "run"
+    )
+    with tracker:
+        write_a_run(tracker, tmp_path, steps=10)
+    records = read_records(tracker.journal, 0)
+    assert tracker.left == len(records) > 0
+    err = capsys.readouterr().err
+    assert (
+        f"{tracker.left} tracking records of run parent are kept in {tracker.journal}; "
+        f"send them with: sporeflow sync {tmp_path / 'run'}"
+    ) in err
+    assert "try 1 failed" in sibling(tracker.journal, ".writer.log").read_text()
+
+
+def test_a_killed_writer_is_replaced_and_nothing_is_lost(tmp_path):
+    tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
+    with tracker:
+        run = tracker.start_run("r")
+        run.log_metrics({"m": 1.0}, 1, flush=True)
+        assert tracker.wait_applied(60)
+        first = tracker._writer  # noqa: SLF001 - the process the test kills
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        for step in range(2, 6):
+            run.log_metrics({"m": float(step)}, step, flush=True)  # flush notices, restarts
+        run.end()
+        assert tracker._writer.pid != first.pid  # noqa: SLF001
+    client = MlflowClient(tracker.uri)
+    history = client.get_metric_history(tracker.applied().runs[run.run_id], "m")
+    assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(1, 6)]
+
+
+def test_a_record_the_store_refuses_is_counted_and_the_rest_applied(tmp_path):
+    tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
+    with tracker:
+        run = tracker.start_run("r")
+        run.log_artifact(tmp_path / "gone.bin")  # removed before the writer gets to it
+        run.log_metrics({"m": 1.0}, 1)
+        run.end()
+    state = tracker.applied()
+    assert state.rejected == 1 and state.seq == read_records(tracker.journal)[-1]["seq"]
+    assert "no longer exists" in sibling(tracker.journal, ".writer.log").read_text()
+    got = MlflowClient(tracker.uri).get_run(state.runs[run.run_id])
+    assert got.info.status == "FINISHED" and got.data.metrics == {"m": 1.0}
+
+
+def test_the_journal_is_json_lines_with_a_header_naming_the_store(tmp_path):
+    tracker = Tracker.from_config(config(drain_timeout=5.0), tmp_path, journal_dir=tmp_path)
+    with tracker:
+        tracker.start_run("r").end()
+    lines = [json.loads(x) for x in tracker.journal.read_text().splitlines()]
+    assert [r["seq"] for r in lines] == list(range(len(lines)))
+    assert lines[0]["op"] == "header" and lines[0]["uri"] == tracker.uri
+    assert lines[0]["owner"]["pid"] == os.getpid() and lines[0]["drain_timeout"] == 5.0
+    assert [r["op"] for r in lines[1:]] == ["create_run", "end", "close"]
+
+
+@pytest.mark.parametrize("enabled, read_only", [(False, False), (True, True)])
+def test_a_tracker_that_does_not_write_leaves_no_journal(tmp_path, enabled, read_only):
+    tracker = Tracker.from_config(config(enabled=enabled), tmp_path, read_only=read_only)
+    with tracker:
+        run = tracker.start_run("r")
+        run.log_metrics({"m": 1.0}, 1, flush=True)
+        run.end()
+    assert run.run_id is None and tracker.journal is None
+    assert not list(tmp_path.rglob("*.jsonl"))

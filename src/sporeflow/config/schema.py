@@ -102,6 +102,9 @@ class TrackingConfig:
     uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI or sqlite:///<launch dir>/mlflow.db
     experiment_name: str = "sporeflow"
     run_name: Optional[str] = None  # None: "<model>-<dataset>"
+    # seconds a run waits at its end for the store to take the records still in its journal
+    # (a busy or unreachable store); what is left is named with `sporeflow sync <run dir>`
+    drain_timeout: Annotated[float, NonNegative] = 30.0
 
 
 @dataclass

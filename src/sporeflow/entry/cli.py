@@ -40,7 +40,7 @@ def _open_experiment(args: argparse.Namespace):
     """(uri, MlflowClient, experiment) of --uri/--experiment, or None after saying what is missing."""
     from mlflow.tracking import MlflowClient
 
-    from sporeflow.tracking.tracker import resolve_uri
+    from sporeflow.tracking.store import resolve_uri
 
     uri = resolve_uri(args.uri, Path.cwd())
     client = MlflowClient(uri)
@@ -246,6 +246,35 @@ def merge_ckpt(args: argparse.Namespace) -> int:
     return 0
 
 
+def sync(args: argparse.Namespace) -> int:
+    """Send what the tracking journals under a run or sweep dir still hold (idempotent)."""
+    from sporeflow.tracking.journal import journals_under
+    from sporeflow.tracking.sync import sync_journal
+
+    root = Path(args.dir)
+    journals = journals_under(root) if root.is_dir() else []
+    if not journals:
+        print(
+            f"{root}: no tracking journal under it (a run dir or sweep dir holds tracking/*.jsonl)",
+            file=sys.stderr,
+        )
+        return 2
+    code = 0
+    for journal in journals:
+        done = sync_journal(journal)
+        where = done.journal.relative_to(root) if done.journal.is_relative_to(root) else done.journal
+        if done.busy:
+            print(f"{where}: its writer is still running ({done.left} records to go); left to it")
+            continue
+        ended = f"; ended {len(done.ended)} runs KILLED (their process is gone)" if done.ended else ""
+        line = f"{where}: sent {done.sent} records, {done.left} left{ended}"
+        if done.error:
+            line += f"; the store failed: {done.error}"
+            code = 1
+        print(line)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sporeflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", required=True, help="the strategy file of the sliced run")
     p.add_argument("--out", required=True, help="the merged .ckpt to write")
     p.set_defaults(fn=merge_ckpt)
+    p = sub.add_parser(
+        "sync",
+        help="send tracking records a run kept in its journal (store busy or down, processes killed)",
+    )
+    p.add_argument("dir", help="a run dir or sweep dir (its tracking/*.jsonl journals are applied)")
+    p.set_defaults(fn=sync)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -36,6 +36,8 @@ from sporeflow.core.context import SweepJob
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
+from sporeflow.tracking.journal import is_key, journals_under, read_records
+from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,23 @@ def _short_error(error: Any) -> str:
     return " ".join(text.split())[:500]
 
 
+def died_outcome(job_dir: Path) -> dict:
+    """The outcome of a job that wrote none: FAILED, with the last thing its journal recorded."""
+    overrides: list = []
+    try:
+        overrides = list(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
+    except (OSError, ValueError):
+        pass
+    last = [r for j in journals_under(job_dir) for r in read_records(j)][-1:]
+    seen = f"; its journal's last record: {last[0]['op']} (seq {last[0]['seq']})" if last else ""
+    return {
+        "job": int(job_dir.name),
+        "status": "FAILED",
+        "overrides": overrides,
+        "error": f"the job's process died without reporting (killed, e.g. SIGKILL or out of memory){seen}",
+    }
+
+
 class SweepRun(Callback):
     """The MLflow parent run of one multirun (see the module docstring)."""
 
@@ -77,7 +96,11 @@ class SweepRun(Callback):
         self.launch_dir = Path.cwd()
 
     def _tracker(self) -> Tracker:
-        return Tracker.from_config(OmegaConf.create(self.tracking), self.launch_dir)
+        """A tracker of this process with its own journal in the sweep dir (made for each use:
+        the callback travels pickled to the jobs, a writer process does not)."""
+        return Tracker.from_config(
+            OmegaConf.create(self.tracking), self.launch_dir, journal_dir=self.sweep_dir
+        )
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not config.tracking.enabled:
@@ -87,7 +110,10 @@ class SweepRun(Callback):
         self.keys = swept_keys(config)
         self.sweep_dir = Path(config.hydra.sweep.dir).resolve()
         self.objective = config.sweep.objective
-        tracker = self._tracker()
+        with self._tracker() as tracker:
+            self._start(tracker, config)
+
+    def _start(self, tracker: Tracker, config: DictConfig) -> None:
         run = tracker.start_run(
             time.strftime("sweep-%Y-%m-%d-%H-%M-%S"),
             tags={
@@ -100,7 +126,9 @@ class SweepRun(Callback):
                 "sweep.objective": self.objective,
             },
         )
-        self.run_id = run.run_id
+        # the jobs are tagged with the parent's MLflow id; with the store out of reach, with
+        # its journal key (their writers put the id in once the store has the parent)
+        self.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id
         if self.run_id is not None:
             _ACTIVE.append(self)
             print(
@@ -143,10 +171,16 @@ class SweepRun(Callback):
         self.end()
 
     def outcomes(self) -> list[dict]:
+        """Each started job's outcome: its JOB_FILE, or FAILED when its process died without
+        writing one (SIGKILL, out of memory): what its tracking journal shows is the why."""
         found = []
-        for path in sorted(self.sweep_dir.glob(f"*/{JOB_FILE}")) if self.sweep_dir else []:
+        for job_dir in sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []:
+            if not job_dir.name.isdigit():
+                continue
             try:
-                found.append(json.loads(path.read_text()))
+                found.append(json.loads((job_dir / JOB_FILE).read_text()))
+            except FileNotFoundError:
+                found.append(died_outcome(job_dir))
             except (OSError, ValueError):
                 continue
         return sorted(found, key=lambda o: o["job"])
@@ -157,7 +191,13 @@ class SweepRun(Callback):
         if self.run_id is None or self not in _ACTIVE:
             return
         _ACTIVE.remove(self)
-        tracker = self._tracker()
+        with self._tracker() as tracker:
+            self._end(tracker, error)
+
+    def _end(self, tracker: Tracker, error: BaseException | None) -> None:
+        if is_key(self.run_id):  # created while the store was out of reach: has it now?
+            found = tracker.get_run(self.run_id)
+            self.run_id = found.info.run_id if found is not None else self.run_id
         parent = tracker.run(self.run_id)
         outcomes = self.outcomes()
         if not outcomes and error is None:  # e.g. an Optuna study that has all its trials
@@ -175,6 +215,8 @@ class SweepRun(Callback):
         )
         lines = []
         try:
+            if is_key(self.run_id):
+                raise StoreError(f"the store {tracker.uri} does not have the sweep's run yet")
             lines = self._summarise(tracker, parent, outcomes, failed)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)

@@ -167,7 +167,7 @@ class DimReducePipeline:
         stage1_fp = reuse.stage1_fingerprint(self.cfg)
         for name in (b.value for b in self.boost.baselines):
             fingerprint = reuse.baseline_fingerprint(self.cfg, stage1_fp, name)
-            with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, name):
+            with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, name, self.tracker):
                 result = self._reused_baseline(name, fingerprint) or self._baseline(
                     name, fingerprint, snapshots, layout, stage1
                 )
@@ -258,7 +258,9 @@ class DimReducePipeline:
 
     def _stage1(self) -> Stage1:
         fingerprint = reuse.stage1_fingerprint(self.cfg)
-        with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, "stage 1"):
+        with reuse.turn(
+            self.ctx.launch_dir, self.worker, fingerprint, "stage 1", self.tracker
+        ):
             reused = self._find_stage1(fingerprint)
             if reused is not None:
                 log.info(

@@ -69,10 +69,12 @@ def eval_curve(tracker: Tracker, run_id: str) -> list[tuple[int, dict]]:
 
 
 @contextmanager
-def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str):
+def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker: Tracker):
     """While held, no other job of this launch dir can finish a run with this fingerprint:
     rank 0 holds the lock (the other ranks wait at a barrier), so every rank's lookup inside
-    sees the same store."""
+    sees the same store. The lock is let go once the store has the run this turn trained (the
+    journal's writer applied it), or after tracking.drain_timeout: the next job then finds it,
+    or trains its own."""
     if not worker.is_main:
         barrier(worker)
         yield
@@ -88,3 +90,5 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str):
     with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting):
         barrier(worker)
         yield
+        if not tracker.wait_applied(tracker.drain_timeout):
+            log.warning("%s: the MLflow store does not have its run yet; other jobs may train their own", what)

@@ -4,20 +4,21 @@ process (which trains nothing) stays light."""
 
 from __future__ import annotations
 
+import logging
 import os
-import socket
-import time
 from typing import Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
-from sporeflow.core.processes import is_alive
 from sporeflow.storage.run_marker import read_run_marker
+from sporeflow.tracking.store import StoreError
+from sporeflow.tracking.sync import sync, wait_for_writers
 from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
@@ -41,7 +42,7 @@ def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str
     sweep, a child of the sweep's parent run, tagged with the job's number."""
     tags, parent = {"stage": stage}, None
     if ctx.sweep is not None:
-        parent = tracker.run(ctx.sweep.run_id)
+        parent = tracker.run(ctx.sweep.run_id)  # an MLflow id, or the sweep journal's key
         tags.update({"sweep.run_id": ctx.sweep.run_id, "sweep.job": str(ctx.sweep.job)})
     run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent)
     record_config(run, cfg, ctx, stage)
@@ -85,44 +86,30 @@ def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
     return result
 
 
-def close_stale_runs(tracker: Tracker) -> list[str]:
-    """Runs this host left RUNNING whose process is gone (SIGKILL, a crash, power loss) end
-    KILLED, tagged `sporeflow.closed` with why; returns their ids. Runs of live processes and
-    of other hosts are left alone."""
-    closed = []
-    host = socket.gethostname()
-    for found in tracker.search_runs(
-        f"attributes.status = 'RUNNING' and tags.`sporeflow.host` = '{host}'", max_results=500
-    ):
-        tags = found.data.tags
-        if is_alive(tags.get("sporeflow.pid"), host, tags.get("sporeflow.process_start")):
-            continue
-        run = tracker.run(found.info.run_id)
-        run.set_tags(
-            {
-                "sporeflow.closed": f"process {tags.get('sporeflow.pid')} on {host} was gone; closed by "
-                f"a later start (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"
-            }
-        )
-        run.end("KILLED")
-        closed.append(found.info.run_id)
-    return closed
-
-
 def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
     """Create the MLflow store and experiment before workers start, so a worker killed mid-way
-    can never leave a half-migrated database behind (and rank 0 does not pay the migration)."""
-    Tracker.from_config(cfg.tracking, ctx.launch_dir).connect()
+    can never leave a half-migrated database behind (and rank 0 does not pay the migration).
+    A store that cannot be reached now is left to the journal's writer to retry."""
+    store = Tracker.from_config(cfg.tracking, ctx.launch_dir).store()
+    try:
+        store.connect()
+    except StoreError as ex:
+        log.warning("MLflow store not reachable before the workers start (%s): records wait in the journal", ex)
 
 
 def mark_ended(cfg: DictConfig, ctx: RunContext, status: str) -> None:
     """A parallel job's run must not stay RUNNING when the job failed or was stopped: rank 0
-    wrote its MLflow run id into the run marker. FAILED always applies (the job failed whatever
-    rank 0 saw); KILLED only to a run rank 0 could not end itself."""
-    run_id = read_run_marker(ctx.run_dir).get("mlflow_run_id")
-    if not run_id:
+    wrote its run (an MLflow id or its journal key) into the run marker. Rank 0's writer is let
+    finish first (it ends what its dead trainer left open KILLED), a journal whose writer died
+    is applied here, then FAILED always applies (the job failed whatever rank 0 saw); KILLED
+    only to a run rank 0 could not end itself."""
+    run_ref = read_run_marker(ctx.run_dir).get("mlflow_run_id")
+    if not run_ref or not cfg.tracking.enabled:
         return
-    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir)
-    found = tracker.get_run(run_id)
-    if status == "FAILED" or (found is not None and found.info.status == "RUNNING"):
-        tracker.resume_run(run_id).end(status)
+    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
+    wait_for_writers(ctx.run_dir, tracker.drain_timeout)
+    sync(ctx.run_dir)
+    with tracker:
+        found = tracker.get_run(run_ref)
+        if status == "FAILED" or (found is not None and found.info.status == "RUNNING"):
+            tracker.resume_run(found.info.run_id if found is not None else run_ref).end(status)

@@ -1,115 +1,55 @@
-"""MLflow tracking that can never cost a training run.
+"""Tracking as the training process sees it: every write is journalled, a child process
+writes it to MLflow, and nothing here can cost a run.
 
-Every MLflow call goes through `Tracker.call`: a sqlite store that is busy with another
-process's write ("database is locked") is retried with back-off; any other failure
-(unreachable server, bad URI) is logged once as a warning and tracking switches off for the
-rest of the process; training carries on. A store still busy after a minute of retries (many
-concurrent sweep jobs on one sqlite file) loses that one write, with a warning, and stays on. Only rank
-0 constructs an enabled Tracker. Several processes may open one fresh sqlite store at once:
-its creation (schema migration, experiment) happens under a file lock beside the database.
-
-Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
-artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
+A write (run creation, params, tags, metrics, artifacts, status) is appended to this process's
+journal (tracking.journal) and counts as made; the writer (tracking.writer, started on the
+first write, restarted if it dies) applies it to the store, retrying while the store is busy
+or down. The process does not import MLflow for its writes; a read (stage-1 reuse, resume)
+opens the store here, and a store that cannot be read is "not found" with a warning, so that
+stage is trained anew. At the end the process waits `tracking.drain_timeout` seconds for the
+writer; what is still unsent is named in one console line with the command that sends it.
+Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from sporeflow.storage.locks import exclusive
+from sporeflow.core.processes import this_process
+from sporeflow.tracking.journal import (
+    AppliedState,
+    Journal,
+    is_key,
+    new_run_key,
+    pending,
+    run_ref,
+    sibling,
+)
+from sporeflow.tracking.store import (
+    Store,
+    StoreError,
+    default_artifact_root,
+    flatten,
+    process_tags,
+    resolve_uri,
+)
+
+__all__ = ["Tracker", "TrackedRun", "flatten"]
 
 log = logging.getLogger(__name__)
-
-MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
-BATCH_LIMIT = 1000  # metrics per log_batch call (MLflow's limit)
-PARAM_BATCH_LIMIT = 100
-LOCKED_RETRIES = (
-    0.1,
-    0.2,
-    0.5,
-    1.0,
-    2.0,
-    4.0,
-    8.0,
-    15.0,
-    30.0,
-)  # seconds between tries of a busy sqlite store
-
-
-def default_uri(launch_dir: Path) -> str:
-    return f"sqlite:///{Path(launch_dir).resolve() / 'mlflow.db'}"
-
-
-def resolve_uri(configured: str | None, launch_dir: Path) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(launch_dir)
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; values cut to MLflow's limit."""
-    flat: dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = str(getattr(value, "value", value))[:MAX_PARAM_LENGTH]
-    return flat
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite:/// URI (None for other stores)."""
-    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
-
-
-@contextmanager
-def store_lock(uri: str):
-    """Hold an exclusive lock on `<db>.lock` while a sqlite store is created or migrated, so
-    concurrent first runs do not race MLflow's schema creation ("table ... already exists")."""
-    db = sqlite_path(uri)
-    if db is None:
-        yield
-        return
-    with exclusive(db.with_name(db.name + ".lock")):
-        yield
-
-
-def process_tags() -> dict[str, str]:
-    """Which process writes a run: how a later start tells a run whose process died from a live one."""
-    from sporeflow.core.processes import this_process
-
-    me = this_process()
-    return {
-        "sporeflow.pid": str(me["pid"]),
-        "sporeflow.host": me["host"],
-        "sporeflow.process_start": repr(me["started"]),
-    }
-
-
-def _is_busy(ex: BaseException) -> bool:
-    return "database is locked" in str(ex)
-
-
-def _server_reachable(uri: str, timeout: float = 3.0) -> str | None:
-    """None when an http(s) tracking server answers; otherwise why not."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
-            return None if resp.status == 200 else f"HTTP {resp.status}"
-    except (urllib.error.URLError, OSError) as ex:
-        return str(getattr(ex, "reason", ex))
+T = TypeVar("T")
+DRAIN_TIMEOUT_S = 30.0
 
 
 class Tracker:
-    """Owns the MLflow client and the 'tracking still works' state shared by all its runs."""
+    """One process's tracking: its journal, its writer, and reads from the store."""
 
     def __init__(
         self,
@@ -118,255 +58,264 @@ class Tracker:
         enabled: bool = True,
         artifact_root: Path | None = None,
         read_only: bool = False,
+        journal_dir: Path | None = None,
+        drain_timeout: float = DRAIN_TIMEOUT_S,
     ):
         self.uri = uri
         self.experiment_name = experiment_name
         self.enabled = enabled
         self.read_only = read_only  # ranks > 0: may look runs up (stage-1 reuse), never write
         self.artifact_root = artifact_root
-        self._client = None
-        self._experiment_id: str | None = None
-        self._failed: str | None = None  # what failed when tracking switched itself off
-
-    @property
-    def client(self) -> Any:
-        """The connected MlflowClient (None before `connect`, or with tracking off)."""
-        return self._client
+        self.journal_dir = Path(journal_dir or Path.cwd())
+        self.drain_timeout = drain_timeout
+        self._journal: Journal | None = None
+        self._writer: subprocess.Popen | None = None
+        self._store: Store | None = None
+        self._unread: str | None = None  # why the store could not be read, once warned
+        self._names: dict[str, str] = {}  # run key -> name, for the end line
+        self.left: int = 0  # records still unsent after finish()
 
     @classmethod
-    def from_config(cls, tracking_cfg: Any, launch_dir: Path, read_only: bool = False) -> Tracker:
+    def from_config(
+        cls,
+        tracking_cfg: Any,
+        launch_dir: Path,
+        read_only: bool = False,
+        journal_dir: Path | None = None,
+    ) -> Tracker:
         uri = resolve_uri(tracking_cfg.uri, launch_dir)
-        artifact_root = (
-            Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
-        )
         return cls(
-            uri, tracking_cfg.experiment_name, tracking_cfg.enabled, artifact_root, read_only
+            uri,
+            tracking_cfg.experiment_name,
+            tracking_cfg.enabled,
+            default_artifact_root(uri, launch_dir),
+            read_only,
+            journal_dir or launch_dir,
+            float(getattr(tracking_cfg, "drain_timeout", DRAIN_TIMEOUT_S)),
         )
 
-    def _disable(self, what: str, ex: BaseException) -> None:
-        log.warning(
-            "MLflow tracking disabled for this run (%s failed against %s: %s); training continues",
-            what,
-            self.uri,
-            ex,
+    @property
+    def writes(self) -> bool:
+        return self.enabled and not self.read_only
+
+    # -- the journal and its writer -------------------------------------------------------
+    @property
+    def journal(self) -> Path | None:
+        return self._journal.path if self._journal is not None else None
+
+    def _append(self, op: str, **fields: Any) -> int:
+        if self._journal is None:
+            self._journal = Journal.create(
+                self.journal_dir,
+                {
+                    "uri": self.uri,
+                    "experiment": self.experiment_name,
+                    "artifact_root": str(self.artifact_root) if self.artifact_root else None,
+                    "owner": this_process(),
+                    "drain_timeout": self.drain_timeout,
+                },
+            )
+        seq = self._journal.append(op, **fields)
+        self._ensure_writer()
+        return seq
+
+    def _ensure_writer(self) -> None:
+        """Start the writer, or a new one if it died (SIGKILL, OOM): the journal is the truth."""
+        if self._writer is not None and self._writer.poll() is None:
+            return
+        if self._writer is not None:
+            log.warning("tracking writer ended (exit %s): starting a new one", self._writer.returncode)
+        self._writer = subprocess.Popen(
+            [sys.executable, "-m", "sporeflow.tracking.writer", str(self.journal)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(sibling(self.journal, ".writer.log"), "a"),  # noqa: SIM115 - the child owns it
+            close_fds=True,
         )
-        self.enabled = False
-        self._failed = what
+
+    def sync(self) -> None:
+        """Make what is journalled durable (fsync) and the writer alive: every epoch end,
+        checkpoint and exit."""
+        if self._journal is not None:
+            self._journal.sync()
+            self._ensure_writer()
+
+    def applied(self) -> AppliedState:
+        return AppliedState.load(self.journal) if self.journal else AppliedState()
+
+    def wait_applied(self, timeout: float) -> bool:
+        """Wait until the store has every record written so far (True), or `timeout` s."""
+        if self._journal is None:
+            return True
+        self.sync()
+        target, deadline = self._journal.seq, time.monotonic() + timeout
+        while self.applied().seq < target:
+            if time.monotonic() > deadline:
+                return False
+            if self._writer is not None and self._writer.poll() is not None:
+                self._ensure_writer()
+            time.sleep(0.05)
+        return True
+
+    def real_id(self, run: TrackedRun, timeout: float) -> str | None:
+        """The MLflow id of a run this process created, waiting up to `timeout` s for the
+        writer to create it (None if the store does not have it by then)."""
+        if not is_key(run.run_id):
+            return run.run_id
+        self.wait_applied(timeout)
+        return self.applied().runs.get(run.run_id or "")
+
+    def finish(self) -> int:
+        """End of the process: wait up to drain_timeout for the writer, then say what is left
+        (one console line) and stop the writer. Returns the records left in the journal."""
+        if self._journal is None:
+            return 0
+        self._append("close")
+        self._journal.close()
+        try:
+            if self._writer is not None:
+                self._writer.wait(timeout=self.drain_timeout)
+        except subprocess.TimeoutExpired:
+            self._writer.terminate()
+            self._writer.wait(timeout=30)
+        self.left = pending(self._journal.path)
+        if self.left:
+            print(
+                f"[sporeflow] {self.left} tracking records of run {self._run_name()} are kept in "
+                f"{self._journal.path}; send them with: sporeflow sync {self.journal_dir}",
+                file=sys.stderr,
+            )
+        return self.left
+
+    def _run_name(self) -> str:
+        return next(iter(self._names.values()), "?")
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finish()
 
     def describe(self) -> str:
-        """Where this process's records went, as the console summary says it."""
-        if self._failed is not None:
-            return f"MLflow off since {self._failed} failed against {self.uri}: this run is not fully recorded"
+        """Where this process's records go, as the console summary says it."""
         if not self.enabled:
             return "MLflow off (tracking.enabled=false)"
         return f"MLflow {self.uri}"
 
-    def call(self, what: str, fn: Callable[[], Any], write: bool = True) -> Any:
-        if not self.enabled or (write and self.read_only):
-            return None
-        for pause in (*LOCKED_RETRIES, None):
-            try:
-                return fn()
-            except Exception as ex:  # noqa: BLE001 - tracking must never end a run
-                if not _is_busy(ex):
-                    self._disable(what, ex)
-                    return None
-                if pause is None:  # busy for a minute: this write is lost, later ones are tried
-                    log.warning(
-                        "MLflow store %s still busy after %.0f s of retries: %s lost; tracking stays on",
-                        self.uri,
-                        sum(LOCKED_RETRIES),
-                        what,
-                    )
-                    return None
-                log.debug("%s: %s busy, retrying in %.1f s", what, self.uri, pause)
-                time.sleep(
-                    pause * random.uniform(1.0, 1.5)
-                )  # jitter: concurrent jobs do not retry in step
-        return None
-
-    def connect(self) -> None:
-        """Open the store and create the experiment if needed (done once, on first use)."""
-        if self._client is not None or not self.enabled:
-            return
-        db = sqlite_path(self.uri)
-        if self.read_only and db is not None and not db.exists():
-            self.enabled = (
-                False  # nothing to look up, and a reader never creates a store (node > 0)
-            )
-            return
-        if self.uri.startswith(("http://", "https://")):
-            problem = _server_reachable(self.uri)
-            if problem:
-                self._disable("connect", ConnectionError(problem))
-                return
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-
-        def open_store():
-            from mlflow.tracking import MlflowClient
-
-            for chatty in (
-                "mlflow.store.db.utils",
-                "alembic",
-            ):  # "Creating initial MLflow database tables..."
-                logging.getLogger(chatty).setLevel(logging.WARNING)
-
-            client = MlflowClient(tracking_uri=self.uri)
-            found = client.get_experiment_by_name(self.experiment_name)
-            if found is None and self.read_only:
-                return
-            if found is None:
-                location = None
-                if self.artifact_root is not None:
-                    location = (self.artifact_root / self.experiment_name).as_uri()
-                exp_id = client.create_experiment(self.experiment_name, artifact_location=location)
-            else:
-                exp_id = found.experiment_id
-            self._client, self._experiment_id = client, exp_id
-
-        with store_lock(self.uri):
-            self.call("connect", open_store, write=False)
-
+    # -- writes ------------------------------------------------------------------------------
     def start_run(
         self,
         run_name: str,
-        tags: Mapping[str, str] | None = None,
+        tags: Mapping[str, Any] | None = None,
         parent: TrackedRun | None = None,
     ) -> TrackedRun:
-        """A new MLflow run (a child of `parent` when given); a no-op run if tracking is off."""
-        self.connect()
-        tags = {**process_tags(), **(tags or {})}
-        if parent is not None and parent.run_id:
-            tags["mlflow.parentRunId"] = parent.run_id
-        run = self.call(
+        """A new MLflow run (a child of `parent` when given); a no-op run if this process does
+        not write. Its id is a journal key until the writer creates it."""
+        if not self.writes:
+            return TrackedRun(self, None)
+        key = new_run_key()
+        self._names[key] = run_name
+        self._append(
             "create_run",
-            lambda: self._client.create_run(self._experiment_id, run_name=run_name, tags=tags),
+            run=key,
+            name=run_name,
+            tags={k: _tag_value(v) for k, v in {**process_tags(), **(tags or {})}.items()},
+            parent=parent.run_id if parent is not None else None,
         )
-        return TrackedRun(self, run.info.run_id if run is not None else None)
+        return TrackedRun(self, key)
 
-    def get_run(self, run_id: str):
-        """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreachable."""
-        self.connect()
-        if self._client is None:
-            return None
-        try:
-            return self._client.get_run(run_id)
-        except Exception:  # noqa: BLE001 - unknown id: the caller names it
-            return None
-
-    def search_runs(self, filter_string: str, max_results: int = 20) -> list:
-        """Runs of this experiment matching an MLflow filter, newest first ([] when tracking is off)."""
-        self.connect()
-        if self._client is None:
-            return []
-        found = self.call(
-            "search_runs",
-            lambda: self._client.search_runs(
-                [self._experiment_id],
-                filter_string,
-                max_results=max_results,
-                order_by=["attributes.start_time DESC"],
-            ),
-            write=False,
-        )
-        return list(found or [])
-
-    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
-        """(step, value) of one metric of a run, by step ([] when tracking is off or it has none)."""
-        self.connect()
-        if self._client is None:
-            return []
-        found = self.call(
-            "get_metric_history", lambda: self._client.get_metric_history(run_id, key), write=False
-        )
-        return sorted((m.step, m.value) for m in found or [])
-
-    def delete_run(self, run_id: str) -> None:
-        """Move a run to MLflow's trash (`mlflow gc` removes it for good)."""
-        self.connect()
-        self.call("delete_run", lambda: self._client.delete_run(run_id))
+    def run(self, run_id: str | None) -> TrackedRun:
+        """An existing run (an MLflow id, or a journal key) to write to, as it is."""
+        return TrackedRun(self, run_id if self.writes else None)
 
     def resume_run(self, run_id: str) -> TrackedRun:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
-        self.connect()
-        self.call("resume_run", lambda: self._client.update_run(run_id, status="RUNNING"))
         run = self.run(run_id)
-        run.set_tags(process_tags())
+        if run.run_id is not None:
+            self._append("resume", run=run_id, process=this_process())
         return run
 
-    def run(self, run_id: str) -> TrackedRun:
-        """An existing run to write to, as it is (no status change)."""
-        self.connect()
-        return TrackedRun(self, run_id if self.enabled else None)
+    def delete_run(self, run_id: str | None) -> None:
+        """Move a run to MLflow's trash (`mlflow gc` removes it for good)."""
+        if self.writes and run_id:
+            self._append("delete", run=run_id)
+
+    # -- reads -------------------------------------------------------------------------------
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.uri, self.experiment_name, self.artifact_root)
+        return self._store
+
+    def _read(self, what: str, fn: Callable[[Store], T], missing: T) -> T:
+        """A read of the store; `missing` (with one warning) when tracking is off or the store
+        cannot be read: the caller then does the work itself instead of reusing."""
+        if not self.enabled:
+            return missing
+        try:
+            return fn(self.store())
+        except StoreError as ex:
+            if self._unread is None:
+                log.warning("MLflow store %s cannot be read (%s): %s treated as not found", self.uri, ex, what)
+            self._unread = str(ex)
+            return missing
+
+    def search_runs(self, filter_string: str, max_results: int = 20) -> list:
+        """Runs of this experiment matching an MLflow filter, newest first."""
+        return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), [])
+
+    def get_run(self, run_id: str) -> Any:
+        """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
+
+        def read(store: Store) -> Any:
+            found = self.applied().runs.get(run_id) or store.find_by_key(run_id) if is_key(run_id) else run_id
+            return store.get_run(found) if found else None
+
+        return self._read("get_run", read, None)
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
+        return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
 
 
 class TrackedRun:
-    """One MLflow run. Metrics are buffered and written in batches (one DB round trip each)."""
+    """One MLflow run, as journal records. Metrics are buffered and journalled per flush."""
 
     def __init__(self, tracker: Tracker, run_id: str | None):
         self.tracker = tracker
         self.run_id = run_id
-        self._pending: list = []
+        self._pending: list[list] = []
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        return self.tracker.call(what, fn) if self.run_id is not None else None
+    def _append(self, op: str, **fields: Any) -> None:
+        if self.run_id is not None:
+            self.tracker._append(op, run=self.run_id, **fields)  # noqa: SLF001 - one module's pair
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from_items = list(params.items())
-
-        def write():
-            from mlflow.entities import Param
-
-            for i in range(0, len(from_items), PARAM_BATCH_LIMIT):
-                chunk = [
-                    Param(k, str(v)[:MAX_PARAM_LENGTH])
-                    for k, v in from_items[i : i + PARAM_BATCH_LIMIT]
-                ]
-                self.tracker.client.log_batch(self.run_id, params=chunk)
-
-        self._call("log_params", write)
+        self._append("params", params={k: str(v) for k, v in params.items()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        def write():
-            from mlflow.entities import RunTag
-
-            self.tracker.client.log_batch(
-                self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()]
-            )
-
-        self._call("set_tags", write)
+        self._append("tags", tags={k: _tag_value(v) for k, v in tags.items()})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
         if self.run_id is None:
             return
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        self._pending += [Metric(k, float(v), now, int(step)) for k, v in metrics.items()]
-        if flush or len(self._pending) >= BATCH_LIMIT:
+        self._pending += [[k, float(v), now, int(step)] for k, v in metrics.items()]
+        if flush:
             self.flush()
 
     def flush(self) -> None:
+        """Journal the buffered metrics and make the journal durable."""
         pending, self._pending = self._pending, []
-
-        def write():
-            for i in range(0, len(pending), BATCH_LIMIT):
-                self.tracker.client.log_batch(self.run_id, metrics=pending[i : i + BATCH_LIMIT])
-
         if pending:
-            self._call("log_metrics", write)
+            self._append("metrics", points=pending)
+        if self.run_id is not None:
+            self.tracker.sync()
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        self._call(
-            "log_artifact",
-            lambda: self.tracker.client.log_artifact(self.run_id, str(path), artifact_path),
-        )
+        self._append("artifact", path=str(Path(path).resolve()), dir=artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._call(
-            "log_text", lambda: self.tracker.client.log_text(self.run_id, text, artifact_file)
-        )
+        self._append("text", text=text, file=artifact_file)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
         for p in paths:
@@ -376,6 +325,12 @@ class TrackedRun:
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""
         self.flush()
-        self._call(
-            "set_terminated", lambda: self.tracker.client.set_terminated(self.run_id, status)
-        )
+        self._append("end", status=status)
+        if self.run_id is not None:
+            self.tracker.sync()
+
+
+def _tag_value(value: Any) -> Any:
+    """A tag naming a run this process created (a journal key) goes as a reference the writer
+    resolves to the run's MLflow id; every other value as text."""
+    return run_ref(value) if is_key(value) else str(value)

@@ -1,0 +1,165 @@
+"""Applying a journal to the store, in order and exactly once.
+
+Before each write the applier saves the seq range it is about to send (`in_flight`); after
+it, the new position. A range found in flight at the next try (the writer died, or a request
+timed out and may still land on the server) is replayed with checks instead of blindly: a run
+is looked up by its key before it is created, metric points already stored are not sent
+again (MLflow keeps duplicates of a point otherwise), params/tags/status/artifacts are
+idempotent. A record the store refuses outright is counted in `rejected` and named in the
+writer's log, never retried forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sporeflow.tracking.journal import AppliedState, header_of, is_key, read_records
+from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
+
+log = logging.getLogger(__name__)
+
+RUN_KEY_TAG = "sporeflow.run_key"
+
+
+class NotYet(StoreError):
+    """A record names a run another journal creates, and the store does not have it yet."""
+
+
+def _groups(records: list[dict]) -> Iterator[list[dict]]:
+    """Consecutive metric records of one run go as one batch; every other record alone."""
+    group: list[dict] = []
+    for record in records:
+        if group and (
+            record["op"] != "metrics" or group[0]["op"] != "metrics" or record["run"] != group[0]["run"]
+        ):
+            yield group
+            group = []
+        group.append(record)
+    if group:
+        yield group
+
+
+class Applier:
+    """Brings the store up to date with one journal (see the module docstring)."""
+
+    def __init__(self, journal: Path, store: Store | None = None):
+        self.journal = Path(journal)
+        self.header = header_of(self.journal)
+        self.store = store or Store(
+            self.header["uri"], self.header["experiment"], self.header.get("artifact_root")
+        )
+        self.state = AppliedState.load(self.journal)
+        self.closed = False  # the owner's "close" record has been applied
+
+    def pending(self) -> list[dict]:
+        return read_records(self.journal, self.state.seq)
+
+    def apply_pending(self) -> int:
+        """Send every record not yet in the store; returns how many. Raises StoreError when the
+        store cannot take one (the position stays before it)."""
+        done = 0
+        for group in _groups(self.pending()):
+            first, last = group[0]["seq"], group[-1]["seq"]
+            doubt = self.state.in_flight  # a range an earlier try may or may not have written
+            uncertain = doubt is not None and first <= doubt[1] and last >= doubt[0]
+            self.state.in_flight = [min(first, doubt[0]), max(last, doubt[1])] if doubt else [first, last]
+            self.state.save(self.journal)
+            try:
+                self._apply(group, uncertain)
+            except Rejected as ex:
+                self.state.rejected += len(group)
+                log.error("the store refused records %d..%d (%s): %s", first, last, group[0]["op"], ex)
+            self.state.seq = last
+            self.state.in_flight = doubt if doubt is not None and doubt[1] > last else None
+            self.state.save(self.journal)
+            done += len(group)
+        return done
+
+    def resolve(self, ref: str) -> str:
+        """The MLflow id of a run named by key or id."""
+        if not is_key(ref):
+            return ref
+        if ref not in self.state.runs:
+            found = self.store.find_by_key(ref)
+            if found is None:
+                raise NotYet(f"run {ref} is not in the store yet (another journal creates it)")
+            self.state.runs[ref] = found
+        return self.state.runs[ref]
+
+    def _value(self, value: Any) -> str:
+        if isinstance(value, dict) and "$run" in value:
+            return self.resolve(value["$run"])
+        return str(value)
+
+    def _apply(self, group: list[dict], uncertain: bool) -> None:
+        record = group[0]
+        op = record["op"]
+        if op in ("header", "close"):
+            self.closed = self.closed or op == "close"
+            return
+        if op == "create_run":
+            self._create(record, uncertain)
+            return
+        run_id = self.resolve(record["run"])
+        if op == "metrics":
+            points = [tuple(p) for r in group for p in r["points"]]
+            if uncertain:
+                stored: set = set()
+                for key in {p[0] for p in points}:
+                    stored |= self.store.metric_points(run_id, key)
+                points = [p for p in points if (p[0], float(p[1]), int(p[2]), int(p[3])) not in stored]
+            self.store.log_batch(run_id, metrics=points)
+        elif op == "params":
+            self.store.log_batch(run_id, params=list(record["params"].items()))
+        elif op == "tags":
+            self.store.log_batch(run_id, tags=[(k, self._value(v)) for k, v in record["tags"].items()])
+        elif op == "artifact":
+            if not Path(record["path"]).exists():
+                raise Rejected(f"{record['path']} no longer exists")
+            self.store.log_artifact(run_id, record["path"], record.get("dir"))
+        elif op == "text":
+            self.store.log_text(run_id, record["text"], record["file"])
+        elif op == "resume":
+            self.store.set_status(run_id, "RUNNING")
+            self.store.log_batch(run_id, tags=list(process_tags(record["process"]).items()))
+            self._opened(record["run"])
+        elif op == "end":
+            self.store.set_status(run_id, record["status"], record["t"])
+            if record["run"] in self.state.open:
+                self.state.open.remove(record["run"])
+        elif op == "delete":
+            self.store.delete_run(run_id)
+        else:
+            raise Rejected(f"unknown journal record {op!r} (written by a newer sporeflow?)")
+
+    def _create(self, record: dict, uncertain: bool) -> None:
+        key = record["run"]
+        found = self.store.find_by_key(key) if uncertain else None
+        if found is None:
+            tags = {k: self._value(v) for k, v in record["tags"].items()}
+            tags[RUN_KEY_TAG] = key
+            if record.get("parent"):
+                tags["mlflow.parentRunId"] = self.resolve(record["parent"])
+            found = self.store.create_run(record["name"], tags, record["t"])
+        self.state.runs[key] = found
+        self._opened(key)
+
+    def _opened(self, ref: str) -> None:
+        if ref not in self.state.open:
+            self.state.open.append(ref)
+
+    def end_open(self, status: str, reason: str) -> list[str]:
+        """End every run this journal opened and did not end (its process died): `status`,
+        with `reason` in the tag `sporeflow.closed`. Returns their MLflow ids."""
+        ended = []
+        for ref in list(self.state.open):
+            run_id = self.resolve(ref)
+            self.store.log_batch(run_id, tags=[("sporeflow.closed", reason)])
+            self.store.set_status(run_id, status)
+            self.state.open.remove(ref)
+            self.state.save(self.journal)
+            ended.append(run_id)
+        return ended

@@ -1,0 +1,143 @@
+"""The tracking journal: every MLflow write of a process, appended to a file before it counts.
+
+One journal per writing process, in the dir it writes for (a run dir, a sweep dir):
+`<dir>/tracking/<stamp>-<pid>.jsonl`. Each line is one JSON record `{"seq": n, "op": ...}`;
+seq 0 is the header naming the store. A line is written whole and flushed to the OS at once
+(a SIGKILL of the process loses nothing written); `sync()` fsyncs it (at every epoch end,
+checkpoint and exit: a power cut loses at most the current epoch). A torn last line (power
+cut mid-write) is ignored by readers.
+
+Beside it, `<stem>.applied.json` is the writer's durable position: the last seq applied to the
+store, the MLflow id of each run the journal created, which runs are still open, and the seq
+range in flight when the writer may have died mid-write (replayed with de-duplication).
+
+Runs created through a journal are named by a key (`sf-...`) until the store gives them an
+id; records refer to runs by key or by MLflow id. No MLflow here: the training process only
+appends JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sporeflow.storage.files import write_text_atomic
+
+KEY_PREFIX = "sf-"
+DIR_NAME = "tracking"
+SUFFIX = ".jsonl"
+
+
+def new_run_key() -> str:
+    """A run's name in the journal until the store gives it an id (as long as an MLflow id)."""
+    return KEY_PREFIX + uuid.uuid4().hex[: 32 - len(KEY_PREFIX)]
+
+
+def is_key(ref: str | None) -> bool:
+    return bool(ref) and str(ref).startswith(KEY_PREFIX)
+
+
+def run_ref(ref: str) -> dict:
+    """A tag value that names a run: the writer puts the run's MLflow id in its place."""
+    return {"$run": ref}
+
+
+class Journal:
+    """Append-only record of one process's tracking writes."""
+
+    def __init__(self, path: Path, header: dict[str, Any]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the journal
+        self.seq = 0
+        self._write({"seq": 0, "op": "header", **header})
+
+    @classmethod
+    def create(cls, owner_dir: Path, header: dict[str, Any]) -> Journal:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return cls(Path(owner_dir) / DIR_NAME / f"{stamp}-{os.getpid()}{SUFFIX}", header)
+
+    def _write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
+        self._file.flush()  # in the OS now: survives the death of this process
+
+    def append(self, op: str, **fields: Any) -> int:
+        self.seq += 1
+        self._write({"seq": self.seq, "op": op, "t": int(time.time() * 1000), **fields})
+        return self.seq
+
+    def sync(self) -> None:
+        """Durable on disk (fsync): what is appended so far survives a power cut."""
+        if not self._file.closed:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.sync()
+            self._file.close()
+
+
+def read_records(path: Path, after: int = -1) -> list[dict]:
+    """The journal's whole records with seq > after, in order (a torn last line is skipped)."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # being written, or torn by a crash
+                record = json.loads(line)
+                if record["seq"] > after:
+                    records.append(record)
+    except FileNotFoundError:
+        return []
+    return records
+
+
+def header_of(path: Path) -> dict:
+    first = read_records(path)[:1]
+    if not first or first[0]["op"] != "header":
+        raise ValueError(f"{path} is not a sporeflow tracking journal (no header line)")
+    return first[0]
+
+
+def journals_under(root: Path) -> list[Path]:
+    """Every journal in a run or sweep dir (its jobs' run dirs included), oldest first."""
+    root = Path(root)
+    found = list(root.glob(f"{DIR_NAME}/*{SUFFIX}")) + list(root.glob(f"**/{DIR_NAME}/*{SUFFIX}"))
+    return sorted(set(found), key=lambda p: (p.stat().st_mtime, str(p)))
+
+
+def sibling(journal: Path, suffix: str) -> Path:
+    """`<stem>.applied.json`, `<stem>.writer.log`, `<stem>.writer.pid` beside a journal."""
+    return journal.with_name(journal.name[: -len(SUFFIX)] + suffix)
+
+
+@dataclass
+class AppliedState:
+    """How far the store has the journal (see the module docstring). Saved atomically."""
+
+    seq: int = 0
+    runs: dict[str, str] = field(default_factory=dict)  # key -> MLflow run id
+    open: list[str] = field(default_factory=list)  # runs created/resumed here, not ended yet
+    in_flight: list[int] | None = None  # [first, last] seq being written when last saved
+    rejected: int = 0  # records the store refused (named in the writer's log)
+
+    @classmethod
+    def load(cls, journal: Path) -> AppliedState:
+        try:
+            return cls(**json.loads(sibling(journal, ".applied.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return cls()
+
+    def save(self, journal: Path) -> None:
+        write_text_atomic(sibling(journal, ".applied.json"), json.dumps(asdict(self)))
+
+
+def pending(journal: Path) -> int:
+    """Records of the journal the store does not have yet."""
+    return len(read_records(journal, AppliedState.load(journal).seq))

@@ -1,0 +1,281 @@
+"""The MLflow store, spoken to directly: reads, and the writes the journal's writer applies.
+
+The training process never writes through this module (it journals, tracking.tracker); it only
+reads here (stage-1 reuse, resume), and only when it must, so MLflow is not imported before a
+plain job's first step. A sqlite store busy with another process's write ("database is
+locked") is retried with back-off; other failures raise `StoreError` to the caller, who
+decides (the writer retries for as long as its run lives; a read falls back to "not found").
+Several processes may open one fresh sqlite store at once: its creation (schema migration,
+experiment) happens under a file lock beside the database.
+
+Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
+artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from sporeflow.storage.locks import exclusive
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
+BATCH_LIMIT = 1000  # metrics per log_batch call (MLflow's limit)
+PARAM_BATCH_LIMIT = 100
+BUSY_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a busy sqlite store
+HTTP_TIMEOUT_S = "10"  # one request to a tracking server; the writer retries on its own
+
+
+class StoreError(Exception):
+    """The store could not be reached or refused the call (the message says which)."""
+
+
+class Rejected(StoreError):
+    """The store answered and refused the record itself (retrying cannot help)."""
+
+
+def default_uri(launch_dir: Path) -> str:
+    return f"sqlite:///{Path(launch_dir).resolve() / 'mlflow.db'}"
+
+
+def resolve_uri(configured: str | None, launch_dir: Path) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(launch_dir)
+
+
+def default_artifact_root(uri: str, launch_dir: Path) -> Path | None:
+    return Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; values cut to MLflow's limit."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(getattr(value, "value", value))[:MAX_PARAM_LENGTH]
+    return flat
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI (None for other stores)."""
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Hold an exclusive lock on `<db>.lock` while a sqlite store is created or migrated, so
+    concurrent first runs do not race MLflow's schema creation ("table ... already exists")."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    with exclusive(db.with_name(db.name + ".lock")):
+        yield
+
+
+def process_tags(me: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Which process writes a run: how a later look tells a run whose process died from a live one."""
+    from sporeflow.core.processes import this_process
+
+    me = me or this_process()
+    return {
+        "sporeflow.pid": str(me["pid"]),
+        "sporeflow.host": str(me["host"]),
+        "sporeflow.process_start": repr(me["started"]),
+    }
+
+
+def _is_busy(ex: BaseException) -> bool:
+    return "database is locked" in str(ex)
+
+
+def _is_rejection(ex: BaseException) -> bool:
+    """The store answered with a refusal of the request itself (bad value, changed param)."""
+    code = getattr(ex, "error_code", "")
+    return code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE") and not _is_busy(ex)
+
+
+def server_problem(uri: str, timeout: float = 3.0) -> str | None:
+    """None when an http(s) tracking server answers its health check; otherwise why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
+            return None if resp.status == 200 else f"HTTP {resp.status}"
+    except (urllib.error.URLError, OSError) as ex:
+        return str(getattr(ex, "reason", ex))
+
+
+class Store:
+    """One experiment of one MLflow store, with busy-retries and clear failures."""
+
+    def __init__(self, uri: str, experiment_name: str, artifact_root: Path | None = None):
+        self.uri = uri
+        self.experiment_name = experiment_name
+        self.artifact_root = Path(artifact_root) if artifact_root else None
+        self._client: Any = None
+        self.experiment_id: str | None = None
+
+    @property
+    def client(self) -> Any:
+        self.connect()
+        return self._client
+
+    def call(self, what: str, fn: Callable[[], T], busy_retries=BUSY_RETRIES) -> T:
+        """fn(), retried while a sqlite store is busy; StoreError (or Rejected) otherwise."""
+        for pause in (*busy_retries, None):
+            try:
+                return fn()
+            except Exception as ex:  # noqa: BLE001 - every store failure becomes a StoreError
+                if _is_rejection(ex):
+                    raise Rejected(f"{what}: {ex}") from ex
+                if not _is_busy(ex) or pause is None:
+                    raise StoreError(f"{what} against {self.uri}: {' '.join(str(ex).split())[:300]}") from ex
+                time.sleep(pause * random.uniform(1.0, 1.5))  # jitter: concurrent jobs do not retry in step
+        raise AssertionError("unreachable")
+
+    def connect(self, create: bool = True) -> bool:
+        """Open the store and (with `create`) create the experiment; False when the experiment
+        does not exist and `create` is off (nothing to read). Raises StoreError."""
+        if self._client is not None:
+            return True
+        db = sqlite_path(self.uri)
+        if not create and db is not None and not db.exists():
+            return False  # a reader never creates a store
+        if self.uri.startswith(("http://", "https://")):
+            problem = server_problem(self.uri)
+            if problem:
+                raise StoreError(f"connect to {self.uri}: {problem}")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
+
+        def open_store() -> tuple[Any, str | None]:
+            from mlflow.tracking import MlflowClient
+
+            for chatty in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
+                logging.getLogger(chatty).setLevel(logging.WARNING)
+            client = MlflowClient(tracking_uri=self.uri)
+            found = client.get_experiment_by_name(self.experiment_name)
+            if found is not None:
+                return client, found.experiment_id
+            if not create:
+                return client, None
+            location = None
+            if self.artifact_root is not None:
+                location = (self.artifact_root / self.experiment_name).as_uri()
+            return client, client.create_experiment(self.experiment_name, artifact_location=location)
+
+        with store_lock(self.uri):
+            client, experiment_id = self.call("connect", open_store)
+        if experiment_id is None:
+            return False
+        self._client, self.experiment_id = client, experiment_id
+        return True
+
+    # -- reads ---------------------------------------------------------------------------
+    def search_runs(self, filter_string: str, max_results: int = 20) -> list:
+        """Runs of this experiment matching an MLflow filter, newest first."""
+        if not self.connect(create=False):
+            return []
+        return list(
+            self.call(
+                "search_runs",
+                lambda: self._client.search_runs(
+                    [self.experiment_id],
+                    filter_string,
+                    max_results=max_results,
+                    order_by=["attributes.start_time DESC"],
+                ),
+            )
+        )
+
+    def get_run(self, run_id: str) -> Any:
+        """The MLflow Run, or None if the store does not know it."""
+        if not self.connect(create=False):
+            return None
+        try:
+            return self._client.get_run(run_id)
+        except Exception as ex:  # noqa: BLE001 - unknown id is an answer, unreachable is not
+            if getattr(ex, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise StoreError(f"get_run {run_id} against {self.uri}: {ex}") from ex
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) of one metric of a run, by step."""
+        if not self.connect(create=False):
+            return []
+        found = self.call("get_metric_history", lambda: self._client.get_metric_history(run_id, key))
+        return sorted((m.step, m.value) for m in found)
+
+    def find_by_key(self, key: str) -> str | None:
+        """The MLflow id of the run a journal created under `key` (None if not there yet)."""
+        found = self.search_runs(f"tags.`sporeflow.run_key` = '{key}'", max_results=1)
+        return found[0].info.run_id if found else None
+
+    # -- writes (the journal's writer) -------------------------------------------------------
+    def create_run(self, name: str, tags: Mapping[str, str], start_ms: int) -> str:
+        self.connect()
+        run = self.call(
+            "create_run",
+            lambda: self._client.create_run(
+                self.experiment_id, run_name=name, tags=dict(tags), start_time=start_ms
+            ),
+        )
+        return run.info.run_id
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:
+        """Metrics as (key, value, timestamp_ms, step), params and tags as (key, value)."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        self.connect()
+        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in metrics]
+        params = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params]
+        tags = [RunTag(k, str(v)) for k, v in tags]
+        for i in range(0, len(metrics), BATCH_LIMIT):
+            chunk = metrics[i : i + BATCH_LIMIT]
+            self.call("log_metrics", lambda: self._client.log_batch(run_id, metrics=chunk))
+        for i in range(0, len(params), PARAM_BATCH_LIMIT):
+            chunk_p = params[i : i + PARAM_BATCH_LIMIT]
+            self.call("log_params", lambda: self._client.log_batch(run_id, params=chunk_p))
+        if tags:
+            self.call("set_tags", lambda: self._client.log_batch(run_id, tags=tags))
+
+    def metric_points(self, run_id: str, key: str) -> set[tuple[str, float, int, int]]:
+        """Every stored point of a metric as (key, value, timestamp_ms, step): what a replay
+        checks before it sends a point again."""
+        self.connect()
+        found = self.call("get_metric_history", lambda: self._client.get_metric_history(run_id, key))
+        return {(m.key, float(m.value), int(m.timestamp), int(m.step)) for m in found}
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None) -> None:
+        self.connect()
+        self.call("log_artifact", lambda: self._client.log_artifact(run_id, path, artifact_path))
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self.connect()
+        self.call("log_text", lambda: self._client.log_text(run_id, text, artifact_file))
+
+    def set_status(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        self.connect()
+        if status == "RUNNING":
+            self.call("update_run", lambda: self._client.update_run(run_id, status="RUNNING"))
+        else:
+            self.call(
+                "set_terminated", lambda: self._client.set_terminated(run_id, status, end_time=end_ms)
+            )
+
+    def delete_run(self, run_id: str) -> None:
+        self.connect()
+        self.call("delete_run", lambda: self._client.delete_run(run_id))

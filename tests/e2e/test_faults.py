@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
 from helpers.store import runs_of
-from helpers.train import train_command
+from helpers.train import start_and_wait_for_a_checkpoint, train_command
 
 pytestmark = pytest.mark.e2e
 
@@ -127,21 +127,6 @@ def job_processes(marker: str) -> list:
     return found
 
 
-def start_and_wait_for_a_checkpoint(args, tmp_path, first_ckpt: str):
-    import time
-
-    cmd, env = train_command(args, tmp_path)
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.time() + 300
-    while not (tmp_path / "run" / first_ckpt).exists():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.time() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.2)
-    return proc
-
-
 def wait_gone(marker: str, seconds: float) -> list:
     import time
 
@@ -247,32 +232,6 @@ def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
     assert len(after) == 2  # no run was created by the refused resumes
     assert after[original.info.run_id].info.status == "FINISHED"
     assert after[original.info.run_id].info.end_time == original.info.end_time
-
-
-def test_runs_left_running_by_a_killed_pipeline_are_closed_at_the_next_start(tmp_path):
-    import signal as signals
-
-    proc = start_and_wait_for_a_checkpoint(
-        ["boost=dim_reduce", "epochs=300", "boost.snapshot.start_epoch=290"],
-        tmp_path,
-        "stage1/checkpoints/epoch_0001.ckpt",
-    )
-    proc.send_signal(signals.SIGKILL)
-    proc.communicate(timeout=30)
-    assert sorted(r.info.status for r in runs_of(tmp_path)) == [
-        "RUNNING",
-        "RUNNING",
-    ]  # parent, stage1
-
-    cmd, env = train_command(["epochs=1"], tmp_path, run_dir="next")
-    later = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert later.returncode == 0, later.stderr[-3000:]
-    runs = {r.data.tags["stage"]: r for r in runs_of(tmp_path)}
-    assert runs["train"].info.status == "FINISHED"
-    for stage in ("pipeline", "stage1"):
-        assert runs[stage].info.status == "KILLED"
-        assert f"process {proc.pid} on" in runs[stage].data.tags["sporeflow.closed"]
-    assert "left RUNNING by a process that is gone" in later.stdout + later.stderr
 
 
 def test_a_full_disk_fails_the_run_with_one_line_and_keeps_earlier_checkpoints(tmp_path):

@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
@@ -348,37 +346,6 @@ def test_optuna_search_space_syntax_maps_to_optuna_distributions():
     assert distribution("a", "range(1, 5)") == d.IntDistribution(1, 4)
     with pytest.raises(ConfigError, match=r"hydra.sweeper.params.boost.rho"):
         distribution("boost.rho", "0.5")
-
-
-def test_a_busy_sqlite_store_is_waited_for_not_switched_off(tmp_path):
-    """Another process holds the database's write lock for 2 s; the write waits and lands."""
-    from sporeflow.tracking.tracker import Tracker
-
-    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "busy")
-    run = tracker.start_run("r")
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            (
-                "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-                "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(2); c.execute('COMMIT')"
-            ),
-            str(tmp_path / "mlflow.db"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout.readline().strip() == "locked"
-    started = time.monotonic()
-    run.log_metrics({"m": 1.0}, 0, flush=True)
-    waited = time.monotonic() - started
-    holder.wait(timeout=30)
-    assert tracker.enabled, "a busy store must not switch tracking off"
-    assert waited > 0.5, "the write should have waited for the other process's lock"
-    assert [m.value for m in MlflowClient(tracker.uri).get_metric_history(run.run_id, "m")] == [1.0]
-    db = sqlite3.connect(tmp_path / "mlflow.db")
-    assert db.execute("select count(*) from metrics where key = 'm'").fetchone()[0] == 1
 
 
 def _browser() -> str | None:

@@ -65,3 +65,21 @@ def sporeflow_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Com
         env={**os.environ, "MLFLOW_TRACKING_URI": ""},
         timeout=timeout,
     )
+
+
+def start_and_wait_for_a_checkpoint(
+    args, cwd: Path, first_ckpt: str, run_dir: str = "run", env: dict | None = None
+) -> subprocess.Popen:
+    """`python train.py ARGS` started in `cwd`; returns once `<run dir>/<first_ckpt>` exists."""
+    import time
+
+    cmd, full_env = train_command(args, cwd, run_dir, env)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while not (cwd / run_dir / first_ckpt).exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.2)
+    return proc

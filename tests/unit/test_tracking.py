@@ -143,13 +143,13 @@ def test_a_killed_writer_is_replaced_and_nothing_is_lost(tmp_path):
         run = tracker.start_run("r")
         run.log_metrics({"m": 1.0}, 1, flush=True)
         assert tracker.wait_applied(60)
-        first = tracker._writer  # noqa: SLF001 - the process the test kills
+        first = tracker._writer
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
         for step in range(2, 6):
             run.log_metrics({"m": float(step)}, step, flush=True)  # flush notices, restarts
         run.end()
-        assert tracker._writer.pid != first.pid  # noqa: SLF001
+        assert tracker._writer.pid != first.pid
     client = MlflowClient(tracker.uri)
     history = client.get_metric_history(tracker.applied().runs[run.run_id], "m")
     assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(1, 6)]

@@ -262,11 +262,15 @@ def sync(args: argparse.Namespace) -> int:
     code = 0
     for journal in journals:
         done = sync_journal(journal)
-        where = done.journal.relative_to(root) if done.journal.is_relative_to(root) else done.journal
+        where = (
+            done.journal.relative_to(root) if done.journal.is_relative_to(root) else done.journal
+        )
         if done.busy:
             print(f"{where}: its writer is still running ({done.left} records to go); left to it")
             continue
-        ended = f"; ended {len(done.ended)} runs KILLED (their process is gone)" if done.ended else ""
+        ended = (
+            f"; ended {len(done.ended)} runs KILLED (their process is gone)" if done.ended else ""
+        )
         line = f"{where}: sent {done.sent} records, {done.left} left{ended}"
         if done.error:
             line += f"; the store failed: {done.error}"

@@ -174,7 +174,9 @@ class SweepRun(Callback):
         """Each started job's outcome: its JOB_FILE, or FAILED when its process died without
         writing one (SIGKILL, out of memory): what its tracking journal shows is the why."""
         found = []
-        for job_dir in sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []:
+        for job_dir in (
+            sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []
+        ):
             if not job_dir.name.isdigit():
                 continue
             try:

@@ -258,9 +258,7 @@ class DimReducePipeline:
 
     def _stage1(self) -> Stage1:
         fingerprint = reuse.stage1_fingerprint(self.cfg)
-        with reuse.turn(
-            self.ctx.launch_dir, self.worker, fingerprint, "stage 1", self.tracker
-        ):
+        with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, "stage 1", self.tracker):
             reused = self._find_stage1(fingerprint)
             if reused is not None:
                 log.info(

@@ -91,4 +91,7 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
         barrier(worker)
         yield
         if not tracker.wait_applied(tracker.drain_timeout):
-            log.warning("%s: the MLflow store does not have its run yet; other jobs may train their own", what)
+            log.warning(
+                "%s: the MLflow store does not have its run yet; other jobs may train their own",
+                what,
+            )

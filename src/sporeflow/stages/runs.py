@@ -94,7 +94,10 @@ def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
     try:
         store.connect()
     except StoreError as ex:
-        log.warning("MLflow store not reachable before the workers start (%s): records wait in the journal", ex)
+        log.warning(
+            "MLflow store not reachable before the workers start (%s): records wait in the journal",
+            ex,
+        )
 
 
 def mark_ended(cfg: DictConfig, ctx: RunContext, status: str) -> None:

@@ -33,7 +33,9 @@ def _groups(records: list[dict]) -> Iterator[list[dict]]:
     group: list[dict] = []
     for record in records:
         if group and (
-            record["op"] != "metrics" or group[0]["op"] != "metrics" or record["run"] != group[0]["run"]
+            record["op"] != "metrics"
+            or group[0]["op"] != "metrics"
+            or record["run"] != group[0]["run"]
         ):
             yield group
             group = []
@@ -65,13 +67,17 @@ class Applier:
             first, last = group[0]["seq"], group[-1]["seq"]
             doubt = self.state.in_flight  # a range an earlier try may or may not have written
             uncertain = doubt is not None and first <= doubt[1] and last >= doubt[0]
-            self.state.in_flight = [min(first, doubt[0]), max(last, doubt[1])] if doubt else [first, last]
+            self.state.in_flight = (
+                [min(first, doubt[0]), max(last, doubt[1])] if doubt else [first, last]
+            )
             self.state.save(self.journal)
             try:
                 self._apply(group, uncertain)
             except Rejected as ex:
                 self.state.rejected += len(group)
-                log.error("the store refused records %d..%d (%s): %s", first, last, group[0]["op"], ex)
+                log.error(
+                    "the store refused records %d..%d (%s): %s", first, last, group[0]["op"], ex
+                )
             self.state.seq = last
             self.state.in_flight = doubt if doubt is not None and doubt[1] > last else None
             self.state.save(self.journal)
@@ -110,12 +116,16 @@ class Applier:
                 stored: set = set()
                 for key in {p[0] for p in points}:
                     stored |= self.store.metric_points(run_id, key)
-                points = [p for p in points if (p[0], float(p[1]), int(p[2]), int(p[3])) not in stored]
+                points = [
+                    p for p in points if (p[0], float(p[1]), int(p[2]), int(p[3])) not in stored
+                ]
             self.store.log_batch(run_id, metrics=points)
         elif op == "params":
             self.store.log_batch(run_id, params=list(record["params"].items()))
         elif op == "tags":
-            self.store.log_batch(run_id, tags=[(k, self._value(v)) for k, v in record["tags"].items()])
+            self.store.log_batch(
+                run_id, tags=[(k, self._value(v)) for k, v in record["tags"].items()]
+            )
         elif op == "artifact":
             if not Path(record["path"]).exists():
                 raise Rejected(f"{record['path']} no longer exists")

@@ -53,7 +53,7 @@ class Journal:
     def __init__(self, path: Path, header: dict[str, Any]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the journal
+        self._file = open(self.path, "a", encoding="utf-8")
         self.seq = 0
         self._write({"seq": 0, "op": "header", **header})
 

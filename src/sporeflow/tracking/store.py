@@ -138,12 +138,16 @@ class Store:
         for pause in (*busy_retries, None):
             try:
                 return fn()
-            except Exception as ex:  # noqa: BLE001 - every store failure becomes a StoreError
+            except Exception as ex:
                 if _is_rejection(ex):
                     raise Rejected(f"{what}: {ex}") from ex
                 if not _is_busy(ex) or pause is None:
-                    raise StoreError(f"{what} against {self.uri}: {' '.join(str(ex).split())[:300]}") from ex
-                time.sleep(pause * random.uniform(1.0, 1.5))  # jitter: concurrent jobs do not retry in step
+                    raise StoreError(
+                        f"{what} against {self.uri}: {' '.join(str(ex).split())[:300]}"
+                    ) from ex
+                time.sleep(
+                    pause * random.uniform(1.0, 1.5)
+                )  # jitter: concurrent jobs do not retry in step
         raise AssertionError("unreachable")
 
     def connect(self, create: bool = True) -> bool:
@@ -164,7 +168,10 @@ class Store:
         def open_store() -> tuple[Any, str | None]:
             from mlflow.tracking import MlflowClient
 
-            for chatty in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
+            for chatty in (
+                "mlflow.store.db.utils",
+                "alembic",
+            ):  # "Creating initial MLflow database tables..."
                 logging.getLogger(chatty).setLevel(logging.WARNING)
             client = MlflowClient(tracking_uri=self.uri)
             found = client.get_experiment_by_name(self.experiment_name)
@@ -175,7 +182,9 @@ class Store:
             location = None
             if self.artifact_root is not None:
                 location = (self.artifact_root / self.experiment_name).as_uri()
-            return client, client.create_experiment(self.experiment_name, artifact_location=location)
+            return client, client.create_experiment(
+                self.experiment_name, artifact_location=location
+            )
 
         with store_lock(self.uri):
             client, experiment_id = self.call("connect", open_store)
@@ -207,7 +216,7 @@ class Store:
             return None
         try:
             return self._client.get_run(run_id)
-        except Exception as ex:  # noqa: BLE001 - unknown id is an answer, unreachable is not
+        except Exception as ex:
             if getattr(ex, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
                 return None
             raise StoreError(f"get_run {run_id} against {self.uri}: {ex}") from ex
@@ -216,7 +225,9 @@ class Store:
         """(step, value) of one metric of a run, by step."""
         if not self.connect(create=False):
             return []
-        found = self.call("get_metric_history", lambda: self._client.get_metric_history(run_id, key))
+        found = self.call(
+            "get_metric_history", lambda: self._client.get_metric_history(run_id, key)
+        )
         return sorted((m.step, m.value) for m in found)
 
     def find_by_key(self, key: str) -> str | None:
@@ -245,10 +256,10 @@ class Store:
         tags = [RunTag(k, str(v)) for k, v in tags]
         for i in range(0, len(metrics), BATCH_LIMIT):
             chunk = metrics[i : i + BATCH_LIMIT]
-            self.call("log_metrics", lambda: self._client.log_batch(run_id, metrics=chunk))
+            self.call("log_metrics", lambda c=chunk: self._client.log_batch(run_id, metrics=c))
         for i in range(0, len(params), PARAM_BATCH_LIMIT):
             chunk_p = params[i : i + PARAM_BATCH_LIMIT]
-            self.call("log_params", lambda: self._client.log_batch(run_id, params=chunk_p))
+            self.call("log_params", lambda c=chunk_p: self._client.log_batch(run_id, params=c))
         if tags:
             self.call("set_tags", lambda: self._client.log_batch(run_id, tags=tags))
 
@@ -256,7 +267,9 @@ class Store:
         """Every stored point of a metric as (key, value, timestamp_ms, step): what a replay
         checks before it sends a point again."""
         self.connect()
-        found = self.call("get_metric_history", lambda: self._client.get_metric_history(run_id, key))
+        found = self.call(
+            "get_metric_history", lambda: self._client.get_metric_history(run_id, key)
+        )
         return {(m.key, float(m.value), int(m.timestamp), int(m.step)) for m in found}
 
     def log_artifact(self, run_id: str, path: str, artifact_path: str | None) -> None:
@@ -273,7 +286,8 @@ class Store:
             self.call("update_run", lambda: self._client.update_run(run_id, status="RUNNING"))
         else:
             self.call(
-                "set_terminated", lambda: self._client.set_terminated(run_id, status, end_time=end_ms)
+                "set_terminated",
+                lambda: self._client.set_terminated(run_id, status, end_time=end_ms),
             )
 
     def delete_run(self, run_id: str) -> None:

@@ -124,12 +124,14 @@ class Tracker:
         if self._writer is not None and self._writer.poll() is None:
             return
         if self._writer is not None:
-            log.warning("tracking writer ended (exit %s): starting a new one", self._writer.returncode)
+            log.warning(
+                "tracking writer ended (exit %s): starting a new one", self._writer.returncode
+            )
         self._writer = subprocess.Popen(
             [sys.executable, "-m", "sporeflow.tracking.writer", str(self.journal)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=open(sibling(self.journal, ".writer.log"), "a"),  # noqa: SIM115 - the child owns it
+            stderr=open(sibling(self.journal, ".writer.log"), "a"),
             close_fds=True,
         )
 
@@ -255,7 +257,12 @@ class Tracker:
             return fn(self.store())
         except StoreError as ex:
             if self._unread is None:
-                log.warning("MLflow store %s cannot be read (%s): %s treated as not found", self.uri, ex, what)
+                log.warning(
+                    "MLflow store %s cannot be read (%s): %s treated as not found",
+                    self.uri,
+                    ex,
+                    what,
+                )
             self._unread = str(ex)
             return missing
 
@@ -267,7 +274,11 @@ class Tracker:
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
 
         def read(store: Store) -> Any:
-            found = self.applied().runs.get(run_id) or store.find_by_key(run_id) if is_key(run_id) else run_id
+            found = (
+                self.applied().runs.get(run_id) or store.find_by_key(run_id)
+                if is_key(run_id)
+                else run_id
+            )
             return store.get_run(found) if found else None
 
         return self._read("get_run", read, None)

@@ -82,8 +82,14 @@ def follow(journal: Path, stop: type[_Stop] = _Stop) -> int:
             failures += 1
             pause = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
             log.warning("try %d failed (%s); next in %.1f s", failures, ex, pause)
-            if owner_gone_at is not None and time.monotonic() - owner_gone_at > header.get("drain_timeout", 30):
-                log.error("owner gone and the store out of reach: %d records left in %s", len(applier.pending()), journal)
+            if owner_gone_at is not None and time.monotonic() - owner_gone_at > header.get(
+                "drain_timeout", 30
+            ):
+                log.error(
+                    "owner gone and the store out of reach: %d records left in %s",
+                    len(applier.pending()),
+                    journal,
+                )
                 return 3
             _sleep(pause, stop)
     return 0 if not applier.pending() else 3
@@ -112,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("writer started for %s", journal)
     try:
         code = follow(journal)
-    except Exception:  # noqa: BLE001 - logged for the user; the journal keeps the records
+    except Exception:
         log.exception("writer failed; the journal keeps what is not applied (sporeflow sync)")
         return 1
     log.info("writer ends (%d)", code)

@@ -126,7 +126,8 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
 
     from sporeflow.tracking.tracker import Tracker
 
-    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sporeflow").start_run("a run").end()
+    with Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sporeflow", journal_dir=tmp_path) as t:
+        t.start_run("a run").end()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

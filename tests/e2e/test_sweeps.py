@@ -185,6 +185,47 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
     assert float(rows[0]["acc"]) == pytest.approx(best_first[0].data.metrics["final/acc"], abs=5e-5)
 
 
+def test_a_sigkilled_joblib_job_is_counted_by_its_sweep(tmp_path):
+    """A job's process SIGKILLed writes no result of its own: the sweep counts it as failed from
+    its dir and journal (joblib then stops its other worker too), and the killed job's writer
+    ends its run KILLED."""
+    cmd = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "epochs=300",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "callbacks.progress_bar=false",
+    ]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    sweep = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    journal = tmp_path / "multirun" / "0" / "tracking"
+    deadline = time.time() + 300
+    while not list((tmp_path / "multirun" / "0" / "checkpoints").glob("epoch_*.ckpt")):
+        assert sweep.poll() is None and time.time() < deadline, "job 0 never saved an epoch"
+        time.sleep(0.2)
+    header = json.loads(next(journal.glob("*.jsonl")).read_text().splitlines()[0])
+    os.kill(header["owner"]["pid"], signal.SIGKILL)  # the joblib worker running job 0
+    _, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, err[-3000:]
+    assert "[sporeflow] sweep FAILED" in err
+    assert "failed: job 0 (seed=1): the job's process died without reporting" in err
+    deadline = time.time() + 120
+    while True:  # the killed job's writer drains and ends its run
+        runs = by_stage(runs_of(tmp_path))
+        (job0,) = [r for r in runs["train"] if r.data.params["seed"] == "1"]
+        if job0.info.status != "RUNNING" or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert job0.info.status == "KILLED" and "sporeflow.closed" in job0.data.tags
+    (parent,) = runs["sweep"]
+    assert parent.info.status == "FAILED" and parent.data.metrics["jobs_failed"] >= 1
+    assert "job 0: the job's process died" in parent.data.tags["sporeflow.failure"]
+
+
 @pytest.mark.slow
 def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
     """parallel=data2 in two concurrent joblib jobs: two msrun launches (own ports, own worker

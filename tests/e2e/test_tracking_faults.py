@@ -281,3 +281,21 @@ def test_sync_refuses_a_dir_without_journals(tmp_path):
     assert proc.stderr.strip() == (
         f"{tmp_path}: no tracking journal under it (a run dir or sweep dir holds tracking/*.jsonl)"
     )
+
+
+def test_both_killed_then_sporeflow_sync_completes_the_record_killed(tmp_path):
+    """Writer and trainer SIGKILLed together (as in a power cut): the journal holds what the
+    store lacks; `sporeflow sync` sends it and ends the run KILLED."""
+    proc = start_and_wait_for_a_checkpoint(["epochs=300"], tmp_path, "checkpoints/epoch_0002.ckpt")
+    writer = writer_pid(tmp_path / "run")
+    os.kill(writer, signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    synced = sporeflow_cli(tmp_path, "sync", str(tmp_path / "run"))
+    assert synced.returncode == 0, synced.stderr
+    assert ", 0 left; ended 1 runs KILLED" in synced.stdout, synced.stdout
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "KILLED"
+    assert f"process {proc.pid} on" in run.data.tags["sporeflow.closed"]
+    evals = client_of(tmp_path).get_metric_history(run.info.run_id, "eval/acc")
+    assert len(evals) >= 2, "the epochs journalled before the kill are missing"

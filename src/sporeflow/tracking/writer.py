@@ -12,6 +12,7 @@ lives. It ends when
   (the journal keeps the rest for `sporeflow sync`);
 - SIGTERM: it stops after the write in progress.
 Ctrl-C (SIGINT to the whole foreground group) is ignored: the owner decides when to stop.
+It runs at nice 10: on a busy machine the training process gets the CPU first.
 Its log is `<stem>.writer.log` beside the journal; its pid `<stem>.writer.pid`.
 """
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(process)d %(levelname)s %(message)s",
     )
+    os.nice(10)  # the trainer comes first for the CPU: records only wait in the journal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: setattr(_Stop, "requested", True))
     sibling(journal, ".writer.pid").write_text(str(os.getpid()))

@@ -224,7 +224,8 @@ def test_a_global_batch_that_does_not_split_is_refused(compose_cfg):
 @pytest.mark.slow
 def test_a_job_whose_workers_all_died_ends_without_waiting_out_msrun(tmp_path):
     """Every worker fails at start while msrun's scheduler would wait parallel.cluster_time_out
-    (300 s) for them: the launcher stops msrun once they are all gone and names a failed log."""
+    (300 s) for them: the job ends well before that (the launcher stops msrun 10 s after its
+    workers are all gone, when msrun has not ended by itself) and names the failure."""
     proc = run_train(
         [
             "parallel=data2",
@@ -236,6 +237,5 @@ def test_a_job_whose_workers_all_died_ends_without_waiting_out_msrun(tmp_path):
         timeout=200,  # well under the 300 s msrun alone would wait
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "every worker of this node has ended but msrun has not: stopping it" in proc.stderr
     assert "deliberate failure on rank" in proc.stderr
     assert runs_of(tmp_path) == [], "no worker got as far as starting an MLflow run"

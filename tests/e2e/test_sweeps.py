@@ -359,7 +359,7 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     sweeps_before = {r.info.run_id for r in by_stage(runs_of(tmp_path))["sweep"]}
     done = multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "4 trials done, 0 to run" in done.stderr and "no job ran" in done.stderr
+    assert "4 trials done, 0 to run" in done.stderr and "no job ran" in done.stderr, done.stderr
     assert {r.info.run_id for r in by_stage(runs_of(tmp_path))["sweep"]} == sweeps_before
 
 

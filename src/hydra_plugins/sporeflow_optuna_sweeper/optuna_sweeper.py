@@ -42,6 +42,9 @@ from sporeflow.entry.sweep_run import TRIALS_FILE
 log = logging.getLogger(__name__)
 
 
+REQUEUED = "sporeflow.requeued"  # user attr of an interrupted trial whose parameters were queued again
+
+
 @dataclass
 class SporeflowOptunaSweeperConf:
     _target_: str = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
@@ -177,15 +180,18 @@ class OptunaSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study, name = self._study(launch_dir)
 
-        interrupted = 0
         for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             # an interrupted search: FAIL the trial and try its parameters again; it does not
-            # count against n_trials, so the same command runs it again
+            # count against n_trials (now or in any later run), so the same command runs it again
+            study._storage.set_trial_user_attr(stale._trial_id, REQUEUED, True)  # noqa: SLF001
             study.tell(stale.number, state=TrialState.FAIL)
             study.enqueue_trial(stale.params, skip_if_exists=False)
-            interrupted += 1
         ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        done = len(study.get_trials(deepcopy=False, states=ended)) - interrupted
+        done = sum(
+            1
+            for t in study.get_trials(deepcopy=False, states=ended)
+            if not t.user_attrs.get(REQUEUED)
+        )
         remaining = max(0, self.n_trials - done)
         print(
             f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()} {name}): "

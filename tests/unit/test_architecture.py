@@ -211,6 +211,8 @@ def test_a_loose_module_at_the_root_is_found(tmp_path, monkeypatch):
         ("sporeflow.stages.runs", {"mindspore"}),  # the launcher's MLflow hooks stay light
         ("sporeflow.launch.msrun", {"mindspore", "mlflow"}),
         ("sporeflow.config.schema", {"mindspore", "mlflow"}),
+        ("sporeflow.tracking.tracker", {"mindspore", "mlflow"}),  # the trainer only journals
+        ("sporeflow.stages.pipeline", {"mlflow"}),  # what a training process imports
     ],
 )
 def test_importing_a_light_module_loads_no_heavy_library(module, absent):

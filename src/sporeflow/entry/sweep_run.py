@@ -94,6 +94,9 @@ class SweepRun(Callback):
         self.objective = "auto"
         self.tracking: dict = {}
         self.launch_dir = Path.cwd()
+        self.started = (
+            0.0  # when this sweep started: older job dirs in its sweep dir are not its own
+        )
 
     def _tracker(self) -> Tracker:
         """A tracker of this process with its own journal in the sweep dir (made for each use:
@@ -106,6 +109,7 @@ class SweepRun(Callback):
         if not config.tracking.enabled:
             return
         self.launch_dir = Path(config.hydra.runtime.cwd or Path.cwd())
+        self.started = time.time() - 1.0  # file times have coarse resolution on some filesystems
         self.tracking = OmegaConf.to_container(config.tracking, resolve=True)
         self.keys = swept_keys(config)
         self.sweep_dir = Path(config.hydra.sweep.dir).resolve()
@@ -177,8 +181,15 @@ class SweepRun(Callback):
         for job_dir in (
             sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []
         ):
-            if not job_dir.name.isdigit():
-                continue
+            written = (
+                job_dir / ".hydra" / "overrides.yaml"
+            )  # rewritten by each job that uses the dir
+            if (
+                not job_dir.name.isdigit()
+                or not written.is_file()
+                or written.stat().st_mtime < self.started
+            ):
+                continue  # not a job, or a job of an earlier sweep into the same sweep dir
             try:
                 found.append(json.loads((job_dir / JOB_FILE).read_text()))
             except FileNotFoundError:

@@ -42,7 +42,9 @@ from sporeflow.entry.sweep_run import TRIALS_FILE
 log = logging.getLogger(__name__)
 
 
-REQUEUED = "sporeflow.requeued"  # user attr of an interrupted trial whose parameters were queued again
+REQUEUED = (
+    "sporeflow.requeued"  # user attr of an interrupted trial whose parameters were queued again
+)
 
 
 @dataclass

@@ -48,7 +48,7 @@ test-all: install
 	$(PYTEST) $(PYTEST_ARGS)
 
 # mypy checks the layers below config (they import no Hydra): the ones most code stands on
-TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce
+TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking
 
 lint: install
 	$(RUN) -m ruff check .

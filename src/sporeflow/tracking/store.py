@@ -20,6 +20,7 @@ import random
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -251,17 +252,21 @@ class Store:
         from mlflow.entities import Metric, Param, RunTag
 
         self.connect()
-        metrics = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in metrics]
-        params = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params]
-        tags = [RunTag(k, str(v)) for k, v in tags]
-        for i in range(0, len(metrics), BATCH_LIMIT):
-            chunk = metrics[i : i + BATCH_LIMIT]
-            self.call("log_metrics", lambda c=chunk: self._client.log_batch(run_id, metrics=c))
-        for i in range(0, len(params), PARAM_BATCH_LIMIT):
-            chunk_p = params[i : i + PARAM_BATCH_LIMIT]
-            self.call("log_params", lambda c=chunk_p: self._client.log_batch(run_id, params=c))
+        batches: list[tuple[str, dict[str, list]]] = []
+        points = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in metrics]
+        batches += [
+            ("log_metrics", {"metrics": points[i : i + BATCH_LIMIT]})
+            for i in range(0, len(points), BATCH_LIMIT)
+        ]
+        values = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params]
+        batches += [
+            ("log_params", {"params": values[i : i + PARAM_BATCH_LIMIT]})
+            for i in range(0, len(values), PARAM_BATCH_LIMIT)
+        ]
         if tags:
-            self.call("set_tags", lambda: self._client.log_batch(run_id, tags=tags))
+            batches.append(("set_tags", {"tags": [RunTag(k, str(v)) for k, v in tags]}))
+        for what, batch in batches:
+            self.call(what, partial(self._client.log_batch, run_id, **batch))
 
     def metric_points(self, run_id: str, key: str) -> set[tuple[str, float, int, int]]:
         """Every stored point of a metric as (key, value, timestamp_ms, step): what a replay

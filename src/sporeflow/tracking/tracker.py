@@ -127,13 +127,16 @@ class Tracker:
             log.warning(
                 "tracking writer ended (exit %s): starting a new one", self._writer.returncode
             )
-        self._writer = subprocess.Popen(
-            [sys.executable, "-m", "sporeflow.tracking.writer", str(self.journal)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(sibling(self.journal, ".writer.log"), "a"),
-            close_fds=True,
-        )
+        assert self._journal is not None
+        journal = self._journal.path
+        with open(sibling(journal, ".writer.log"), "a") as writer_log:  # the child keeps its copy
+            self._writer = subprocess.Popen(
+                [sys.executable, "-m", "sporeflow.tracking.writer", str(journal)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=writer_log,
+                close_fds=True,
+            )
 
     def sync(self) -> None:
         """Make what is journalled durable (fsync) and the writer alive: every epoch end,
@@ -174,12 +177,13 @@ class Tracker:
             return 0
         self._append("close")
         self._journal.close()
-        try:
-            if self._writer is not None:
-                self._writer.wait(timeout=self.drain_timeout)
-        except subprocess.TimeoutExpired:
-            self._writer.terminate()
-            self._writer.wait(timeout=30)
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.wait(timeout=self.drain_timeout)
+            except subprocess.TimeoutExpired:
+                writer.terminate()
+                writer.wait(timeout=30)
         self.left = pending(self._journal.path)
         if self.left:
             print(

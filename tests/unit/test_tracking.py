@@ -16,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sporeflow.tracking.apply import Applier
-from sporeflow.tracking.journal import AppliedState, read_records, sibling
+from sporeflow.tracking.journal import AppliedState, Journal, JournalTail, read_records, sibling
 from sporeflow.tracking.store import default_uri, flatten, resolve_uri
 from sporeflow.tracking.tracker import Tracker
 
@@ -178,6 +178,24 @@ def test_the_journal_is_json_lines_with_a_header_naming_the_store(tmp_path):
     assert lines[0]["op"] == "header" and lines[0]["uri"] == tracker.uri
     assert lines[0]["owner"]["pid"] == os.getpid() and lines[0]["drain_timeout"] == 5.0
     assert [r["op"] for r in lines[1:]] == ["create_run", "end", "close"]
+
+
+def test_a_tail_of_a_growing_journal_reads_what_a_full_read_reads(tmp_path):
+    """The writer's incremental reader against a full re-read (the reference), while lines are
+    appended, one of them left unfinished as by a process killed mid-write."""
+    journal = Journal(tmp_path / "j.jsonl", {"uri": "x", "experiment": "t"})
+    tail = JournalTail(journal.path)
+    assert tail.records_after(-1) == read_records(journal.path)
+    for step in range(5):
+        journal.append("metrics", points=[["m", float(step), 0, step]])
+        assert tail.records_after(-1) == read_records(journal.path)
+    with open(journal.path, "a") as f:  # a torn line: neither reader returns it
+        f.write('{"seq": 6, "op": "met')
+    assert tail.records_after(2) == read_records(journal.path, 2)
+    with open(journal.path, "a") as f:
+        f.write('rics", "points": []}\n')
+    assert tail.records_after(2) == read_records(journal.path, 2)
+    assert [r["seq"] for r in tail.records_after(4)] == [5, 6]
 
 
 @pytest.mark.parametrize("enabled, read_only", [(False, False), (True, True)])

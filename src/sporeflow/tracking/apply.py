@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sporeflow.tracking.journal import AppliedState, header_of, is_key, read_records
+from sporeflow.tracking.journal import AppliedState, JournalTail, header_of, is_key
 from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,10 @@ class Applier:
         )
         self.state = AppliedState.load(self.journal)
         self.closed = False  # the owner's "close" record has been applied
+        self._tail = JournalTail(self.journal)
 
     def pending(self) -> list[dict]:
-        return read_records(self.journal, self.state.seq)
+        return self._tail.records_after(self.state.seq)
 
     def apply_pending(self) -> int:
         """Send every record not yet in the store; returns how many. Raises StoreError when the

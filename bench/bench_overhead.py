@@ -226,8 +226,9 @@ def main() -> None:
                 f"{r['wall']:7.1f} {r['acc']:9.4f}"
             )
     print(
-        f"  MLflow, paid by the tracking writer process (off train.py's path to its first step): import {cost['import']:.1f} s, open a fresh sqlite store "
-        f"{cost['fresh']:.1f} s (schema migrations), an existing one {cost['existing']:.1f} s"
+        "  MLflow, paid by the tracking writer process (off train.py's path to its first step): "
+        f"import {cost['import']:.1f} s, open a fresh sqlite store {cost['fresh']:.1f} s "
+        f"(schema migrations), an existing one {cost['existing']:.1f} s"
     )
 
 

@@ -194,6 +194,14 @@ def test_a_server_down_for_the_whole_run_is_caught_up_by_sporeflow_sync(referenc
         later.stop()
 
 
+def wait_for_the_store(db: Path) -> None:
+    """The writer builds a new store beside and links it in whole; lock the store, not nothing."""
+    deadline = time.time() + 120
+    while not db.exists():
+        assert time.time() < deadline, f"no store at {db} within 120 s"
+        time.sleep(0.1)
+
+
 def hold_write_lock(db: Path, seconds: float) -> subprocess.Popen:
     """Another process takes the sqlite database's write lock and keeps it `seconds`."""
     holder = subprocess.Popen(
@@ -217,6 +225,7 @@ def hold_write_lock(db: Path, seconds: float) -> subprocess.Popen:
 def test_a_sqlite_store_locked_for_90s_loses_nothing(reference, tmp_path):
     args = [*EPOCHS, "tracking.drain_timeout=240"]
     proc = start_and_wait_for_a_checkpoint(args, tmp_path, FIRST_CKPT)
+    wait_for_the_store(tmp_path / "mlflow.db")
     holder = hold_write_lock(tmp_path / "mlflow.db", 90)
     _, err = proc.communicate(timeout=600)
     holder.wait(timeout=120)

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import AppliedState, Journal, JournalTail, read_records, sibling
-from sporeflow.tracking.store import default_uri, flatten, resolve_uri
+from sporeflow.tracking.store import Store, default_uri, flatten, resolve_uri
 from sporeflow.tracking.tracker import Tracker
 
 
@@ -207,3 +207,30 @@ def test_a_tracker_that_does_not_write_leaves_no_journal(tmp_path, enabled, read
         run.end()
     assert run.run_id is None and tracker.journal is None
     assert not list(tmp_path.rglob("*.jsonl"))
+
+
+KILLED_MID_MIGRATION = """
+import os, signal, sys
+import mlflow.store.db.utils as db_utils
+from sporeflow.tracking.store import Store
+
+def die(engine):  # the initial tables exist, no migration has run: the window a kill can hit
+    os.kill(os.getpid(), signal.SIGKILL)
+
+db_utils._upgrade_db = die
+Store(sys.argv[1], "x").connect()
+"""
+
+
+def test_a_process_killed_while_creating_a_sqlite_store_leaves_one_that_opens(tmp_path):
+    """A fresh store takes seconds of MLflow migrations; a process SIGKILLed in them (as a
+    writer was in CI) must not leave a half-built database that every later open refuses
+    ("table ... already exists")."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    child = subprocess.run([sys.executable, "-c", KILLED_MID_MIGRATION, uri], timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert not (tmp_path / "mlflow.db").exists()
+    store = Store(uri, "x", tmp_path / "artifacts")
+    assert store.connect()
+    assert MlflowClient(uri).get_experiment_by_name("x") is not None
+    assert not (tmp_path / "mlflow.db.creating").exists()

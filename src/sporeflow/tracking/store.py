@@ -6,7 +6,9 @@ plain job's first step. A sqlite store busy with another process's write ("datab
 locked") is retried with back-off; other failures raise `StoreError` to the caller, who
 decides (the writer retries for as long as its run lives; a read falls back to "not found").
 Several processes may open one fresh sqlite store at once: its creation (schema migration,
-experiment) happens under a file lock beside the database.
+experiment) happens under a file lock beside the database. A new sqlite store is built in a side
+file and renamed into place, so a process killed during MLflow's migrations (seconds on a fresh
+store) leaves no half-built database that every later open would refuse.
 
 Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
 artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
@@ -83,6 +85,30 @@ def store_lock(uri: str):
         return
     with exclusive(db.with_name(db.name + ".lock")):
         yield
+
+
+def create_sqlite_store(db: Path) -> None:
+    """Build an empty MLflow store at `db` all at once (call under `store_lock`): the schema is
+    migrated in `<db>.creating`, which then gets the real name unless one exists by now."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking import MlflowClient
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    partial_db = db.with_name(db.name + ".creating")
+    partial_db.unlink(missing_ok=True)  # left by a process killed while creating
+    uri = f"sqlite:///{partial_db}"
+    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # runs every migration
+    engine = SqlAlchemyStore._engine_map.pop(uri, None)  # noqa: SLF001  (MLflow caches per URI)
+    if engine is not None:
+        engine.dispose()
+    with open(partial_db, "rb+") as f:
+        os.fsync(f.fileno())
+    try:
+        os.link(partial_db, db)  # never over a store another program (mlflow ui) made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        partial_db.unlink()
 
 
 def process_tags(me: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -169,11 +195,6 @@ class Store:
         def open_store() -> tuple[Any, str | None]:
             from mlflow.tracking import MlflowClient
 
-            for chatty in (
-                "mlflow.store.db.utils",
-                "alembic",
-            ):  # "Creating initial MLflow database tables..."
-                logging.getLogger(chatty).setLevel(logging.WARNING)
             client = MlflowClient(tracking_uri=self.uri)
             found = client.get_experiment_by_name(self.experiment_name)
             if found is not None:
@@ -187,7 +208,11 @@ class Store:
                 self.experiment_name, artifact_location=location
             )
 
+        for chatty in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow tables..."
+            logging.getLogger(chatty).setLevel(logging.WARNING)
         with store_lock(self.uri):
+            if db is not None and not db.exists():
+                self.call("create the store", partial(create_sqlite_store, db))
             client, experiment_id = self.call("connect", open_store)
         if experiment_id is None:
             return False

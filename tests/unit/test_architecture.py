@@ -19,6 +19,7 @@ LAYER_OF_FOLDER = {
     "entry": "entry",
     "launch": "launch",
     "stages": "stages",
+    "serving": "serving",
     "report": "report",
     "runtime": "runtime",
     "config": "config",
@@ -38,6 +39,7 @@ MAY_IMPORT = {
         "entry",
         "launch",
         "stages",
+        "serving",
         "report",
         "runtime",
         "config",
@@ -51,6 +53,7 @@ MAY_IMPORT = {
     "launch": {"launch", "config", "core"},
     "stages": {
         "stages",
+        "serving",
         "report",
         "runtime",
         "config",
@@ -62,6 +65,7 @@ MAY_IMPORT = {
         "core",
     },
     "report": {"report", "config", "tracking", "core"},
+    "serving": {"serving", "config", "library", "storage", "core"},
     "runtime": {"runtime", "config", "core"},
     "config": {"config", "library", "storage", "core"},
     "engine": {"engine", "storage", "core"},
@@ -83,6 +87,7 @@ BANNED = {
     "runtime": {"hydra", "mlflow"},
     "launch": {"mlflow", "mindspore"},
     "stages": {"hydra"},
+    "serving": {"mlflow"},  # MLflow imports the loader, not the other way round
 }
 
 

@@ -1,1 +1,1 @@
-"""sporeflow's Optuna sweeper for Hydra: `hydra/sweeper=sporeflow_optuna` (optuna 4 ask/tell)."""
+"""sporeflow's Optuna sweeper for Hydra: `hydra/sweeper=sporeflow_optuna` (Optuna 5 ask/tell)."""

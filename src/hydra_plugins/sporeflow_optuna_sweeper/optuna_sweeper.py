@@ -1,4 +1,4 @@
-"""A Hydra Sweeper on Optuna 4's ask/tell API: `hydra/sweeper=sporeflow_optuna`.
+"""A Hydra Sweeper on Optuna's ask/tell API (5.x): `hydra/sweeper=sporeflow_optuna`.
 
 Why our own: the published hydra-optuna-sweeper 1.3.0 pins optuna<3, whose sqlite storage
 breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydra-core 1.4.

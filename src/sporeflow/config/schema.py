@@ -105,6 +105,11 @@ class TrackingConfig:
     # seconds a run waits at its end for the store to take the records still in its journal
     # (a busy or unreachable store); what is left is named with `sporeflow sync <run dir>`
     drain_timeout: Annotated[float, NonNegative] = 30.0
+    # each stage's final network as an MLflow model (python_function + a MINDIR file beside);
+    # stand-alone and data-parallel jobs (sharded weights: sporeflow merge-ckpt first)
+    log_model: bool = True
+    # seconds between MLflow system metrics samples (CPU, memory, disk, network); 0 = off
+    system_metrics_interval: Annotated[float, NonNegative] = 10.0
 
 
 @dataclass

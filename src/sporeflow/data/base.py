@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import mindspore as ms
@@ -20,6 +22,17 @@ from sporeflow.core.ranges import Count
 from sporeflow.data.sampling import EpochSampler
 
 SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where a split comes from: a name users know, a location, the files whose bytes are the
+    data (hashed into the record's digest) and what else selects the images (`selection`)."""
+
+    name: str
+    location: str
+    files: list[Path]
+    selection: str
 
 
 class ImageDataset(ABC):
@@ -72,6 +85,10 @@ class ImageDataset(ABC):
                     f"the {split} split has label {int(bad)}, outside 0..{self.num_classes - 1} "
                     f"(dataset.num_classes={self.num_classes})"
                 )
+
+    def source(self, split: str) -> DataSource:
+        """What `split` is read from, for the run's record (its MLflow dataset input)."""
+        return DataSource(type(self).__name__.lower(), "", [], "")
 
     @abstractmethod
     def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:

@@ -15,7 +15,7 @@ from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
 from sporeflow.core.ranges import Count
-from sporeflow.data.base import ImageDataset
+from sporeflow.data.base import DataSource, ImageDataset
 
 RECORD = 1 + 32 * 32 * 3
 FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
@@ -78,6 +78,10 @@ class Cifar10(ImageDataset):
         if total == 0:
             raise DataError(f"the {split} split in {self.root} is empty")
         return min(total, self.num_samples) if self.num_samples else total
+
+    def source(self, split):
+        selection = f"first {self.num_samples}" if self.num_samples else ""
+        return DataSource(self.root.name, str(self.root), self._files(split), selection)
 
     def labels(self, split):
         """The label byte of every record (a strided read through a memory map)."""

@@ -7,13 +7,14 @@ any stored image; the train/test split is stratified and fixed (seed 0), whateve
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Annotated
 
 import mindspore.dataset as mds
 import numpy as np
 
 from sporeflow.core.ranges import Count, OpenUnit
-from sporeflow.data.base import ImageDataset
+from sporeflow.data.base import DataSource, ImageDataset
 
 
 @functools.lru_cache(maxsize=4)
@@ -65,6 +66,17 @@ class Digits(ImageDataset):
 
     def num_rows(self, split):
         return len(load_digits_split(split, self.test_fraction)[1])
+
+    def source(self, split):
+        import sklearn.datasets
+
+        data = Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
+        return DataSource(
+            "sklearn-digits",
+            "sklearn.datasets.load_digits",
+            [data],
+            f"test_fraction={self.test_fraction} split seed 0",
+        )
 
     def labels(self, split):
         return load_digits_split(split, self.test_fraction)[1]

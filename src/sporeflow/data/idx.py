@@ -19,7 +19,7 @@ import numpy as np
 
 from sporeflow.core.errors import DataError
 from sporeflow.core.ranges import Count
-from sporeflow.data.base import ImageDataset
+from sporeflow.data.base import DataSource, ImageDataset
 from sporeflow.storage.files import atomic_path
 
 FILES = {
@@ -124,6 +124,13 @@ class IdxImages(ImageDataset):
         if n_images == 0:
             raise DataError(f"the {split} split in {directory} is empty")
         return min(n_images, self.num_samples) if self.num_samples else n_images
+
+    def source(self, split):
+        directory = ensure_raw(self.root, self.cache_dir)
+        selection = f"first {self.num_samples}" if self.num_samples else ""
+        return DataSource(
+            Path(self.root).name, str(self.root), [directory / n for n in FILES[split]], selection
+        )
 
     def labels(self, split):
         path = ensure_raw(self.root, self.cache_dir) / FILES[split][1]

@@ -15,7 +15,7 @@ from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
 from sporeflow.core.ranges import Count
-from sporeflow.data.base import ImageDataset
+from sporeflow.data.base import DataSource, ImageDataset
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}
@@ -71,6 +71,10 @@ class ImageFolder(ImageDataset):
                 "in class folders"
             )
         return count
+
+    def source(self, split):
+        # a directory: its digest covers the file names and sizes, not every image's bytes
+        return DataSource(self.root.name, str(self.root), [self._split_dir(split)], "")
 
     def _source(self, split, sampler):
         return mds.ImageFolderDataset(

@@ -9,7 +9,7 @@ import mindspore.dataset as mds
 import numpy as np
 
 from sporeflow.core.ranges import Count
-from sporeflow.data.base import ImageDataset
+from sporeflow.data.base import DataSource, ImageDataset
 
 
 class Synthetic(ImageDataset):
@@ -44,6 +44,11 @@ class Synthetic(ImageDataset):
 
     def num_rows(self, split):
         return self.sizes[split]
+
+    def source(self, split):
+        return DataSource(
+            "synthetic", "generated", [], f"data_seed={self.data_seed} images={self.sizes[split]}"
+        )
 
     def _source(self, split, sampler):
         rng = np.random.default_rng(self.data_seed + (split == "test"))

@@ -36,6 +36,7 @@ from sporeflow.engine.loop import StageParts, fit
 from sporeflow.engine.predictions import correct_per_example
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
+from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.writer import MlflowWriter
 from sporeflow.storage.checkpoints import (
@@ -195,6 +196,7 @@ class PreparedStage:
     eval_data: object
     steps_per_epoch: int
     parts: StageParts
+    data: object = None  # the ImageDataset both splits come from
 
 
 def prepare_stage(
@@ -239,6 +241,7 @@ def prepare_stage(
         eval_data,
         steps_per_epoch,
         parts,
+        data,
     )
 
 
@@ -262,6 +265,7 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
                 "batch.workers": cfg.parallel.workers,
             }
         )
+        record_data(run, stage.data)
     record = EventRecord(cfg.epochs, stage.steps_per_epoch, stage.start_epoch)
     callbacks, throughput, evaluator = fit_callbacks(
         cfg, name, record, parts, stage.eval_data, stage.ckpt_dir, stage.worker, run, stage.plan
@@ -279,15 +283,19 @@ def run_stage(stage: PreparedStage, run: TrackedRun) -> StageResult:
         if ema_ranked
         else {k: v for k, v in final.items() if not k.endswith("_ema")}
     )
+    last_step = cfg.epochs * stage.steps_per_epoch
     with (parts.ema_swap if ema_ranked else nullcontext)():
         weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
         correct = correct_per_example(parts.network, stage.eval_data)
+        if stage.worker.is_main:
+            record_model(
+                cfg, run, parts.network, weights, stage.eval_data, stage.stage_dir, last_step
+            )
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
             save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
     if stage.worker.is_main:
         save_predictions(stage.stage_dir, correct)
-        last_step = cfg.epochs * stage.steps_per_epoch
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints")
@@ -321,6 +329,8 @@ def evaluate_weights(
     path = save_atomic(network, checkpoint_dir(stage_dir) / "final.ckpt")
     correct = correct_per_example(network, eval_data)
     save_predictions(stage_dir, correct)
+    record_data(run, data)
+    record_model(cfg, run, network, path, eval_data, stage_dir, 0)
     run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
     run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
     return StageResult(

@@ -131,6 +131,10 @@ class Applier:
             if not Path(record["path"]).exists():
                 raise Rejected(f"{record['path']} no longer exists")
             self.store.log_artifact(run_id, record["path"], record.get("dir"))
+        elif op == "dataset":
+            self.store.log_dataset(run_id, record)
+        elif op == "model":
+            self.store.log_model(run_id, record, uncertain)
         elif op == "text":
             self.store.log_text(run_id, record["text"], record["file"])
         elif op == "resume":

@@ -128,7 +128,10 @@ def _is_busy(ex: BaseException) -> bool:
 
 
 def _is_rejection(ex: BaseException) -> bool:
-    """The store answered with a refusal of the request itself (bad value, changed param)."""
+    """The store answered with a refusal of the request itself (bad value, changed param), or
+    the record cannot be applied however often it is tried (a file it names is gone, a bug)."""
+    if isinstance(ex, (TypeError, AttributeError, KeyError, FileNotFoundError)):
+        return True
     code = getattr(ex, "error_code", "")
     return code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE") and not _is_busy(ex)
 
@@ -309,6 +312,31 @@ class Store:
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self.connect()
         self.call("log_text", lambda: self._client.log_text(run_id, text, artifact_file))
+
+    def log_dataset(self, run_id: str, record: Mapping[str, Any]) -> None:
+        """A journal `dataset` record as an MLflow dataset input (the store de-duplicates)."""
+        from sporeflow.tracking.datasets import dataset_input
+
+        self.connect()
+        found = dataset_input(record)
+        self.call("log_inputs", lambda: self._client.log_inputs(run_id, datasets=[found]))
+
+    def log_model(self, run_id: str, record: Mapping[str, Any], uncertain: bool) -> None:
+        """A journal `model` record as an MLflow logged model of the run; a replay after a
+        writer died mid-write skips a model that is already READY."""
+        from sporeflow.tracking.models import find_logged_model, log_packaged_model
+
+        self.connect()
+        experiment_id = str(self.experiment_id)
+        if uncertain and self.call(
+            "search_logged_models",
+            lambda: find_logged_model(self._client, experiment_id, run_id, record["name"]),
+        ):
+            return
+        self.call(
+            "log_model",
+            lambda: log_packaged_model(self._client, experiment_id, run_id, dict(record)),
+        )
 
     def set_status(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.connect()

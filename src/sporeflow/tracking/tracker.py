@@ -337,6 +337,44 @@ class TrackedRun:
             if Path(p).exists():
                 self.log_artifact(p, artifact_path)
 
+    def log_dataset(
+        self, name: str, location: str, files: list[str], selection: str, rows: int, context: str
+    ) -> None:
+        """An MLflow dataset input (`context`: training or evaluation); the writer hashes
+        `files` into its digest, off the training process."""
+        self._append(
+            "dataset",
+            name=name,
+            location=location,
+            files=[str(Path(f).resolve()) for f in files],
+            selection=selection,
+            rows=int(rows),
+            context=context,
+        )
+
+    def log_model(
+        self,
+        directory: Path,
+        example: Path,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        step: int,
+        name: str = "model",
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        """A packaged network directory (sporeflow.serving.package), to become an MLflow
+        python_function model of this run."""
+        self._append(
+            "model",
+            name=name,
+            dir=str(Path(directory).resolve()),
+            example=str(Path(example).resolve()),
+            input=[int(d) for d in input_shape],
+            classes=int(num_classes),
+            step=int(step),
+            tags=dict(tags or {}),
+        )
+
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""
         self.flush()

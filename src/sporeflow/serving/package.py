@@ -1,0 +1,73 @@
+"""Write a stage's final network as a self-contained model directory.
+
+    <stage dir>/model/
+      network.yaml        the resolved `model` node and the input it takes (channels, size)
+      weights.ckpt        the final weights (a hard link to checkpoints/final.ckpt when possible)
+      network.mindir      the same network exported with `mindspore.export` (batch dimension free)
+      input_example.npy   the first eval images as the network sees them (float32, N x C x H x W)
+
+Everything a loader needs is in the directory: `sporeflow.serving.pyfunc` rebuilds the network
+from network.yaml and loads weights.ckpt; `mindspore.load` + `nn.GraphCell` runs the MINDIR
+without sporeflow. The input is the eval pipeline's output (resized, rescaled, normalized,
+CHW), so a prediction equals `Model.eval` on the same batch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import yaml
+
+from sporeflow.storage.files import atomic_path, write_text_atomic
+
+NETWORK = "network.yaml"
+WEIGHTS = "weights.ckpt"
+MINDIR = "network.mindir"
+EXAMPLE = "input_example.npy"
+EXAMPLE_IMAGES = 4
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    path: Path
+    input_shape: tuple[int, int, int]  # C, H, W
+    num_classes: int
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)  # same file system: no second copy of the weights
+    except OSError:
+        with atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)
+
+
+def package_model(
+    network, model_node: dict, weights: Path, example: np.ndarray, num_classes: int, out: Path
+) -> PackagedModel:
+    """Write `out` (see the module doc) for `network`, which holds `weights`; `example` is a
+    batch of eval images (float32, N x C x H x W)."""
+    out.mkdir(parents=True, exist_ok=True)
+    example = np.ascontiguousarray(example[:EXAMPLE_IMAGES], dtype=np.float32)
+    channels, height, width = (int(d) for d in example.shape[1:])
+    spec = {
+        "model": model_node,
+        "input": {"channels": channels, "height": height, "width": width},
+        "num_classes": int(num_classes),
+    }
+    write_text_atomic(out / NETWORK, yaml.safe_dump(spec, sort_keys=False))
+    _link_or_copy(Path(weights), out / WEIGHTS)
+    with atomic_path(out / EXAMPLE) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, example, allow_pickle=False)
+    network.set_train(False)
+    free_batch = ms.Tensor(shape=[None, channels, height, width], dtype=ms.float32)
+    with atomic_path(out / MINDIR) as tmp:
+        ms.export(network, free_batch, file_name=str(tmp.with_suffix("")), file_format="MINDIR")
+    return PackagedModel(out, (channels, height, width), int(num_classes))

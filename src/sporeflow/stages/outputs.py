@@ -1,0 +1,59 @@
+"""What a stage records besides metrics: the data it saw (MLflow dataset inputs) and its final
+network as a model others can load (sporeflow.serving), both through the run's journal."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.config.schema import ParallelMode
+from sporeflow.serving.package import EXAMPLE, package_model
+from sporeflow.tracking.tracker import TrackedRun
+
+log = logging.getLogger(__name__)
+MODEL_DIR = "model"
+CONTEXTS = {"train": "training", "test": "evaluation"}
+
+
+def record_data(run: TrackedRun, data) -> None:
+    """Each split as a dataset input of the run (name, where from, files to hash, images)."""
+    for split, context in CONTEXTS.items():
+        source = data.source(split)
+        run.log_dataset(
+            f"{source.name}-{split}",
+            source.location,
+            [str(f) for f in source.files],
+            source.selection,
+            data.num_rows(split),
+            context,
+        )
+
+
+def model_logged(cfg: DictConfig) -> bool:
+    """Whether a stage logs its network: full weights on this process (not sharded)."""
+    return cfg.tracking.log_model and cfg.parallel.mode in (
+        ParallelMode.standalone,
+        ParallelMode.data,
+    )
+
+
+def record_model(
+    cfg: DictConfig, run: TrackedRun, network, weights: Path, eval_data, stage_dir: Path, step: int
+) -> None:
+    """Package the final network in `<stage dir>/model` and journal it as the run's model."""
+    if not model_logged(cfg) or run.run_id is None:
+        return
+    images, _ = next(eval_data.create_tuple_iterator(num_epochs=1))
+    packaged = package_model(
+        network,
+        OmegaConf.to_container(cfg.model, resolve=True),
+        weights,
+        images.asnumpy(),
+        cfg.dataset.num_classes,
+        Path(stage_dir) / MODEL_DIR,
+    )
+    run.log_model(
+        packaged.path, packaged.path / EXAMPLE, packaged.input_shape, packaged.num_classes, step
+    )

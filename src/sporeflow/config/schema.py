@@ -251,6 +251,9 @@ class SweepConfig:
     # what a sweep ranks jobs by and Optuna optimises: auto (= stage2/acc with boost=dim_reduce,
     # else acc) | acc | loss | gain | <stage>/acc | <stage>/loss (config/objective.py)
     objective: str = "auto"
+    # the best job's model goes to MLflow's Model Registry under this name, one version per
+    # sweep (null = "<model>-<dataset>", e.g. lenet5-digits; "" = do not register)
+    registered_model: Optional[str] = None
 
 
 @dataclass

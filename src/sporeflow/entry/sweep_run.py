@@ -62,6 +62,21 @@ def swept_keys(config: DictConfig) -> list[str]:
     return list(dict.fromkeys([*keys, *params]))
 
 
+def registered_model_name(config: DictConfig) -> str:
+    """`sweep.registered_model`, else "<model>-<dataset>" (a plain job run's name)."""
+    from sporeflow.stages.runs import base_name
+
+    chosen = config.sweep.registered_model
+    return base_name(config) if chosen is None else chosen
+
+
+def model_stage(key: str) -> str:
+    """The stage whose model the objective (a metric key of the job's run) ranks: stage1/acc ->
+    stage1, gain -> stage2 (the pipeline's result), final/acc -> train (a plain job)."""
+    stage = key.split("/", 1)[0] if "/" in key else "stage2"
+    return "train" if stage == "final" else stage
+
+
 def _short_error(error: Any) -> str:
     text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
     return " ".join(text.split())[:500]
@@ -92,6 +107,7 @@ class SweepRun(Callback):
         self.keys: list[str] = []
         self.sweep_dir: Path | None = None
         self.objective = "auto"
+        self.registered_model = ""  # "" = the best job's model is not registered
         self.tracking: dict = {}
         self.launch_dir = Path.cwd()
         self.started = (
@@ -114,6 +130,7 @@ class SweepRun(Callback):
         self.keys = swept_keys(config)
         self.sweep_dir = Path(config.hydra.sweep.dir).resolve()
         self.objective = config.sweep.objective
+        self.registered_model = registered_model_name(config)
         with self._tracker() as tracker:
             self._start(tracker, config)
 
@@ -286,6 +303,16 @@ class SweepRun(Callback):
             parent.set_tags({"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number)})
             tracker.run(best.run_id).set_tags({"sporeflow.best_in_sweep": "true"})
             lines.append(f"best: job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}")
+            if self.registered_model:
+                parent.register_model(
+                    best.run_id,
+                    model_stage(key),
+                    self.registered_model,
+                    {"objective": key, "value": f"{best.metrics[key]:.6g}", "sweep": self.run_id},
+                )
+                lines.append(
+                    f"its model: registered model {self.registered_model!r}, a new version"
+                )
         lines += self._record_trials(tracker, parent, jobs)
         label = lambda o: SweepJob(self.run_id, tuple(self.keys), o["job"]).label(o["overrides"])  # noqa: E731
         lines += [f"failed: job {o['job']} ({label(o)}): {o['error']}" for o in failed]

@@ -21,16 +21,18 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+def base_name(cfg: DictConfig) -> str:
+    """ "<model>-<dataset>" from the components' class names: lenet5-digits."""
+    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
+    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
+    return f"{model}-{data}"
+
+
 def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
     """`tracking.run_name`, else "<model>-<dataset>", "-dim_reduce" added for a pipeline; in a
     sweep, what differs between its jobs: "dim_reduce rho=0.4 sigma=0.2"."""
     dim_reduce = cfg.boost.name is BoostName.dim_reduce
-    if cfg.tracking.run_name:
-        base = cfg.tracking.run_name
-    else:
-        model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
-        data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
-        base = f"{model}-{data}"
+    base = cfg.tracking.run_name or base_name(cfg)
     if ctx is not None and ctx.sweep is not None:
         base = "dim_reduce" if dim_reduce and not cfg.tracking.run_name else base
         return f"{base} {ctx.sweep.label(ctx.overrides)}".strip()
@@ -44,7 +46,8 @@ def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str
     if ctx.sweep is not None:
         parent = tracker.run(ctx.sweep.run_id)  # an MLflow id, or the sweep journal's key
         tags.update({"sweep.run_id": ctx.sweep.run_id, "sweep.job": str(ctx.sweep.job)})
-    run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent)
+    interval = cfg.tracking.system_metrics_interval if stage != "pipeline" else 0.0
+    run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent, system_metrics=interval)
     record_config(run, cfg, ctx, stage)
     return run
 

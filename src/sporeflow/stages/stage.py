@@ -361,13 +361,20 @@ def tracked_stage(
     )
     marker = read_run_marker(stage_dir) if resume_dir else {}
     if marker.get("mlflow_run_id"):
-        run = tracker.resume_run(marker["mlflow_run_id"])
+        run = tracker.resume_run(
+            marker["mlflow_run_id"], system_metrics=cfg.tracking.system_metrics_interval
+        )
         run.set_tags({"resumed_in": str(ctx.run_dir), "resume_overrides": " ".join(ctx.overrides)})
     else:
         if parent is None:
             run = start_job_run(tracker, cfg, ctx, stage)
         else:
-            run = tracker.start_run(stage, tags={"stage": stage}, parent=parent)
+            run = tracker.start_run(
+                stage,
+                tags={"stage": stage},
+                parent=parent,
+                system_metrics=cfg.tracking.system_metrics_interval,
+            )
             record_config(run, cfg, ctx, stage)
         run.set_tags({"run_dir": str(stage_dir), **(tags or {})})
     if worker.is_main:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sporeflow.tracking.journal import AppliedState, JournalTail, header_of, is_key
 from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
+from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,11 @@ def _groups(records: list[dict]) -> Iterator[list[dict]]:
 class Applier:
     """Brings the store up to date with one journal (see the module docstring)."""
 
-    def __init__(self, journal: Path, store: Store | None = None):
+    def __init__(
+        self, journal: Path, store: Store | None = None, monitors: SystemMetrics | None = None
+    ):
         self.journal = Path(journal)
+        self.monitors = monitors  # live runs' system metrics (the writer); None for a sync
         self.header = header_of(self.journal)
         self.store = store or Store(
             self.header["uri"], self.header["experiment"], self.header.get("artifact_root")
@@ -135,13 +139,18 @@ class Applier:
             self.store.log_dataset(run_id, record)
         elif op == "model":
             self.store.log_model(run_id, record, uncertain)
+        elif op == "register":
+            self.store.register_model(run_id, record)
         elif op == "text":
             self.store.log_text(run_id, record["text"], record["file"])
         elif op == "resume":
             self.store.set_status(run_id, "RUNNING")
             self.store.log_batch(run_id, tags=list(process_tags(record["process"]).items()))
             self._opened(record["run"])
+            self._monitor(run_id, record, resume=True)
         elif op == "end":
+            if self.monitors is not None:
+                self.monitors.stop(run_id)
             self.store.set_status(run_id, record["status"], record["t"])
             if record["run"] in self.state.open:
                 self.state.open.remove(record["run"])
@@ -161,6 +170,11 @@ class Applier:
             found = self.store.create_run(record["name"], tags, record["t"])
         self.state.runs[key] = found
         self._opened(key)
+        self._monitor(found, record)
+
+    def _monitor(self, run_id: str, record: dict, resume: bool = False) -> None:
+        if self.monitors is not None and record.get("system_metrics"):
+            self.monitors.start(run_id, float(record["system_metrics"]), resume)
 
     def _opened(self, ref: str) -> None:
         if ref not in self.state.open:
@@ -172,6 +186,8 @@ class Applier:
         ended = []
         for ref in list(self.state.open):
             run_id = self.resolve(ref)
+            if self.monitors is not None:
+                self.monitors.stop(run_id)
             self.store.log_batch(run_id, tags=[("sporeflow.closed", reason)])
             self.store.set_status(run_id, status)
             self.state.open.remove(ref)

@@ -86,3 +86,52 @@ def requirements() -> list[str]:
     from importlib.metadata import version
 
     return [f"sporeflow=={version('sporeflow')}", f"mindspore=={version('mindspore')}"]
+
+
+REGISTERED_BY = "sporeflow.registered_by"  # the run (a sweep's) that made a model version
+
+
+def model_of(client: Any, experiment_id: str, run_id: str, stage: str) -> Any | None:
+    """The model `run_id` logged, or (a pipeline) the one its child run of `stage` logged."""
+    owners = [run_id] + [
+        r.info.run_id
+        for r in client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{run_id}' AND tags.stage = '{stage}'",
+        )
+    ]
+    for owner in owners:
+        found = client.search_logged_models(
+            experiment_ids=[experiment_id], filter_string=f"source_run_id = '{owner}'"
+        )
+        ready = [m for m in found if str(m.status).endswith("READY")]
+        if ready:
+            return ready[0]
+    return None
+
+
+def register(client: Any, experiment_id: str, run_id: str, record: dict[str, Any]) -> str | None:
+    """A new version of registered model `record["name"]` from the model of `record["source"]`
+    (see model_of); none when that run logged no model. Returns the version."""
+    from mlflow.exceptions import MlflowException
+
+    name = record["name"]
+    for version in client.search_model_versions(f"name = '{name}'"):
+        if version.tags.get(REGISTERED_BY) == run_id:
+            return str(version.version)  # a replay: this run registered it already
+    model = model_of(client, experiment_id, record["source"], record["stage"])
+    if model is None:
+        return None
+    try:
+        client.create_registered_model(name)
+    except MlflowException as ex:
+        if "RESOURCE_ALREADY_EXISTS" not in str(ex.error_code):
+            raise
+    version = client.create_model_version(
+        name,
+        source=model.model_uri,
+        run_id=model.source_run_id,
+        tags={**record.get("tags", {}), REGISTERED_BY: run_id},
+        model_id=model.model_id,
+    )
+    return str(version.version)

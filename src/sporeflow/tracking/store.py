@@ -338,6 +338,17 @@ class Store:
             lambda: log_packaged_model(self._client, experiment_id, run_id, dict(record)),
         )
 
+    def register_model(self, run_id: str, record: Mapping[str, Any]) -> None:
+        """A journal `register` record: a version of the model the source run logged, unless
+        this run registered it already (a replay)."""
+        from sporeflow.tracking.models import register
+
+        self.connect()
+        experiment_id = str(self.experiment_id)
+        self.call(
+            "register_model", lambda: register(self._client, experiment_id, run_id, dict(record))
+        )
+
     def set_status(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.connect()
         if status == "RUNNING":

@@ -214,9 +214,11 @@ class Tracker:
         run_name: str,
         tags: Mapping[str, Any] | None = None,
         parent: TrackedRun | None = None,
+        system_metrics: float = 0.0,
     ) -> TrackedRun:
         """A new MLflow run (a child of `parent` when given); a no-op run if this process does
-        not write. Its id is a journal key until the writer creates it."""
+        not write. Its id is a journal key until the writer creates it. `system_metrics`:
+        seconds between the writer's samples of the machine for this run (0 = none)."""
         if not self.writes:
             return TrackedRun(self, None)
         key = new_run_key()
@@ -227,6 +229,7 @@ class Tracker:
             name=run_name,
             tags={k: _tag_value(v) for k, v in {**process_tags(), **(tags or {})}.items()},
             parent=parent.run_id if parent is not None else None,
+            system_metrics=system_metrics,
         )
         return TrackedRun(self, key)
 
@@ -234,11 +237,13 @@ class Tracker:
         """An existing run (an MLflow id, or a journal key) to write to, as it is."""
         return TrackedRun(self, run_id if self.writes else None)
 
-    def resume_run(self, run_id: str) -> TrackedRun:
+    def resume_run(self, run_id: str, system_metrics: float = 0.0) -> TrackedRun:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         run = self.run(run_id)
         if run.run_id is not None:
-            self._append("resume", run=run_id, process=this_process())
+            self._append(
+                "resume", run=run_id, process=this_process(), system_metrics=system_metrics
+            )
         return run
 
     def delete_run(self, run_id: str | None) -> None:
@@ -374,6 +379,13 @@ class TrackedRun:
             step=int(step),
             tags=dict(tags or {}),
         )
+
+    def register_model(
+        self, source_run: str, stage: str, name: str, tags: Mapping[str, str]
+    ) -> None:
+        """Register the model that `source_run` (or its child run of `stage`) logged as a new
+        version of registered model `name`, tagged with this run and `tags`."""
+        self._append("register", source=source_run, stage=stage, name=name, tags=dict(tags))
 
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""

@@ -30,6 +30,7 @@ from sporeflow.core.processes import is_alive
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import header_of, sibling
 from sporeflow.tracking.store import StoreError
+from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger("sporeflow.tracking.writer")
 
@@ -58,7 +59,14 @@ def follow(journal: Path, stop: type[_Stop] = _Stop) -> int:
     """Apply the journal until its owner is done (see the module docstring); 0 when the store
     has everything, 3 when records are left in the journal."""
     header = header_of(journal)
-    applier = Applier(journal)
+    monitors = SystemMetrics(header["uri"])
+    try:
+        return _follow(journal, header, Applier(journal, monitors=monitors), stop)
+    finally:
+        monitors.stop_all()
+
+
+def _follow(journal: Path, header: dict, applier: Applier, stop: type[_Stop]) -> int:
     failures, owner_gone_at = 0, None
     while not stop.requested:
         alive = owner_alive(header)

@@ -47,7 +47,7 @@ class SystemMetrics:
             monitor.collect_metrics()
             monitor.publish_metrics(monitor.aggregate_metrics())
             monitor.mlflow_logger.flush()
-        except Exception as ex:  # an observation lost, never the run's record
+        except Exception as ex:  # noqa: BLE001 - an observation lost, never the run's record
             log.warning("last system metrics sample of run %s not sent: %s", run_id, ex)
 
     def stop_all(self) -> None:

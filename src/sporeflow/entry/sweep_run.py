@@ -36,6 +36,7 @@ from sporeflow.core.context import SweepJob
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
+from sporeflow.report import views
 from sporeflow.tracking.journal import is_key, journals_under, read_records
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.tracker import Tracker
@@ -297,6 +298,13 @@ class SweepRun(Callback):
             {"jobs_finished": len(outcomes) - len(failed), "jobs_failed": len(failed)}, 0
         )
         lines = [report.render(header, rows).rstrip()]
+        if key:
+            found = sorted({m for j in jobs for m in j.metrics})
+            view = views.sweep_view(self.run_id, self.keys, key, found)
+            tracker.set_experiment_tag(
+                views.TAG_PREFIX + views.share_key(self.run_id), views.encode(view)
+            )
+            parent.set_tags({"sweep.view": views.share_key(self.run_id)})
         if best is not None:
             parent.log_params({f"best.{k}": v for k, v in best.values.items()})
             parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)

@@ -234,10 +234,10 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
 
 
 def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str, str]]:
-    """Deep links into MLflow 3's UI. Its URLs carry the ML view (workflowType), the runs
-    filter and the sort (searchFilter, orderByKey/orderByAsc), not the chosen columns: the
-    sweep link filters to its jobs sorted by the objective; the compare page lists every
-    param and metric of the jobs side by side."""
+    """Deep links into MLflow 3's UI, in its ML view (workflowType). A sweep that saved its
+    view (report.views, tag `sweep.view`) opens with it: its jobs, sorted by the objective,
+    the deciding columns, as a table (`sweep`) or as its charts (`charts`); an older sweep's
+    link filters and sorts only. The compare page lists every param and metric of the jobs."""
     import json
     from urllib.parse import urlencode
 
@@ -256,7 +256,13 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
         "orderByKey": f"metrics.`{key}`",
         "orderByAsc": "false" if objective.maximize(key) else "true",
     }
-    links.append(("sweep", f"{runs}?{urlencode(query)}"))
+    view = tags.get("sweep.view")
+    if view:  # the sweep's saved view (report.views): its columns, sort and charts
+        shared = {"viewStateShareKey": view, "workflowType": "machine_learning"}
+        links.append(("sweep", f"{runs}?{urlencode(shared)}"))
+        links.append(("charts", f"{runs}?{urlencode({**shared, 'compareRunsMode': 'CHART'})}"))
+    else:  # a sweep from before saved views: filter and sort only
+        links.append(("sweep", f"{runs}?{urlencode(query)}"))
     best = tags.get("sweep.best_run_id")
     if best:
         links.append(("best job", f"{runs}/{best}"))

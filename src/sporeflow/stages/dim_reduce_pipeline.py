@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config.components import build_model
+from sporeflow.config.components import build_dataset, build_model
 from sporeflow.config.schema import StartFrom
 from sporeflow.core.context import RunContext
 from sporeflow.dim_reduce.pca import (
@@ -44,6 +44,7 @@ from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.stages import reuse
 from sporeflow.stages.build import StagePlan
+from sporeflow.stages.outputs import record_data
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.stage import (
     StageResult,
@@ -111,6 +112,8 @@ class DimReducePipeline:
                 tracking_uri=self.tracker.uri,
                 stage="pipeline",
             )
+            # the pipeline's run shows what its stages saw and (at the end) stage 2's model
+            record_data(self.parent, build_dataset(self.cfg))
         return guarded(self.parent, self._stages)
 
     def _stages(self) -> dict[str, float]:
@@ -226,6 +229,8 @@ class DimReducePipeline:
         if result.correct is not None:
             self.correct[stage] = result.correct
         self.curves[stage] = result.history
+        if stage == "stage2" and result.run_id is not None and self.worker.is_main:
+            self.parent.link_model(result.run_id)
 
     def _store_basis_once(self, stage1: Stage1, basis_path: Path, new: bool) -> None:
         """The basis belongs to stage 1 (one per n_component): uploaded to stage 1's run when it

@@ -114,6 +114,9 @@ class Applier:
         if op == "create_run":
             self._create(record, uncertain)
             return
+        if op == "experiment_tag":
+            self.store.set_experiment_tag(record["key"], record["value"])
+            return
         run_id = self.resolve(record["run"])
         if op == "metrics":
             points = [tuple(p) for r in group for p in r["points"]]
@@ -139,6 +142,8 @@ class Applier:
             self.store.log_dataset(run_id, record)
         elif op == "model":
             self.store.log_model(run_id, record, uncertain)
+        elif op == "link_model":
+            self.store.link_model(run_id, self.resolve(record["source"]), record["name"])
         elif op == "register":
             self.store.register_model(run_id, record)
         elif op == "text":

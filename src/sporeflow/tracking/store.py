@@ -338,6 +338,25 @@ class Store:
             lambda: log_packaged_model(self._client, experiment_id, run_id, dict(record)),
         )
 
+    def link_model(self, run_id: str, source_run_id: str, name: str) -> None:
+        """The model `source_run_id` logged as an output of `run_id` too (idempotent); nothing
+        when that run logged none (tracking.log_model=false)."""
+        from mlflow.entities import LoggedModelOutput
+
+        from sporeflow.tracking.models import find_logged_model
+
+        self.connect()
+        experiment_id = str(self.experiment_id)
+        model_id = self.call(
+            "search_logged_models",
+            lambda: find_logged_model(self._client, experiment_id, source_run_id, name),
+        )
+        if model_id is not None:
+            self.call(
+                "log_outputs",
+                lambda: self._client.log_outputs(run_id, [LoggedModelOutput(model_id, step=0)]),
+            )
+
     def register_model(self, run_id: str, record: Mapping[str, Any]) -> None:
         """A journal `register` record: a version of the model the source run logged, unless
         this run registered it already (a replay)."""
@@ -358,6 +377,14 @@ class Store:
                 "set_terminated",
                 lambda: self._client.set_terminated(run_id, status, end_time=end_ms),
             )
+
+    def set_experiment_tag(self, key: str, value: str) -> None:
+        self.connect()
+        experiment_id = str(self.experiment_id)
+        self.call(
+            "set_experiment_tag",
+            lambda: self._client.set_experiment_tag(experiment_id, key, value),
+        )
 
     def delete_run(self, run_id: str) -> None:
         self.connect()

@@ -251,6 +251,11 @@ class Tracker:
         if self.writes and run_id:
             self._append("delete", run=run_id)
 
+    def set_experiment_tag(self, key: str, value: str) -> None:
+        """A tag of the experiment (a saved view of MLflow's UI, report.views)."""
+        if self.writes:
+            self._append("experiment_tag", key=key, value=value)
+
     # -- reads -------------------------------------------------------------------------------
     def store(self) -> Store:
         if self._store is None:
@@ -379,6 +384,10 @@ class TrackedRun:
             step=int(step),
             tags=dict(tags or {}),
         )
+
+    def link_model(self, source_run: str, name: str = "model") -> None:
+        """Show the model `source_run` logged (a pipeline's stage 2) among this run's outputs."""
+        self._append("link_model", source=source_run, name=name)
 
     def register_model(
         self, source_run: str, stage: str, name: str, tags: Mapping[str, str]

@@ -4,7 +4,6 @@ concurrent joblib jobs on one sqlite store, sporeflow's Optuna sweeper, the comp
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import os
@@ -21,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.browser import ASSISTANT_CLOSED, Browser, chromium
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
 from helpers.train import TRAIN, multirun, sporeflow_cli
+from sporeflow.report import views
 
 pytestmark = pytest.mark.e2e
 
@@ -389,84 +390,8 @@ def test_optuna_search_space_syntax_maps_to_optuna_distributions():
         distribution("boost.rho", "0.5")
 
 
-def _browser() -> str | None:
-    return next(
-        (
-            shutil.which(b)
-            for b in ("chromium", "chromium-browser", "google-chrome")
-            if shutil.which(b)
-        ),
-        None,
-    )
-
-
-def _dump_dom(browser: str, url: str, profile: Path, budget_ms: int) -> str:
-    """The page as headless Chromium rendered it after `budget_ms` of virtual time, tags stripped."""
-    out = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    ).stdout
-    return " ".join(re.sub(r"<[^>]+>", " ", html.unescape(out)).split())
-
-
-def _screenshot(browser: str, url: str, profile: Path, path: Path) -> Path:
-    """A PNG of the page as headless Chromium renders it (the README's pictures come from here:
-    SPOREFLOW_DOCS_SCREENSHOTS=docs/img copies them there)."""
-    subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-            "--hide-scrollbars",
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=30000",
-            "--window-size=1600,1000",
-            f"--screenshot={path}",
-            url,
-        ],
-        capture_output=True,
-        timeout=180,
-        check=False,
-    )
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no screenshot of {url}"
-    docs = os.environ.get("SPOREFLOW_DOCS_SCREENSHOTS")
-    if docs:
-        shutil.copy(path, Path(docs) / path.name)
-    return path
-
-
-def _rendered(browser: str, url: str, profile: Path, wanted: list[str]) -> str:
-    text = ""
-    for budget in (20_000, 45_000):  # a slow machine may need more virtual time for the React app
-        text = _dump_dom(browser, url, profile, budget)
-        if all(w in text for w in wanted):
-            break
-    return text
-
-
-def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp_path):
-    """A real `mlflow server` on 127.0.0.1 over the project's store, read by headless Chromium
-    through the links `sporeflow ui` prints."""
-    browser = _browser()
-    if browser is None:
-        unavailable("no Chromium here: .ci/run installs Debian's `chromium` for this test")
-    cwd, _ = rho_sweep
+def _mlflow_server(cwd: Path) -> tuple[subprocess.Popen, int]:
+    """A real `mlflow server` on 127.0.0.1 over the launch dir's store, answering /health."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -486,53 +411,89 @@ def test_mlflow_ui_shows_the_sweep_jobs_and_their_stage2_accuracy(rho_sweep, tmp
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return server, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            os.killpg(server.pid, signal.SIGTERM)
+            pytest.fail("mlflow server did not answer within 90 s")
+        time.sleep(0.5)
+
+
+def _keep_screenshot(path: Path) -> None:
+    """The README's pictures come from here: SPOREFLOW_DOCS_SCREENSHOTS=docs/img copies them."""
+    docs = os.environ.get("SPOREFLOW_DOCS_SCREENSHOTS")
+    if docs:
+        shutil.copy(path, Path(docs) / path.name)
+
+
+def _cells(text: str, header: list[str], n_rows: int) -> list[list[str]]:
+    """The values under `header` (the table's column names in order) in a page's text: ag-grid
+    renders the header row, then each row's cells after the attribute columns."""
+    after = text.split(" ".join(header), 1)[1].split()
+    numbers = [t for t in after if re.fullmatch(r"-?[0-9]+\.[0-9]+(e-?[0-9]+)?", t)]
+    return [numbers[i * len(header) : (i + 1) * len(header)] for i in range(n_rows)]
+
+
+def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_sweep, tmp_path):
+    """The links `sporeflow ui` prints, opened by headless Chromium (no click) on a real
+    `mlflow server` over the sweep's store: the saved view shows the jobs sorted by the
+    objective with the swept key, each stage's accuracy and the gain as columns, values equal
+    to the store's; its charts link shows stage 2 against stage 1 and the swept key against the
+    objective. The best job's model is a new version of the registered model."""
+    browser_exe = chromium()
+    if browser_exe is None:
+        unavailable("no Chromium here: .ci/run installs Debian's `chromium` for this test")
+    cwd, _ = rho_sweep
+    server, port = _mlflow_server(cwd)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not answer within 90 s"
-            time.sleep(0.5)
         proc = sporeflow_cli(cwd, "ui", "--links-only", "--port", str(port))
         assert proc.returncode == 0, proc.stderr
         links = dict(line.split(None, 1) for line in proc.stdout.splitlines() if line.strip())
-        assert "workflowType=machine_learning" in links["sweep"]
+        assert "viewStateShareKey=" in links["sweep"] and "compareRunsMode=CHART" in links["charts"]
         _, runs = store(cwd)
-        pipelines = by_stage(runs)["pipeline"]
+        pipelines = sorted(by_stage(runs)["pipeline"], key=lambda r: -r.data.metrics["stage2/acc"])
         names = [p.info.run_name for p in pipelines]
-        table = _rendered(browser, links["sweep"], tmp_path / "profile1", names)
-        for name in names:
-            assert name in table, f"runs table lacks {name!r}"
-        assert "Sort: stage2/acc" in table, "the sweep link sorts the jobs by the objective"
-        # the compare page of the jobs: its metrics table, names then the first run's values
-        first = json.loads(urllib.parse.parse_qs(links["compare"].split("?", 1)[1])["runs"][0])[0]
-        compare = _rendered(
-            browser,
-            links["compare"],
-            tmp_path / "profile2",
-            ["Metrics Show diff only", "Artifacts"],
+        # the deciding metrics the jobs have, in the order the table shows them (by name)
+        metrics = sorted(k for k in views.DECIDING if k in pipelines[0].data.metrics)
+        assert {"stage1/acc", "stage2/acc", "gain", "gain_p_value"} <= set(metrics)
+        with Browser(tmp_path / "profile", width=2400, height=900) as browser:
+            browser.open(links["sweep"], ASSISTANT_CLOSED)
+            text = browser.wait_for_text([*names, *metrics, "boost.rho", "Sort: stage2/acc"])
+            time.sleep(1)  # let the grid settle before reading it again
+            text = browser.text()
+            # the jobs in the objective's order, each row's values equal to the store's
+            assert text.index(names[0]) < text.index(names[1])
+            for row, run in zip(_cells(text, [*metrics, "boost.rho"], len(pipelines)), pipelines):
+                for key, shown in zip(metrics, row):
+                    assert float(shown) == pytest.approx(run.data.metrics[key], abs=1e-9), key
+                assert float(row[-1]) == float(run.data.params["boost.rho"])
+            assert "sklearn-digits-train" in text, "the Dataset column names the data"
+            browser.screenshot(tmp_path / "sweep_runs.png")
+            _keep_screenshot(tmp_path / "sweep_runs.png")
+            browser.open(links["charts"])
+            browser.wait_for_text(["stage1/acc vs. stage2/acc", "boost.rho vs. stage2/acc"])
+            time.sleep(2)  # the plots draw after their titles
+            browser.screenshot(tmp_path / "sweep_charts.png")
+            _keep_screenshot(tmp_path / "sweep_charts.png")
+        client = client_of(cwd)
+        sweep = next(r for r in runs if r.data.tags.get("stage") == "sweep")
+        (version,) = client.search_model_versions("name = 'lenet5-digits'")
+        best = sweep.data.tags["sweep.best_run_id"]
+        stage2 = next(
+            r
+            for r in runs
+            if r.data.tags.get("mlflow.parentRunId") == best and r.data.tags["stage"] == "stage2"
         )
-        for name in names:
-            assert name in compare, f"compare page lacks {name!r}"
-        assert "Metrics: stage2/acc" in compare, (
-            "the compare page's default plot should show stage 2's accuracy"
-        )
-        assert "workflowType=machine_learning" in links["compare"]
-        section = compare.split("Metrics Show diff only", 1)[1].split("Artifacts", 1)[0].split()
-        # names first, then the first run's values; a metric that run lacks shows as NaN
-        n_names = next(i for i, t in enumerate(section) if re.fullmatch(r"-?[0-9.e+-]+|NaN", t))
-        shown = dict(zip(section[:n_names], map(float, section[n_names:])))
-        expected = next(p for p in pipelines if p.info.run_id == first).data.metrics
-        for key in ("stage2/acc", "stage1/acc", "gain"):
-            assert shown[key] == pytest.approx(expected[key], abs=6e-4), (key, section)
-        # the pages just checked, as pictures (the README shows these)
-        _screenshot(browser, links["sweep"], tmp_path / "profile1", tmp_path / "sweep_runs.png")
-        _screenshot(
-            browser, links["compare"], tmp_path / "profile2", tmp_path / "sweep_compare.png"
+        assert version.run_id == stage2.info.run_id, "the version is the best job's stage 2"
+        assert version.tags["sweep"] == sweep.info.run_id
+        assert float(version.tags["value"]) == pytest.approx(
+            max(p.data.metrics["stage2/acc"] for p in pipelines), abs=1e-6
         )
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -43,7 +43,7 @@ class Browser:
         redirect = f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}'
         self.proc = subprocess.Popen(
             [
-                "/bin/sh",
+                "/bin/bash",  # dash takes single-digit fds only
                 "-c",
                 redirect,
                 exe,

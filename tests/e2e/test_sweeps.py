@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -432,14 +431,6 @@ def _keep_screenshot(path: Path) -> None:
         shutil.copy(path, Path(docs) / path.name)
 
 
-def _cells(text: str, header: list[str], n_rows: int) -> list[list[str]]:
-    """The values under `header` (the table's column names in order) in a page's text: ag-grid
-    renders the header row, then each row's cells after the attribute columns."""
-    after = text.split(" ".join(header), 1)[1].split()
-    numbers = [t for t in after if re.fullmatch(r"-?[0-9]+\.[0-9]+(e-?[0-9]+)?", t)]
-    return [numbers[i * len(header) : (i + 1) * len(header)] for i in range(n_rows)]
-
-
 def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_sweep, tmp_path):
     """The links `sporeflow ui` prints, opened by headless Chromium (no click) on a real
     `mlflow server` over the sweep's store: the saved view shows the jobs sorted by the
@@ -465,14 +456,15 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
         with Browser(tmp_path / "profile", width=2400, height=900) as browser:
             browser.open(links["sweep"], ASSISTANT_CLOSED)
             text = browser.wait_for_text([*names, *metrics, "boost.rho", "Sort: stage2/acc"])
-            time.sleep(1)  # let the grid settle before reading it again
-            text = browser.text()
+            time.sleep(1)  # let the grid settle before reading it
+            rows = browser.grid_rows()
             # the jobs in the objective's order, each row's values equal to the store's
-            assert text.index(names[0]) < text.index(names[1])
-            for row, run in zip(_cells(text, [*metrics, "boost.rho"], len(pipelines)), pipelines):
-                for key, shown in zip(metrics, row):
+            assert [r["attributes.`Run Name`"].split("\n")[-1] for r in rows] == names
+            for row, run in zip(rows, pipelines):
+                for key in metrics:
+                    shown = row[f"metrics.`{key}`"]
                     assert float(shown) == pytest.approx(run.data.metrics[key], abs=1e-9), key
-                assert float(row[-1]) == float(run.data.params["boost.rho"])
+                assert row["params.`boost.rho`"] == run.data.params["boost.rho"]
             assert "sklearn-digits-train" in text, "the Dataset column names the data"
             browser.screenshot(tmp_path / "sweep_runs.png")
             _keep_screenshot(tmp_path / "sweep_runs.png")

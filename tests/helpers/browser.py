@@ -115,6 +115,19 @@ class Browser:
                 self.evaluate(f"localStorage.setItem({json.dumps(key)}, {json.dumps(value)})")
         self.call("Page.navigate", session=True, url=url)
 
+    def grid_rows(self) -> list[dict[str, str]]:
+        """The rows an ag-grid table shows (MLflow's runs table), each as column id -> cell
+        text, in row order; a row split over pinned and scrolling parts is joined."""
+        rows = self.evaluate(
+            "Array.from(document.querySelectorAll('.ag-row')).map(r => [r.getAttribute('row-index'),"
+            " Array.from(r.querySelectorAll('.ag-cell')).map(c => [c.getAttribute('col-id'),"
+            " c.innerText])])"
+        )
+        joined: dict[int, dict[str, str]] = {}
+        for index, cells in rows or []:
+            joined.setdefault(int(index), {}).update(dict(cells))
+        return [joined[i] for i in sorted(joined)]
+
     def text(self) -> str:
         return " ".join(
             (self.evaluate("document.body ? document.body.innerText : ''") or "").split()

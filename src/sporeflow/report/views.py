@@ -77,6 +77,7 @@ def sweep_view(
         _scatter(f"sf-{key}", ("PARAM", key), objective_key, f"{objective_key} vs {key}")
         for key in keys
     ]
+    pipeline = "stage2/acc" in shown
     grouped = [k for k in keys if k not in SEED_KEYS]
     seeds = any(k in SEED_KEYS for k in keys)
     return {
@@ -87,7 +88,8 @@ def sweep_view(
             *(column("params", k) for k in keys),
             *(column("metrics", m) for m in shown),
             column("attributes", "Dataset"),
-            column("attributes", "Models"),
+            # a plain job's run logged its model; a pipeline's stages did (expand a row)
+            *([] if pipeline else [column("attributes", "Models")]),
         ],
         "groupBy": (
             {

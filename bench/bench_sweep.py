@@ -2,7 +2,8 @@
 (`python train.py -m boost=dim_reduce boost.rho=0.4,0.55,0.7 boost.sigma=0.2,0.4`, the default
 LeNet-5 / digits job), with stage-1 and baseline reuse on (the default) and off
 (`boost.reuse_stage1=false boost.reuse_baselines=false`), each in a fresh folder: wall time,
-how many stage runs were trained, and the size of what the sweep stored.
+how many stage runs were trained, and the size of what the sweep stored; and the default once
+more with no logged models and no system metrics ("bare"), to show what those cost a sweep.
 Usage: python bench/bench_sweep.py
 """
 
@@ -23,6 +24,8 @@ SWEEP = [
     "callbacks.progress_bar=false",
 ]
 NO_REUSE = ["boost.reuse_stage1=false", "boost.reuse_baselines=false"]
+# issue 22's additions off: no logged models, no system metrics (what the sweep cost before them)
+BARE = ["tracking.log_model=false", "tracking.system_metrics_interval=0"]
 
 
 def size_mb(folder: Path) -> float:
@@ -42,7 +45,11 @@ def sweep(extra: list[str]) -> dict:
 
 
 def main() -> None:
-    found = {"reuse on (default)": sweep([]), "reuse off": sweep(NO_REUSE)}
+    found = {
+        "reuse on (default)": sweep([]),
+        "reuse on, bare": sweep(BARE),
+        "reuse off": sweep(NO_REUSE),
+    }
     print(
         "6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 epochs), "
         f"{os.cpu_count()} cores:"

@@ -31,6 +31,7 @@ METRIC_COLUMNS = (
     ("final/acc", "acc"),
     ("final/loss", "loss"),
 )
+PAIRED_KEYS = ("gain_ci_low", "gain_ci_high", "gain_p_value")  # the gain's interval and p-value
 CURVE_PREFIX = "curve/"  # a pipeline's per-epoch eval accuracy of every stage, on one epoch axis
 
 

@@ -17,24 +17,16 @@ import json
 from typing import Any
 
 from sporeflow.config import objective
+from sporeflow.report.sweep_report import METRIC_COLUMNS, PAIRED_KEYS
 
 TAG_PREFIX = "mlflow.sharedViewState."
 SECTION = "sporeflow-sweep"
 SEED_KEYS = ("seed",)
-# the metrics a sweep's table shows, in its order (report.sweep_report.METRIC_COLUMNS) + the
-# paired comparison's interval and p-value
-DECIDING = (
-    "stage1/acc",
-    "stage2/acc",
-    "baseline/acc",
-    "annealed/acc",
-    "snapshot_mean/acc",
-    "gain",
-    "gain_ci_low",
-    "gain_ci_high",
-    "gain_p_value",
-    "final/acc",
-    "final/loss",
+# the metrics a sweep's table shows, in its order, the gain followed by its interval and p-value
+DECIDING = tuple(
+    key
+    for column, _ in METRIC_COLUMNS
+    for key in ((column, *PAIRED_KEYS) if column == "gain" else (column,))
 )
 
 

@@ -7,7 +7,9 @@
   both         the defaults
 
 Wall time is the whole command (the run waits at its end until its writer has sent
-everything, so the writer's work on the model shows here). Then the size of what a logged
+everything, so the writer's work on the model shows here). The ratio is taken pair by pair
+(each repetition's arm over the same repetition's "off"), then its median: the machine's drift
+between repetitions cancels, which a ratio of medians does not do. Then the size of what a logged
 model holds for LeNet-5 and ResNet-50 (224 x 224), packaged from freshly built networks (sizes
 do not depend on training).
 Usage: python bench/bench_model_logging.py [repeats]
@@ -71,12 +73,15 @@ def package_sizes() -> dict[str, float]:
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     times = wall_times(repeats)
-    base = statistics.median(times["off"])
-    print(f"default job (lenet5-digits, 10 epochs), wall s, median of {repeats}, CPU (2 cores):")
+    print(
+        f"default job (lenet5-digits, 10 epochs), wall s, median of {repeats}, CPU (2 cores);"
+        " x off: median of the paired ratios [min-max]:"
+    )
     for arm, found in times.items():
-        median = statistics.median(found)
+        ratios = [t / off for t, off in zip(found, times["off"])]
         print(
-            f"  {arm:8s} {median:6.1f} s  {median / base:5.2f}x   runs: {', '.join(f'{t:.1f}' for t in found)}"
+            f"  {arm:8s} {statistics.median(found):6.1f} s  {statistics.median(ratios):5.3f}x"
+            f" [{min(ratios):.3f}-{max(ratios):.3f}]   runs: {', '.join(f'{t:.1f}' for t in found)}"
         )
     for name, mb in package_sizes().items():
         print(f"  packaged model {name}: {mb:.1f} MB (weights.ckpt + network.mindir + example)")

@@ -344,7 +344,13 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     study = optuna.load_study(
         study_name="dim_reduce", storage=f"sqlite:///{tmp_path / 'optuna.db'}"
     )
-    (cut,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    # the interrupted process told its trial FAIL and queued its parameters again: nothing is
+    # left RUNNING for a heartbeat to time out, the restart takes it at once
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    (queued,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    cut = study.trials[queued.user_attrs["sporeflow.retry_of"]]
+    assert cut.state == optuna.trial.TrialState.FAIL
+    assert queued.system_attrs["fixed_params"] == cut.params
     again = multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "3 trials done, 1 to run" in again.stderr
@@ -375,7 +381,7 @@ def low_high(key: str) -> tuple[float, float]:
 def test_optuna_search_space_syntax_maps_to_optuna_distributions():
     import optuna.distributions as d
 
-    from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import distribution
+    from sporeflow.config.search_space import distribution
     from sporeflow.core.errors import ConfigError
 
     assert distribution("a", "interval(0.3, 0.8)") == d.FloatDistribution(0.3, 0.8)

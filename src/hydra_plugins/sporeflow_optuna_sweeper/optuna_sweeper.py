@@ -3,14 +3,17 @@
 Why our own: the published hydra-optuna-sweeper 1.3.0 pins optuna<3, whose sqlite storage
 breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydra-core 1.4.
 
-- The search space is `hydra.sweeper.params`, in Hydra's sweep syntax: `interval(a, b)` (float),
-  `int(interval(a, b))`, `tag(log, interval(a, b))`, `choice(x, y, ...)`, `range(a, b[, step])`.
-- The objective is the job's return value: `sweep.objective` of the composed config (app.run_task
-  returns it), maximised, or minimised when it is a loss. Failed jobs are told FAIL and the search
-  goes on; the sweep then exits non-zero and its MLflow parent says which failed.
-- `storage` (default sqlite:///optuna.db in the launch dir) with `study_name`: starting the same
-  command again continues the study - trials an interruption left RUNNING are marked FAIL and
-  their parameters queued again; `n_trials` counts every finished trial of the study.
+- The search space: `hydra.sweeper.params` plus the command line's sweeps, minus the keys the
+  command line fixes (sporeflow.config.search_space has the rules and the syntax).
+- The objective is the job's return value, maximised or minimised by `direction`; null takes it
+  from a sporeflow app's `sweep.objective` (a loss is minimised, anything else maximised) and is
+  `minimize` for any other app. A job that fails or returns no finite number makes its trial
+  FAIL (reason, type and traceback kept); the search goes on and the sweep exits non-zero.
+- `sampler`: tpe (seeded, `n_startup_trials` random ones first), random, or grid (every point
+  of a finite space once, in BasicSweeper's order; a grid of no keys is one job).
+- `storage` (default sqlite:///optuna.db in the launch dir) with `study_name`: the same command
+  continues the study, and any number of processes on any machines reaching the storage share
+  it (study.py: heartbeats, a dead process's trials run again, `n_trials` counts the study).
 - Trials go to the launcher in batches of `n_jobs` (joblib/submitit run a batch concurrently).
 - `<sweep dir>/optuna_trials.csv` maps trials to job numbers (the sweep's parent run reads it);
   `<sweep dir>/optimization_results.yaml` holds the best parameters and value.
@@ -18,33 +21,24 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
 
 # (no `from __future__ import annotations` here: Hydra imports plugin modules without putting
 # them in sys.modules, and dataclasses cannot then resolve string annotations)
-import csv
 import logging
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import objective
-from sporeflow.config.schema import BoostName
+from hydra_plugins.sporeflow_optuna_sweeper import results
+from hydra_plugins.sporeflow_optuna_sweeper import study as shared
+from sporeflow.config import objective, search_space
 from sporeflow.core.errors import ConfigError, SporeflowError
-from sporeflow.entry.sweep_run import TRIALS_FILE
+from sporeflow.core.uris import redacted
 
 log = logging.getLogger(__name__)
-
-
-REQUEUED = (
-    "sporeflow.requeued"  # user attr of an interrupted trial whose parameters were queued again
-)
 
 
 @dataclass
@@ -54,11 +48,16 @@ class SporeflowOptunaSweeperConf:
     storage: Optional[str] = (
         "sqlite:///optuna.db"  # relative paths: the launch dir; null = in memory
     )
-    n_trials: int = 10
+    n_trials: int = 10  # trials of the whole study, over every process sharing it
     n_jobs: int = 1  # trials per launcher batch
-    seed: int = 1  # TPE sampler seed
+    direction: Optional[str] = None  # maximize | minimize; null: from the app's sweep.objective
+    sampler: str = "tpe"  # tpe | random | grid
+    seed: int = 1  # the sampler's seed
     n_startup_trials: int = 4  # random trials before TPE models the results
-    params: Dict[str, str] = field(default_factory=dict)
+    heartbeat_interval: int = 10  # seconds; a trial silent for 3 intervals is a dead process's
+    max_failure_rate: float = 0.0  # the sweep exits non-zero when more of its trials failed
+    # flat (boost.rho: ...) or nested (boost: {rho: ...}); null: the command line's sweeps only
+    params: Optional[Dict[str, Any]] = field(default_factory=dict)
 
 
 ConfigStore.instance().store(
@@ -73,31 +72,6 @@ class SweepJobsFailed(SporeflowError):
     """Some trials failed; the study kept going and recorded them as FAIL."""
 
 
-def distribution(key: str, spec: str):
-    """Hydra sweep syntax -> an Optuna distribution (ConfigError naming the key otherwise)."""
-    import optuna.distributions as d
-
-    try:
-        value = OverridesParser.create().parse_override(f"{key}={spec}").value()
-    except Exception as ex:
-        raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: {ex}") from ex
-    if isinstance(value, ChoiceSweep):
-        return d.CategoricalDistribution(list(value.list))
-    if isinstance(value, RangeSweep):
-        if all(isinstance(x, int) for x in (value.start, value.stop, value.step)):
-            return d.IntDistribution(value.start, value.stop - 1, step=value.step)
-        return d.FloatDistribution(value.start, value.stop, step=value.step)
-    if isinstance(value, IntervalSweep):
-        log_scale = "log" in value.tags
-        if isinstance(value.start, int) and isinstance(value.end, int):
-            return d.IntDistribution(value.start, value.end, log=log_scale)
-        return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
-    raise ConfigError(
-        f"hydra.sweeper.params.{key}={spec!r}: not a search space; use interval(a, b), "
-        "int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...) or range(a, b)"
-    )
-
-
 def storage_url(storage: Optional[str], launch_dir: Path) -> Optional[str]:
     if (
         storage
@@ -108,6 +82,16 @@ def storage_url(storage: Optional[str], launch_dir: Path) -> Optional[str]:
     return storage
 
 
+def app_direction(config: DictConfig) -> str:
+    """A sporeflow app's direction from `sweep.objective` (and boost.name for `auto`)."""
+    chosen = OmegaConf.select(config, "sweep.objective", default=None)
+    if chosen is None:
+        return "minimize"  # not a sporeflow app: Optuna's own default
+    boost = OmegaConf.select(config, "boost.name", default=None)
+    dim_reduce = str(getattr(boost, "value", boost)) == "dim_reduce"
+    return "maximize" if objective.maximize(objective.name(str(chosen), dim_reduce)) else "minimize"
+
+
 class OptunaSweeper(Sweeper):
     def __init__(
         self,
@@ -115,17 +99,21 @@ class OptunaSweeper(Sweeper):
         storage: Optional[str],
         n_trials: int,
         n_jobs: int,
+        direction: Optional[str],
+        sampler: str,
         seed: int,
         n_startup_trials: int,
-        params: Dict[str, str],
+        heartbeat_interval: int,
+        max_failure_rate: float,
+        params: Optional[Dict[str, Any]],
     ) -> None:
-        self.study_name, self.storage, self.n_trials, self.n_jobs = (
-            study_name,
-            storage,
-            n_trials,
-            n_jobs,
-        )
-        self.seed, self.n_startup_trials, self.params = seed, n_startup_trials, dict(params or {})
+        self.study_name, self.storage = study_name, storage
+        self.n_trials, self.n_jobs = n_trials, n_jobs
+        self.direction, self.sampler, self.seed = direction, sampler, seed
+        self.n_startup_trials, self.heartbeat_interval = n_startup_trials, heartbeat_interval
+        self.max_failure_rate = max_failure_rate
+        self.params = OmegaConf.to_container(params) if isinstance(params, DictConfig) else params
+        self.params = self.params or {}
         self.config: Optional[DictConfig] = None
         self.launcher = None
 
@@ -135,140 +123,179 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
-    def _study(self, launch_dir: Path):
+    def settings(self) -> dict:
+        return {
+            "direction": self.direction,
+            "sampler": self.sampler,
+            "n_trials": self.n_trials,
+            "n_jobs": self.n_jobs,
+            "heartbeat_interval": self.heartbeat_interval,
+            "max_failure_rate": self.max_failure_rate,
+            "params": self.params,
+        }
+
+    def _sampler(self):
+        import optuna
+
+        if self.sampler == "tpe":
+            return optuna.samplers.TPESampler(
+                seed=self.seed, n_startup_trials=self.n_startup_trials
+            )
+        return optuna.samplers.RandomSampler(seed=self.seed)  # grid: every trial is enqueued
+
+    def _open_study(self, launch_dir: Path, distributions: dict):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        boost = OmegaConf.select(self.config, "boost.name", default=None)  # an Enum, or its name
-        dim_reduce = (
-            boost is not None and BoostName(getattr(boost, "value", boost)) is BoostName.dim_reduce
-        )
-        name = objective.name(
-            OmegaConf.select(self.config, "sweep.objective", default="auto"), dim_reduce
-        )
-        sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials)
+        url = storage_url(self.storage, launch_dir)
+        direction = self.direction or app_direction(self.config)
         study = optuna.create_study(
             study_name=self.study_name,
-            storage=storage_url(self.storage, launch_dir),
-            sampler=sampler,
+            storage=shared.storage(url, self.heartbeat_interval),
+            sampler=self._sampler(),
             load_if_exists=True,
-            direction="maximize" if objective.maximize(name) else "minimize",
+            direction=direction,
         )
-        return study, name
+        where = redacted(url) if url else "memory"
+        if study.direction.name.lower() != direction:
+            raise ConfigError(
+                f"hydra.sweeper.study_name={self.study_name!r}: the study in {where} is "
+                f"{study.direction.name.lower()}d, this sweep would {direction} it; "
+                "pick a new study_name"
+            )
+        shared.check_space(study, distributions, where)
+        return study
+
+    def _enqueue_grid(self, study, distributions: dict) -> int:
+        """sampler=grid: queue the points the study has not run; the grid's size caps n_trials."""
+        points = search_space.grid(distributions)
+        trials = shared.counted(study.get_trials(deepcopy=False))
+        seen = [t.params or t.system_attrs.get("fixed_params") for t in trials]
+        for point in points:
+            if point not in seen:
+                study.enqueue_trial(point, skip_if_exists=False)
+        return min(self.n_trials, len(points))
 
     def sweep(self, arguments: List[str]) -> Any:
-        from optuna.trial import TrialState
-
-        if self.n_trials < 1 or self.n_jobs < 1:
-            raise ConfigError(
-                f"hydra.sweeper.n_trials={self.n_trials} and n_jobs={self.n_jobs} must be >= 1"
-            )
-        if not self.params:
-            raise ConfigError(
-                "hydra.sweeper.params is empty: name at least one key to search, "
-                "e.g. hydra.sweeper.params.boost.rho='interval(0.3, 0.8)'"
-            )
-        fixed = OverridesParser.create().parse_overrides(arguments)
-        for override in fixed:
-            if override.is_sweep_override():
-                raise ConfigError(
-                    f"{override.input_line}: the Optuna sweeper searches hydra.sweeper.params; "
-                    "a command-line sweep (a,b / choice / range) is not combined with it"
-                )
-        space = {key: distribution(key, str(spec)) for key, spec in self.params.items()}
+        space = search_space.checked(self.settings(), arguments)
+        distributions = space.distributions()
         launch_dir = Path(self.config.hydra.runtime.cwd or Path.cwd())
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        study, name = self._study(launch_dir)
+        study = self._open_study(launch_dir, distributions)
 
-        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            # an interrupted search: FAIL the trial and try its parameters again; it does not
-            # count against n_trials (now or in any later run), so the same command runs it again
-            study._storage.set_trial_user_attr(stale._trial_id, REQUEUED, True)  # noqa: SLF001
-            study.tell(stale.number, state=TrialState.FAIL)
-            study.enqueue_trial(stale.params, skip_if_exists=False)
-        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        done = sum(
-            1
-            for t in study.get_trials(deepcopy=False, states=ended)
-            if not t.user_attrs.get(REQUEUED)
+        shared.fail_stale(study)  # a dead process's trials: run them again
+        n_trials = (
+            self._enqueue_grid(study, distributions) if self.sampler == "grid" else self.n_trials
         )
-        remaining = max(0, self.n_trials - done)
+        ended, running = shared.budget_used(study)
         print(
-            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()} {name}): "
-            f"{done} trials done, {remaining} to run",
+            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()}): "
+            f"{ended} trials done, {max(0, n_trials - ended - running)} to run"
+            + (f", {running} running elsewhere" if running else ""),
             file=sys.stderr,
         )
-        records, failed, job = [], [], 0
-        while remaining > 0:
-            batch = [study.ask(space) for _ in range(min(self.n_jobs, remaining))]
-            overrides = [
-                [*arguments, *(f"{k}={v}" for k, v in trial.params.items())] for trial in batch
-            ]
-            returns = self.launcher.launch(overrides, initial_job_idx=job)
+        with shared.Heartbeat(study, self.heartbeat_interval) as heartbeat:
+            batches, records, failed = self._run(study, space, distributions, n_trials, heartbeat)
+        results.write_trials(sweep_dir, records)
+        best = results.write_best(study, sweep_dir)
+        if best is not None:
+            print(
+                f"[sporeflow] Optuna best trial {best.number}: value {best.value:.4f} with "
+                + " ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in best.params.items()
+                ),
+                file=sys.stderr,
+            )
+        if failed:
+            summary = f"{len(failed)} of {len(records)} trials failed: " + "; ".join(failed)
+            if len(failed) > self.max_failure_rate * len(records):
+                raise SweepJobsFailed(summary)
+            print(
+                f"[sporeflow] {summary} (within max_failure_rate={self.max_failure_rate})",
+                file=sys.stderr,
+            )
+        return batches
+
+    def _ask(self, study, distributions: dict, n_trials: int, want: int, heartbeat) -> list:
+        """Up to `want` trials within the study's budget (others may be asking too)."""
+
+        batch = []
+        while len(batch) < want:
+            shared.fail_stale(study)
+            ended, running = shared.budget_used(study)
+            if ended + running >= n_trials:
+                break
+            with shared.quiet():
+                trial = study.ask(distributions)
+            if not shared.within_budget(study, trial, n_trials):
+                break
+            heartbeat.add(trial._trial_id)  # noqa: SLF001
+            batch.append(trial)
+        return batch
+
+    def _run(self, study, space, distributions: dict, n_trials: int, heartbeat):
+        from optuna.trial import TrialState
+
+        batches, records, failed, job = [], [], [], 0
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        while True:
+            batch = self._ask(study, distributions, n_trials, self.n_jobs, heartbeat)
+            if not batch:
+                if not self._wait_for_others(study, n_trials):
+                    break
+                continue
+            overrides = [space.job_overrides(trial.params) for trial in batch]
+            try:
+                returns = self.launcher.launch(overrides, initial_job_idx=job)
+            except BaseException:
+                for trial in batch:  # interrupted (Ctrl-C, SIGTERM): this process's trials
+                    study.tell(trial, state=TrialState.FAIL)  # will not end; queue them again
+                    shared.requeue(study, trial)
+                raise
+            batches.append(returns)
             for trial, ret in zip(batch, returns):
-                # JobReturn.return_value re-raises a failed job's exception; _return_value holds it
-                value = ret._return_value if ret.status == JobStatus.COMPLETED else None  # noqa: SLF001
-                if value is not None and math.isfinite(float(value)):
-                    study.tell(trial, float(value))
-                    state = "COMPLETE"
+                result = results.outcome(ret)
+                if result.value is not None:
+                    study.tell(trial, result.value)
                 else:
+                    shared.set_error(study, trial, result.error)
                     study.tell(trial, state=TrialState.FAIL)
-                    state = "FAIL"
-                    failed.append(
-                        f"trial {trial.number} (job {job}): "
-                        f"{ret._return_value if value is None else f'objective {value}'}"  # noqa: SLF001
+                    failed.append(f"trial {trial.number} (job {job}): {result.error}")
+                    log.warning(
+                        "trial %s (job %s) failed: %s\n%s",
+                        trial.number,
+                        job,
+                        result.error,
+                        result.traceback,
                     )
+                heartbeat.discard(trial._trial_id)  # noqa: SLF001
                 records.append(
                     {
                         "trial": trial.number,
                         "job": job,
-                        "state": state,
-                        "value": "" if value is None else value,
+                        "state": result.state,
+                        "value": "" if result.value is None else result.value,
+                        "error": result.error,
                         **trial.params,
                     }
                 )
                 job += 1
-            remaining -= len(batch)
-            self._write_trials(sweep_dir, records)
-        self._write_best(study, sweep_dir)
-        if failed:
-            raise SweepJobsFailed(
-                f"{len(failed)} of {len(records)} trials failed: " + "; ".join(failed)
-            )
-        return None
+            results.write_trials(sweep_dir, records)
+        return batches, records, failed
 
-    @staticmethod
-    def _write_trials(sweep_dir: Path, records: list[dict]) -> None:
-        columns = list(dict.fromkeys(k for r in records for k in r))
-        with open(sweep_dir / TRIALS_FILE, "w", newline="") as out:
-            writer = csv.DictWriter(out, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(records)
+    def _wait_for_others(self, study, n_trials: int) -> bool:
+        """Nothing left to ask: while other processes' trials still run, wait (one of them may
+        die and its trial come back to be run here). True when a trial can be asked again."""
+        import time
 
-    def _write_best(self, study, sweep_dir: Path) -> None:
-        try:
-            best = study.best_trial
-        except ValueError:  # no trial completed
-            return
-        OmegaConf.save(
-            OmegaConf.create(
-                {
-                    "name": "optuna",
-                    "study": self.study_name,
-                    "best_trial": best.number,
-                    "best_params": best.params,
-                    "best_value": best.value,
-                }
-            ),
-            sweep_dir / "optimization_results.yaml",
-        )
-        print(
-            f"[sporeflow] Optuna best trial {best.number}: value {best.value:.4f} with "
-            + " ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in best.params.items()
-            ),
-            file=sys.stderr,
-        )
+        while True:
+            shared.fail_stale(study)
+            ended, running = shared.budget_used(study)
+            if ended + running < n_trials:
+                return True
+            if running == 0:
+                return False
+            time.sleep(self.heartbeat_interval)

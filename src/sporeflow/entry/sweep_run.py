@@ -25,14 +25,16 @@ import logging
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import objective
+from sporeflow.config import objective, search_space
 from sporeflow.core.context import SweepJob
+from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
@@ -50,17 +52,11 @@ _ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
 
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys a sweep varies: command-line sweep overrides (a=1,2 / range / choice) and the
-    sweeper's `params` (Optuna's search space, or BasicSweeper's)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    sweeper's `params` (Optuna's search space, or BasicSweeper's), less those the command line
+    fixes (config.search_space's rules, which the Optuna sweeper follows)."""
     task = OmegaConf.to_container(config.hydra.overrides.task)
-    keys = [
-        o.key_or_group
-        for o in OverridesParser.create().parse_overrides(task)
-        if o.is_sweep_override()
-    ]
-    params = config.hydra.sweeper.get("params") or {}
-    return list(dict.fromkeys([*keys, *params]))
+    params = OmegaConf.to_container(config.hydra.sweeper.get("params") or OmegaConf.create({}))
+    return [key.lstrip("+~") for key in search_space.build(params, task).keys]
 
 
 def registered_model_name(config: DictConfig) -> str:
@@ -123,7 +119,7 @@ class SweepRun(Callback):
         )
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not config.tracking.enabled:
+        if not config.tracking.enabled or not self._sweeper_accepts(config):
             return
         self.launch_dir = Path(config.hydra.runtime.cwd or Path.cwd())
         self.started = time.time() - 1.0  # file times have coarse resolution on some filesystems
@@ -134,6 +130,19 @@ class SweepRun(Callback):
         self.registered_model = registered_model_name(config)
         with self._tracker() as tracker:
             self._start(tracker, config)
+
+    @staticmethod
+    def _sweeper_accepts(config: DictConfig) -> bool:
+        """False for Optuna sweeper settings the sweeper will refuse (exit 2, one line, from
+        the sweeper: Hydra turns a callback's exception into a warning): no parent run then."""
+        if config.hydra.sweeper.get("_target_") != search_space.OPTUNA_SWEEPER:
+            return True
+        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+        try:
+            search_space.checked(sweeper, OmegaConf.to_container(config.hydra.overrides.task))
+        except ConfigError:
+            return False
+        return True
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
         run = tracker.start_run(
@@ -181,7 +190,10 @@ class SweepRun(Callback):
             outcome["value"] = job_return.return_value
         else:
             # return_value would re-raise the job's exception; _return_value holds it
-            outcome["error"] = _short_error(job_return._return_value)  # noqa: SLF001
+            error = job_return._return_value  # noqa: SLF001
+            outcome["error"] = _short_error(error)
+            if isinstance(error, BaseException):  # the sweeper reports it (it cannot travel)
+                outcome["traceback"] = "".join(traceback.format_exception(error))
         try:
             Path(config.hydra.runtime.output_dir, JOB_FILE).write_text(
                 json.dumps(outcome, default=str)

@@ -1,0 +1,160 @@
+"""An Optuna search space from Hydra's sweep syntax: the sweeper's `params` and the command line.
+
+Sources, later ones winning for the same key (the official Hydra Optuna sweeper's rules):
+- `hydra.sweeper.params`, flat (`boost.rho: interval(0.3, 0.8)`) or nested (`boost: {rho: ...}`,
+  which is what makes `~hydra.sweeper.params.boost.rho` work on the command line);
+- a command-line sweep override (`boost.rho='interval(0.3,0.8)'`, `boost.rho=0.4,0.6`,
+  `choice(...)`, `range(...)`) adds or replaces a key of the space;
+- a command-line value (`boost.rho=0.5`) fixes the key: it leaves the space and every job sees it.
+
+`interval(a, b)` float, `int(interval(a, b))`, `tag(log, interval(a, b))`, `choice(x, y, ...)` or
+`a,b,c` categorical, `range(a, b[, step])` ints from a to b-1 (Hydra's range: the end excluded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sporeflow.core.errors import ConfigError
+
+SYNTAX = (
+    "interval(a, b), int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...), "
+    "x,y,... or range(a, b)"
+)
+EXAMPLE = "python train.py -m hparams_search=dim_reduce_optuna 'boost.rho=interval(0.3, 0.8)'"
+DIRECTIONS = ("maximize", "minimize")
+SAMPLERS = ("tpe", "random", "grid")
+OPTUNA_SWEEPER = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+def flatten(params: Mapping[str, Any] | None, prefix: str = "") -> dict[str, str]:
+    """Nested `params` -> {"boost.rho": "interval(0.3, 0.8)"} (dotted keys as they are)."""
+    flat: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{path}."))
+        elif value is not None:  # `hydra.sweeper.params.boost.rho=null` drops the key too
+            flat[path] = str(value)
+    return flat
+
+
+@dataclass
+class SearchSpace:
+    """What the sweeper searches (spec strings by key) and what every job gets as it is."""
+
+    specs: dict[str, str] = field(default_factory=dict)
+    # the command line in its order: a fixed override's line, or None where a searched key goes
+    order: list[tuple[str, str | None]] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.specs)
+
+    @property
+    def fixed(self) -> list[str]:
+        return [line for _, line in self.order if line is not None]
+
+    def distributions(self) -> dict[str, Any]:
+        return {key: distribution(key, spec) for key, spec in self.specs.items()}
+
+    def job_overrides(self, params: Mapping[str, Any]) -> list[str]:
+        """A job's overrides: the command line's order with each searched key's value in its
+        place, then the keys that came from `params`."""
+        placed = {key for key, line in self.order if line is None}
+        return [
+            *(line if line is not None else f"{key}={params[key]}" for key, line in self.order),
+            *(f"{key}={params[key]}" for key in self.specs if key not in placed),
+        ]
+
+
+def build(params: Mapping[str, Any] | None, arguments: Iterable[str]) -> SearchSpace:
+    """The space of `params` with the command line's sweeps added and its fixed keys removed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    space = SearchSpace(specs=flatten(params))
+    for override in OverridesParser.create().parse_overrides(list(arguments)):
+        line = str(override.input_line)
+        for key in [k for k in space.specs if k.lstrip("+~") == override.key_or_group]:
+            del space.specs[key]  # the command line wins over `params`
+        if override.is_sweep_override():
+            # the key as written (`+a` adds a key the config lacks), the spec after the first =
+            key = override.get_key_element()
+            space.specs[key] = line.split("=", 1)[1]
+            space.order.append((key, None))
+        else:
+            space.order.append((override.key_or_group, line))
+    return space
+
+
+def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpace:
+    """The Optuna sweeper's settings (`hydra.sweeper`) and search space, or a ConfigError naming
+    the key: called by the sweeper, and before a sweep's MLflow parent run exists (sweep_run)."""
+    for key, allowed in (("direction", (None, *DIRECTIONS)), ("sampler", SAMPLERS)):
+        if settings.get(key) not in allowed:
+            names = ", ".join(a for a in allowed if a)
+            raise ConfigError(f"hydra.sweeper.{key}={settings.get(key)!r}: allowed are {names}")
+    for key in ("n_trials", "n_jobs", "heartbeat_interval"):
+        if settings[key] < 1:
+            raise ConfigError(f"hydra.sweeper.{key}={settings[key]}: must be >= 1")
+    if not 0.0 <= settings["max_failure_rate"] <= 1.0:
+        raise ConfigError(
+            f"hydra.sweeper.max_failure_rate={settings['max_failure_rate']}: must be in [0, 1]"
+        )
+    space = build(settings.get("params"), arguments)
+    if not space.specs and settings["sampler"] != "grid":
+        raise ConfigError(
+            "hydra.sweeper.params is empty and the command line sweeps nothing: name a key to "
+            f"search, e.g. {EXAMPLE}"
+        )
+    distributions = space.distributions()  # a bad spec fails here, naming its key
+    if settings["sampler"] == "grid":
+        grid(distributions)
+    return space
+
+
+def grid(distributions: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every point of a finite space in command-line order (the first key varies slowest, as in
+    Hydra's BasicSweeper); an empty space is one point. ConfigError for a continuous key."""
+    import itertools
+
+    import optuna.distributions as d
+
+    values = {}
+    for key, dist in distributions.items():
+        if isinstance(dist, d.CategoricalDistribution):
+            values[key] = list(dist.choices)
+        elif isinstance(dist, d.IntDistribution) and not dist.log:
+            values[key] = list(range(dist.low, dist.high + 1, dist.step))
+        else:
+            raise ConfigError(
+                f"hydra.sweeper.sampler=grid: {key} is continuous; a grid takes choice(...), "
+                "x,y,... or range(a, b) (or use sampler=tpe / random)"
+            )
+    return [dict(zip(values, point)) for point in itertools.product(*values.values())]
+
+
+def distribution(key: str, spec: str) -> Any:
+    """Hydra sweep syntax -> an Optuna distribution (ConfigError naming the key otherwise)."""
+    import optuna.distributions as d
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
+    try:
+        value = OverridesParser.create().parse_override(f"{key}={spec}").value()
+    except Exception as ex:
+        raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: {ex}") from ex
+    if isinstance(value, ChoiceSweep):
+        return d.CategoricalDistribution(list(value.list))
+    if isinstance(value, RangeSweep):
+        if all(isinstance(x, int) for x in (value.start, value.stop, value.step)):
+            return d.IntDistribution(value.start, value.stop - 1, step=value.step)
+        return d.FloatDistribution(value.start, value.stop, step=value.step)
+    if isinstance(value, IntervalSweep):
+        log_scale = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return d.IntDistribution(value.start, value.end, log=log_scale)
+        return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
+    raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: not a search space; use {SYNTAX}")

@@ -26,3 +26,16 @@ def rho_sweep(tmp_path_factory):
     proc = multirun(cwd, *RHO_SWEEP)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return cwd, proc
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on 127.0.0.1 for the session (helpers.postgres), torn down after."""
+    from helpers import postgres as pg
+
+    reason = pg.unavailable()
+    if reason:
+        pytest.skip(reason)
+    server = pg.PostgresServer().start()
+    yield server
+    server.stop()

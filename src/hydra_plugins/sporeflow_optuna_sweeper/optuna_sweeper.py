@@ -131,6 +131,7 @@ class OptunaSweeper(Sweeper):
             "n_jobs": self.n_jobs,
             "heartbeat_interval": self.heartbeat_interval,
             "max_failure_rate": self.max_failure_rate,
+            "storage": self.storage,
             "params": self.params,
         }
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sporeflow.core.errors import ConfigError
+from sporeflow.core.uris import database_lock
 
 RETRY_OF = "sporeflow.retry_of"  # on a queued trial: the number of the FAIL trial it runs again
 SURPLUS = "sporeflow.surplus"  # a trial asked beyond n_trials by a concurrent process: not run
@@ -58,7 +59,7 @@ def storage(url: str | None, heartbeat_interval: int) -> Any:
 
     if not url:
         return None
-    with quiet():
+    with quiet(), database_lock(url, "optuna tables"):  # first use creates them
         return optuna.storages.RDBStorage(
             url,
             heartbeat_interval=heartbeat_interval,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sporeflow.core.errors import ConfigError
+from sporeflow.core.uris import database_problem, is_database, redacted
 
 SYNTAX = (
     "interval(a, b), int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...), "
@@ -103,6 +104,13 @@ def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpac
         raise ConfigError(
             f"hydra.sweeper.max_failure_rate={settings['max_failure_rate']}: must be in [0, 1]"
         )
+    storage = settings.get("storage") or ""
+    if is_database(storage):
+        problem = database_problem(storage)
+        if problem:
+            raise ConfigError(
+                f"hydra.sweeper.storage={redacted(storage)}: cannot connect: {problem}"
+            )
     space = build(settings.get("params"), arguments)
     if not space.specs and settings["sampler"] != "grid":
         raise ConfigError(

@@ -3,7 +3,13 @@ an error message, an MLflow tag or a file."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
+
+# scheme://user:password@ anywhere in a text (a command line, a YAML file, a param value)
+_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"]*):[^\s@/'\"]+@")
 
 
 def redacted(uri: str) -> str:
@@ -15,3 +21,61 @@ def redacted(uri: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def redact_text(text: str) -> str:
+    """Every URI password in a text replaced by *** (what MLflow records of a config)."""
+    return _CREDENTIALS.sub(r"\1:***@", text)
+
+
+def is_database(uri: str) -> bool:
+    """A store spoken to as a database server (postgresql://, mysql://...), not a file or HTTP."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    return bool(scheme) and not scheme.startswith(("sqlite", "http", "file"))
+
+
+def database_problem(uri: str, timeout_s: int = 5) -> str | None:
+    """None when a database URI connects and authenticates; otherwise why not, in one line and
+    without the password (a wrong password, a refused port, no such database, no driver)."""
+    import sqlalchemy
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        engine = sqlalchemy.create_engine(
+            uri, connect_args={"connect_timeout": timeout_s}, poolclass=sqlalchemy.pool.NullPool
+        )
+        with engine.connect():
+            pass
+    except ModuleNotFoundError as ex:
+        return f"no driver for it ({ex.name}): pip install -e '.[team]' (psycopg for postgresql://)"
+    except (SQLAlchemyError, ValueError) as ex:
+        cause = getattr(ex, "orig", None) or ex
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+        text = lines[0] if lines else type(cause).__name__
+        parts = urlsplit(uri)
+        if parts.password:
+            text = text.replace(parts.password, "***")
+        return text
+    return None
+
+
+@contextmanager
+def database_lock(uri: str, name: str) -> Iterator[None]:
+    """Held by one process at a time per PostgreSQL database and `name` (an advisory lock):
+    around the creation of a store's tables, which MLflow and Optuna do on first use and which
+    two processes doing at once break ("duplicate key ... pg_type"). Other stores: no lock."""
+    if not uri.startswith("postgresql"):
+        yield
+        return
+    import zlib
+
+    import sqlalchemy
+
+    key = zlib.crc32(name.encode())
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as conn:
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})

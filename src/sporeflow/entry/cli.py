@@ -201,13 +201,58 @@ def ui(args: argparse.Namespace) -> int:
         str(args.port),
     ]
     print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
+    return _serve(server)
+
+
+def _serve(command: list[str]) -> int:
+    """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker."""
     signals.install()
-    proc = start_group(server)
+    proc = start_group(command)
     try:
         return proc.wait()
-    except signals.Interrupted as ex:  # Ctrl-C or SIGTERM: the server and every worker it started
+    except signals.Interrupted as ex:
         stop_group(proc, ex.signum, grace=10.0)
         return ex.exit_code
+
+
+def server(args: argparse.Namespace) -> int:
+    """A team's store: `mlflow server` over a database (PostgreSQL), artifacts served from a
+    folder, so every machine needs only tracking.uri=http://<host>:<port>."""
+    from sporeflow.core.uris import database_problem, is_database, redacted
+
+    if not is_database(args.db):
+        print(
+            f"--db {args.db}: not a database URI; give postgresql://user:password@host:port/db",
+            file=sys.stderr,
+        )
+        return 2
+    problem = database_problem(args.db)
+    if problem:
+        print(f"--db {redacted(args.db)}: cannot connect: {problem}", file=sys.stderr)
+        return 2
+    artifacts = Path(args.artifacts).resolve()
+    artifacts.mkdir(parents=True, exist_ok=True)
+    command = [
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        args.db,
+        "--artifacts-destination",
+        str(artifacts),
+        "--serve-artifacts",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        *(args.mlflow_args[1:] if args.mlflow_args[:1] == ["--"] else args.mlflow_args),
+    ]
+    shown = args.host if args.host not in ("0.0.0.0", "::") else "<this machine's name>"
+    print(
+        f"serving {redacted(args.db)} with artifacts in {artifacts} at http://{args.host}:{args.port}"
+        f" (Ctrl-C stops it); on every machine: tracking.uri=http://{shown}:{args.port}",
+        file=sys.stderr,
+    )
+    return _serve(command)
 
 
 def merge_ckpt(args: argparse.Namespace) -> int:
@@ -325,6 +370,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--links-only", action="store_true", help="print the links, start no server")
     p.set_defaults(fn=ui)
+    p = sub.add_parser(
+        "server",
+        help="a team's store: mlflow server over PostgreSQL, artifacts served from a folder",
+        description=server.__doc__,
+    )
+    p.add_argument("--db", required=True, help="postgresql://user:password@host:port/database")
+    p.add_argument("--artifacts", required=True, help="folder the server keeps artifacts in")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument(
+        "mlflow_args",
+        nargs=argparse.REMAINDER,
+        help="after --: more `mlflow server` options (e.g. -- --allowed-hosts host:5000)",
+    )
+    p.set_defaults(fn=server)
     p = sub.add_parser(
         "merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint"
     )

@@ -40,7 +40,7 @@ from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
 from sporeflow.report import views
 from sporeflow.tracking.journal import is_key, journals_under, read_records
-from sporeflow.tracking.store import StoreError
+from sporeflow.tracking.store import StoreError, database_refusal
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -133,13 +133,15 @@ class SweepRun(Callback):
 
     @staticmethod
     def _sweeper_accepts(config: DictConfig) -> bool:
-        """False for Optuna sweeper settings the sweeper will refuse (exit 2, one line, from
-        the sweeper: Hydra turns a callback's exception into a warning): no parent run then."""
-        if config.hydra.sweeper.get("_target_") != search_space.OPTUNA_SWEEPER:
-            return True
-        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+        """False for a database store that does not connect, or Optuna sweeper settings the
+        sweeper will refuse: no parent run then; the sweeper or the first job refuses them (exit
+        2, one line: Hydra turns a callback's exception into a warning)."""
         try:
-            search_space.checked(sweeper, OmegaConf.to_container(config.hydra.overrides.task))
+            if database_refusal(config.tracking.uri):  # each job refuses it (exit 2)
+                return False
+            if config.hydra.sweeper.get("_target_") == search_space.OPTUNA_SWEEPER:
+                sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+                search_space.checked(sweeper, OmegaConf.to_container(config.hydra.overrides.task))
         except ConfigError:
             return False
         return True

@@ -21,16 +21,27 @@ from sporeflow.storage.checkpoints import (
     newest_complete_checkpoint,
 )
 from sporeflow.storage.run_marker import find_resume_dir
+from sporeflow.tracking.store import database_refusal
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
     problem = device_problem(cfg.device_target)
     if problem:
         raise ConfigError(problem)
+    check_store(cfg.tracking)
     build_dataset(cfg).check()
     check_resume(cfg, ctx)
     if cfg.boost.name is BoostName.dim_reduce and cfg.boost.pca_mat_path:
         check_basis(cfg)
+
+
+def check_store(tracking: DictConfig) -> None:
+    """A database store (postgresql://...) must connect and accept the credentials: no journal
+    can make a wrong password right. (An HTTP server that is down is not refused: its records
+    wait in the journal, README "When things go wrong".)"""
+    refusal = database_refusal(tracking.uri) if tracking.enabled else None
+    if refusal:
+        raise ConfigError(refusal)
 
 
 def check_resume(cfg: DictConfig, ctx: RunContext) -> None:

@@ -69,8 +69,9 @@ def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str)
     )
     run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
-    if ctx.hydra_dir is not None:
-        run.log_artifacts(sorted(ctx.hydra_dir.glob("*.yaml")), "config/hydra")
+    if ctx.hydra_dir is not None:  # as text: log_text takes URI passwords out
+        for path in sorted(ctx.hydra_dir.glob("*.yaml")):
+            run.log_text(path.read_text(), f"config/hydra/{path.name}")
 
 
 def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from sporeflow.core.uris import database_lock, database_problem, is_database, redacted
 from sporeflow.storage.locks import exclusive
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,13 @@ def sqlite_path(uri: str) -> Path | None:
 
 @contextmanager
 def store_lock(uri: str):
-    """Hold an exclusive lock on `<db>.lock` while a sqlite store is created or migrated, so
-    concurrent first runs do not race MLflow's schema creation ("table ... already exists")."""
+    """Hold an exclusive lock on `<db>.lock` (sqlite) or an advisory lock (PostgreSQL) while a
+    store is created or migrated, so concurrent first runs do not race MLflow's schema creation
+    ("table ... already exists")."""
     db = sqlite_path(uri)
     if db is None:
-        yield
+        with database_lock(uri, "mlflow tables"):  # PostgreSQL: an advisory lock
+            yield
         return
     with exclusive(db.with_name(db.name + ".lock")):
         yield
@@ -146,6 +149,19 @@ def server_problem(uri: str, timeout: float = 3.0) -> str | None:
             return None if resp.status == 200 else f"HTTP {resp.status}"
     except (urllib.error.URLError, OSError) as ex:
         return str(getattr(ex, "reason", ex))
+
+
+def database_refusal(configured: str | None) -> str | None:
+    """Why a database store (postgresql://...) cannot be used, in one line naming the key and
+    the URI without its password; None when it connects, or is not a database."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if not is_database(uri):
+        return None
+    problem = database_problem(uri)
+    if problem is None:
+        return None
+    key = "tracking.uri" if configured else "MLFLOW_TRACKING_URI"
+    return f"{key}={redacted(uri)}: cannot connect: {problem}"
 
 
 class Store:

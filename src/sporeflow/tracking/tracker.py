@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sporeflow.core.processes import this_process
+from sporeflow.core.uris import redact_text
 from sporeflow.tracking.journal import (
     AppliedState,
     Journal,
@@ -315,10 +316,10 @@ class TrackedRun:
             self.tracker._append(op, run=self.run_id, **fields)  # noqa: SLF001 - one module's pair
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self._append("params", params={k: str(v) for k, v in params.items()})
+        self._append("params", params={k: redact_text(str(v)) for k, v in params.items()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self._append("tags", tags={k: _tag_value(v) for k, v in tags.items()})
+        self._append("tags", tags={k: redact_text(_tag_value(v)) for k, v in tags.items()})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
         if self.run_id is None:
@@ -340,7 +341,7 @@ class TrackedRun:
         self._append("artifact", path=str(Path(path).resolve()), dir=artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._append("text", text=text, file=artifact_file)
+        self._append("text", text=redact_text(text), file=artifact_file)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
         for p in paths:

@@ -1,0 +1,226 @@
+"""A team's store on a real PostgreSQL server (issue 23): MLflow straight on the database and
+behind `sporeflow server`, one Optuna study shared by sweeper processes in different launch
+dirs, and bad addresses refused before any work. The server is Debian's PostgreSQL, started by
+the session's `postgres` fixture on 127.0.0.1."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from helpers.servers import free_port, stop, wait_until_healthy
+from helpers.store import by_stage
+from helpers.train import multirun, run_train
+
+SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
+SPORECLI = str(Path(sys.executable).parent / "sporeflow")
+
+
+def runs_in(uri: str) -> list:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sporeflow")
+    return client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
+
+
+@pytest.fixture(scope="module")
+def team_server(postgres, tmp_path_factory):
+    """`sporeflow server --db <postgresql> --artifacts <dir>` on a free port: (url, db uri)."""
+    db = postgres.new_database("team")
+    root = tmp_path_factory.mktemp("team_server")
+    port = free_port()
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen(
+        [SPORECLI, "server", "--db", db, "--artifacts", str(root / "artifacts"), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until_healthy(url, proc, timeout=120)
+    yield url, db, root
+    stop(proc)
+    log.close()
+
+
+def test_a_job_tracks_straight_into_postgresql(postgres, tmp_path):
+    db = postgres.new_database("direct")
+    proc = run_train(["epochs=2", f"tracking.uri={db}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = runs_in(db)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["epochs"] == "2" and "optimizer.lr" in run.data.params
+    # what MLflow keeps of the config never holds the password
+    assert run.data.params["tracking.uri"] == db.replace(":team-secret@", ":***@")
+    assert "team-secret" not in run.data.tags["overrides"]
+    config = MlflowClient(db).download_artifacts(run.info.run_id, "config", str(tmp_path / "got"))
+    assert not [p for p in Path(config).rglob("*.*") if "team-secret" in p.read_text()]
+    history = sorted(MlflowClient(db).get_metric_history(run.info.run_id, "eval/acc"), key=lambda m: m.step)
+    assert len(history) == 2 and history[0].step < history[1].step  # one per epoch
+    assert run.data.metrics["final/acc"] == history[-1].value
+    # the tables are PostgreSQL's: the database itself holds the run
+    assert postgres.psql("SELECT count(*) FROM runs", database="direct").strip() == "1"
+
+
+def test_the_team_server_takes_runs_models_and_artifacts(team_server, tmp_path):
+    url, db, root = team_server
+    proc = run_train(["epochs=1", f"tracking.uri={url}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = [r for r in runs_in(db) if r.info.run_name.startswith("lenet5")][-1:]
+    assert run.info.status == "FINISHED"
+    # the logged model's files went to the server's artifact folder, not the launch dir
+    weights = list((root / "artifacts").rglob("weights.ckpt"))
+    assert weights and not list(tmp_path.glob("mlruns")) and not list(tmp_path.glob("mlartifacts"))
+
+
+@pytest.mark.slow
+def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_path):
+    """8 joblib jobs at once: every run FINISHED, each with the same param keys and every
+    epoch's metrics; every record each job journalled was applied (counted from the journals)."""
+    url, db, _ = team_server
+    proc = multirun(
+        tmp_path,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=8",
+        "seed=range(1,9)",
+        "epochs=2",
+        f"tracking.uri={url}",
+        "tracking.log_model=false",
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = runs_in(db)
+    (sweep,) = [r for r in by_stage(runs)["sweep"] if r.data.tags["sweep.dir"].startswith(str(tmp_path))]
+    jobs = [r for r in runs if r.data.tags.get("sweep.run_id") == sweep.info.run_id]
+    assert len(jobs) == 8 and {r.info.status for r in jobs} == {"FINISHED"}
+    assert sorted(int(r.data.params["seed"]) for r in jobs) == list(range(1, 9))
+    assert len({frozenset(r.data.params) for r in jobs}) == 1  # every param of every job
+    client = MlflowClient(db)
+    for key, expected in (("eval/acc", {2}), ("train/loss", None)):  # per epoch; every n steps
+        counts = {len(client.get_metric_history(job.info.run_id, key)) for job in jobs}
+        assert counts == (expected or counts) and len(counts) == 1 and 0 not in counts, (key, counts)
+    journals = list(tmp_path.glob("multirun/*/tracking/*.jsonl"))
+    assert len(journals) == 8
+    for journal in journals:
+        written = sum(1 for line in journal.read_text().splitlines() if line.strip())
+        applied = json.loads(journal.with_suffix(".applied.json").read_text())
+        assert applied["applied"] == written, journal
+
+
+# --- refused before any work -----------------------------------------------------------------
+
+
+def test_a_wrong_password_or_a_closed_port_exits_2_without_the_password(postgres, tmp_path):
+    wrong = postgres.uri(password="not-the-password")
+    closed = f"postgresql://sporeflow:team-secret@127.0.0.1:{free_port()}/sporeflow"
+    for name in ("job", "sweep", "search"):
+        (tmp_path / name).mkdir()
+    for uri, why in ((wrong, "password authentication failed"), (closed, "Connection refused")):
+        for command in (
+            run_train([f"tracking.uri={uri}"], tmp_path / "job"),
+            multirun(tmp_path / "sweep", "seed=1,2", f"tracking.uri={uri}"),
+            multirun(
+                tmp_path / "search",
+                "hparams_search=dim_reduce_optuna",
+                f"hydra.sweeper.storage={uri}",
+            ),
+            subprocess.run(
+                [SPORECLI, "server", "--db", uri, "--artifacts", str(tmp_path / "a")],
+                capture_output=True,
+                text=True,
+            ),
+        ):
+            assert command.returncode == 2, command.stderr[-2000:]
+            # Hydra itself logs a failed job's overrides as typed: keep passwords off the
+            # command line (PGPASSWORD or ~/.pgpass, README "For a team"); ours never show it
+            ours = [x for x in command.stderr.splitlines() if "executing job with overrides" not in x]
+            (line,) = [x for x in ours if "cannot connect" in x]
+            assert why in line and ":***@127.0.0.1" in line, line
+            assert not [x for x in ours if "team-secret" in x or "not-the-password" in x]
+    assert not list(tmp_path.rglob("checkpoints")), "no work may start"
+
+
+# --- one study, many processes ---------------------------------------------------------------
+
+
+def sphere_search(cwd: Path, storage: str, *overrides: str) -> subprocess.Popen:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(SPHERE),
+            "-m",
+            f"hydra.sweep.dir={cwd / 'multirun'}",
+            f"hydra.sweeper.storage={storage}",
+            "hydra.sweeper.study_name=shared",
+            "hydra.sweeper.heartbeat_interval=1",
+            *overrides,
+        ],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def trials_of(cwd: Path) -> list[dict]:
+    with open(cwd / "multirun" / "optuna_trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_sweepers_on_two_machines_share_one_study(postgres, tmp_path):
+    """Two processes in two launch dirs (no shared files) on one PostgreSQL study, started 1 s
+    apart: 12 trials in all, each run by exactly one of them, none failed or lost. (Before the
+    heartbeats the second told the first's running trials FAIL and the first died.)"""
+    storage = postgres.new_database("study_two")
+    first = sphere_search(tmp_path / "a", storage, "hydra.sweeper.n_trials=12", "+sleep=1")
+    time.sleep(1)
+    second = sphere_search(tmp_path / "b", storage, "hydra.sweeper.n_trials=12", "+sleep=1")
+    for proc in (first, second):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    mine = {name: [int(t["trial"]) for t in trials_of(tmp_path / name)] for name in ("a", "b")}
+    assert mine["a"] and mine["b"], "both processes ran trials"
+    assert not set(mine["a"]) & set(mine["b"]), "no trial ran twice"
+    study = optuna.load_study(study_name="shared", storage=storage)
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert sorted(mine["a"] + mine["b"]) == sorted(t.number for t in complete)
+    assert len(complete) == 12
+    unrun = [t for t in study.trials if t.state != optuna.trial.TrialState.COMPLETE]
+    assert all(t.user_attrs.get("sporeflow.surplus") for t in unrun), unrun  # at most a surplus ask
+
+
+def test_a_killed_sweeper_s_trial_is_run_again_by_the_live_one(postgres, tmp_path):
+    """SIGKILL one of two processes while its trial runs: its heartbeat stops, the other process
+    sees the trial stale after 3 s, tells it FAIL and runs its parameters again; the study
+    still ends with n_trials complete trials."""
+    storage = postgres.new_database("study_kill")
+    survivor = sphere_search(tmp_path / "a", storage, "hydra.sweeper.n_trials=6", "+sleep=2")
+    victim = sphere_search(tmp_path / "b", storage, "hydra.sweeper.n_trials=6", "+sleep=30")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until both run a trial
+        time.sleep(0.5)
+        try:
+            study = optuna.load_study(study_name="shared", storage=storage)
+        except KeyError:  # not created yet
+            continue
+        if len(study.get_trials(states=(optuna.trial.TrialState.RUNNING,))) == 2:
+            break
+    victim.kill()
+    victim.wait()
+    _, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="shared", storage=storage)
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 6
+    (dead,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    (again,) = [t for t in study.trials if t.user_attrs.get("sporeflow.retry_of") == dead.number]
+    assert again.state == optuna.trial.TrialState.COMPLETE and again.params == dead.params
+    assert dead.number not in [int(t["trial"]) for t in trials_of(tmp_path / "a")]

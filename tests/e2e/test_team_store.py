@@ -6,7 +6,7 @@ the session's `postgres` fixture on 127.0.0.1."""
 from __future__ import annotations
 
 import csv
-import json
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
 from helpers.train import multirun, run_train
+from sporeflow.tracking.journal import AppliedState, pending
 
 SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
 SPORECLI = str(Path(sys.executable).parent / "sporeflow")
@@ -32,13 +33,26 @@ def runs_in(uri: str) -> list:
 
 @pytest.fixture(scope="module")
 def team_server(postgres, tmp_path_factory):
-    """`sporeflow server --db <postgresql> --artifacts <dir>` on a free port: (url, db uri)."""
+    """`sporeflow server --db <postgresql> --artifacts <dir>` on a free port, the password in
+    PGPASSWORD as README "For a team" says: (url, db uri, its folder)."""
+    from helpers.postgres import PASSWORD
+
     db = postgres.new_database("team")
     root = tmp_path_factory.mktemp("team_server")
     port = free_port()
     log = open(root / "server.log", "w")
     proc = subprocess.Popen(
-        [SPORECLI, "server", "--db", db, "--artifacts", str(root / "artifacts"), "--port", str(port)],
+        [
+            SPORECLI,
+            "server",
+            "--db",
+            postgres.uri("team", password=None),
+            "--artifacts",
+            str(root / "artifacts"),
+            "--port",
+            str(port),
+        ],
+        env={**os.environ, "PGPASSWORD": PASSWORD},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -62,7 +76,9 @@ def test_a_job_tracks_straight_into_postgresql(postgres, tmp_path):
     assert "team-secret" not in run.data.tags["overrides"]
     config = MlflowClient(db).download_artifacts(run.info.run_id, "config", str(tmp_path / "got"))
     assert not [p for p in Path(config).rglob("*.*") if "team-secret" in p.read_text()]
-    history = sorted(MlflowClient(db).get_metric_history(run.info.run_id, "eval/acc"), key=lambda m: m.step)
+    history = sorted(
+        MlflowClient(db).get_metric_history(run.info.run_id, "eval/acc"), key=lambda m: m.step
+    )
     assert len(history) == 2 and history[0].step < history[1].step  # one per epoch
     assert run.data.metrics["final/acc"] == history[-1].value
     # the tables are PostgreSQL's: the database itself holds the run
@@ -97,7 +113,9 @@ def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = runs_in(db)
-    (sweep,) = [r for r in by_stage(runs)["sweep"] if r.data.tags["sweep.dir"].startswith(str(tmp_path))]
+    (sweep,) = [
+        r for r in by_stage(runs)["sweep"] if r.data.tags["sweep.dir"].startswith(str(tmp_path))
+    ]
     jobs = [r for r in runs if r.data.tags.get("sweep.run_id") == sweep.info.run_id]
     assert len(jobs) == 8 and {r.info.status for r in jobs} == {"FINISHED"}
     assert sorted(int(r.data.params["seed"]) for r in jobs) == list(range(1, 9))
@@ -105,13 +123,15 @@ def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_
     client = MlflowClient(db)
     for key, expected in (("eval/acc", {2}), ("train/loss", None)):  # per epoch; every n steps
         counts = {len(client.get_metric_history(job.info.run_id, key)) for job in jobs}
-        assert counts == (expected or counts) and len(counts) == 1 and 0 not in counts, (key, counts)
+        assert counts == (expected or counts) and len(counts) == 1 and 0 not in counts, (
+            key,
+            counts,
+        )
     journals = list(tmp_path.glob("multirun/*/tracking/*.jsonl"))
     assert len(journals) == 8
-    for journal in journals:
-        written = sum(1 for line in journal.read_text().splitlines() if line.strip())
-        applied = json.loads(journal.with_suffix(".applied.json").read_text())
-        assert applied["applied"] == written, journal
+    for journal in journals:  # the store took every record of every job, refused none
+        state = AppliedState.load(journal)
+        assert pending(journal) == 0 and state.rejected == 0 and state.seq > 0, journal
 
 
 # --- refused before any work -----------------------------------------------------------------
@@ -140,7 +160,9 @@ def test_a_wrong_password_or_a_closed_port_exits_2_without_the_password(postgres
             assert command.returncode == 2, command.stderr[-2000:]
             # Hydra itself logs a failed job's overrides as typed: keep passwords off the
             # command line (PGPASSWORD or ~/.pgpass, README "For a team"); ours never show it
-            ours = [x for x in command.stderr.splitlines() if "executing job with overrides" not in x]
+            ours = [
+                x for x in command.stderr.splitlines() if "executing job with overrides" not in x
+            ]
             (line,) = [x for x in ours if "cannot connect" in x]
             assert why in line and ":***@127.0.0.1" in line, line
             assert not [x for x in ours if "team-secret" in x or "not-the-password" in x]

@@ -105,8 +105,10 @@ class PostgresServer:
             text=True,
         ).stdout
 
-    def uri(self, database: str = DATABASE, password: str = PASSWORD) -> str:
-        return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
+    def uri(self, database: str = DATABASE, password: str | None = PASSWORD) -> str:
+        """The database's URI; password=None: without one (the driver reads PGPASSWORD)."""
+        secret = f":{password}" if password is not None else ""
+        return f"postgresql://{USER}{secret}@127.0.0.1:{self.port}/{database}"
 
     def new_database(self, name: str) -> str:
         """A fresh database of the role (one per test that must start empty)."""

@@ -23,8 +23,8 @@ from pathlib import Path
 from trainjob import REPO, run_train
 
 sys.path.insert(0, str(REPO / "tests"))
-from helpers.postgres import PASSWORD, PostgresServer  # noqa: E402
-from helpers.servers import free_port, stop, wait_until_healthy  # noqa: E402
+from helpers.postgres import PASSWORD, PostgresServer
+from helpers.servers import free_port, stop, wait_until_healthy
 
 
 def team_server(db_uri_without_password: str, root: Path) -> tuple[subprocess.Popen, str]:

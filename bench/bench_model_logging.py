@@ -17,12 +17,11 @@ Usage: python bench/bench_model_logging.py [repeats]
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from trainjob import REPO, run_train
+from trainjob import REPO, interleaved_wall_times, print_paired
 
 sys.path.insert(0, str(REPO / "src"))
 
@@ -32,15 +31,6 @@ ARMS = {
     "metrics": ["tracking.log_model=false"],
     "both": [],
 }
-
-
-def wall_times(repeats: int) -> dict[str, list[float]]:
-    found: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    for _ in range(repeats):
-        for arm, args in ARMS.items():
-            with tempfile.TemporaryDirectory() as tmp:
-                found[arm].append(run_train([*args, "callbacks.progress_bar=false"], Path(tmp)))
-    return found
 
 
 def package_sizes() -> dict[str, float]:
@@ -72,17 +62,8 @@ def package_sizes() -> dict[str, float]:
 
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    times = wall_times(repeats)
-    print(
-        f"default job (lenet5-digits, 10 epochs), wall s, median of {repeats}, CPU (2 cores);"
-        " x off: median of the paired ratios [min-max]:"
-    )
-    for arm, found in times.items():
-        ratios = [t / off for t, off in zip(found, times["off"])]
-        print(
-            f"  {arm:8s} {statistics.median(found):6.1f} s  {statistics.median(ratios):5.3f}x"
-            f" [{min(ratios):.3f}-{max(ratios):.3f}]   runs: {', '.join(f'{t:.1f}' for t in found)}"
-        )
+    times = interleaved_wall_times(ARMS, repeats)
+    print_paired(times, "off", "default job (lenet5-digits, 10 epochs)")
     for name, mb in package_sizes().items():
         print(f"  packaged model {name}: {mb:.1f} MB (weights.ckpt + network.mindir + example)")
 

@@ -13,14 +13,13 @@ Usage: python bench/bench_team_store.py [repeats]
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from trainjob import REPO, run_train
+from trainjob import REPO, interleaved_wall_times, print_paired
 
 sys.path.insert(0, str(REPO / "tests"))
 from helpers.postgres import PASSWORD, PostgresServer
@@ -93,21 +92,8 @@ def main() -> None:
             "postgresql": [f"tracking.uri={direct}"],
             "server": [f"tracking.uri={url}"],
         }
-        times: dict[str, list[float]] = {arm: [] for arm in arms}
-        for _ in range(repeats):
-            for arm, args in arms.items():
-                with tempfile.TemporaryDirectory() as tmp:
-                    times[arm].append(run_train([*args, "callbacks.progress_bar=false"], Path(tmp)))
-        print(
-            f"default job (lenet5-digits, 10 epochs), wall s, median of {repeats}, CPU (2 cores);"
-            " x sqlite: median of the paired ratios [min-max]:"
-        )
-        for arm, found in times.items():
-            ratios = [t / base for t, base in zip(found, times["sqlite"])]
-            print(
-                f"  {arm:10s} {statistics.median(found):6.1f} s  {statistics.median(ratios):5.3f}x"
-                f" [{min(ratios):.3f}-{max(ratios):.3f}]   runs: {', '.join(f'{t:.1f}' for t in found)}"
-            )
+        times = interleaved_wall_times(arms, repeats)
+        print_paired(times, "sqlite", "default job (lenet5-digits, 10 epochs)")
         print("8 concurrent jobs (joblib, 2 epochs each, no model), jobs per minute:")
         for arm, uri in (("sqlite", None), ("server", url)):
             minutes = sweep_minutes(uri)

@@ -43,3 +43,34 @@ def metric_history(client, run, key: str) -> list[float]:
         m.value
         for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
     ]
+
+
+def interleaved_wall_times(arms: dict[str, list[str]], repeats: int) -> dict[str, list[float]]:
+    """Each arm's `python train.py ARGS` wall seconds, arms in turn per repetition (A B C A B C
+    ...), each run in a fresh process and a fresh launch folder."""
+    import tempfile
+
+    found: dict[str, list[float]] = {arm: [] for arm in arms}
+    for _ in range(repeats):
+        for arm, args in arms.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                found[arm].append(run_train([*args, "callbacks.progress_bar=false"], Path(tmp)))
+    return found
+
+
+def print_paired(times: dict[str, list[float]], base: str, what: str) -> None:
+    """Median per arm and its ratio to `base` pair by pair (the same repetition's run), so the
+    machine's drift between repetitions cancels."""
+    import statistics
+
+    repeats = len(times[base])
+    print(
+        f"{what}, wall s, median of {repeats}, CPU (2 cores);"
+        f" x {base}: median of the paired ratios [min-max]:"
+    )
+    for arm, found in times.items():
+        ratios = [t / b for t, b in zip(found, times[base])]
+        print(
+            f"  {arm:10s} {statistics.median(found):6.1f} s  {statistics.median(ratios):5.3f}x"
+            f" [{min(ratios):.3f}-{max(ratios):.3f}]   runs: {', '.join(f'{t:.1f}' for t in found)}"
+        )

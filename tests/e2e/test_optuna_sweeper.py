@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -270,3 +271,29 @@ def test_a_study_searched_over_another_space_is_refused(tmp_path):
     )
     assert other.returncode != 0, other.stderr[-2000:]  # Hydra's own exit code: not our app
     assert "hydra.sweeper.study_name='sphere'" in other.stderr and "another space" in other.stderr
+
+
+def test_a_running_trial_that_never_beat_is_run_again_once_older_than_the_grace_period(tmp_path):
+    """A RUNNING trial with no heartbeat (left by a version without heartbeats, or a process
+    killed between asking and its first beat) would never turn stale in Optuna's eyes, and the
+    sweeper would wait for it forever: past 3 heartbeat intervals it is told FAIL and its
+    parameters run again."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="sphere", storage=storage, direction="minimize")
+    space = search_space.build(
+        {"x": "range(-5.5, 5.5, step=0.5)", "y": "choice(-5, 0, 5)", "z": "choice(0, 1)"}, []
+    )
+    orphan = study.ask(space.distributions())
+    time.sleep(3.5)  # > 3 intervals of 1 s
+    proc = sphere(
+        tmp_path,
+        f"hydra.sweeper.storage={storage}",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.heartbeat_interval=1",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="sphere", storage=storage)
+    assert study.trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    (again,) = [t for t in study.trials if t.user_attrs.get("sporeflow.retry_of") == orphan.number]
+    assert again.state == optuna.trial.TrialState.COMPLETE and again.params == orphan.params
+    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2

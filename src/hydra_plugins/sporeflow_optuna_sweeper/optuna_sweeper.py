@@ -186,7 +186,9 @@ class OptunaSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study = self._open_study(launch_dir, distributions)
 
-        shared.fail_stale(study)  # a dead process's trials: run them again
+        shared.fail_stale(
+            study, shared.grace_period(self.heartbeat_interval)
+        )  # a dead process's trials: run them again
         n_trials = (
             self._enqueue_grid(study, distributions) if self.sampler == "grid" else self.n_trials
         )
@@ -225,7 +227,7 @@ class OptunaSweeper(Sweeper):
 
         batch = []
         while len(batch) < want:
-            shared.fail_stale(study)
+            shared.fail_stale(study, shared.grace_period(self.heartbeat_interval))
             ended, running = shared.budget_used(study)
             if ended + running >= n_trials:
                 break
@@ -293,7 +295,7 @@ class OptunaSweeper(Sweeper):
         import time
 
         while True:
-            shared.fail_stale(study)
+            shared.fail_stale(study, shared.grace_period(self.heartbeat_interval))
             ended, running = shared.budget_used(study)
             if ended + running < n_trials:
                 return True

@@ -25,6 +25,7 @@ from sporeflow.core.uris import database_lock
 RETRY_OF = "sporeflow.retry_of"  # on a queued trial: the number of the FAIL trial it runs again
 SURPLUS = "sporeflow.surplus"  # a trial asked beyond n_trials by a concurrent process: not run
 ERROR = "sporeflow.error"  # why a trial failed: "Type: message"
+BEATING = "sporeflow.heartbeat"  # set once a trial's first heartbeat is recorded
 
 
 @contextmanager
@@ -39,18 +40,39 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def fail_stale(study: Any) -> None:
-    """Dead processes' trials: FAIL, and their parameters queued again (`requeue`)."""
+def fail_stale(study: Any, grace_s: float) -> None:
+    """Dead processes' trials: FAIL, and their parameters queued again (`requeue`). Optuna finds
+    those whose heartbeat stopped; a RUNNING trial that never beat (left by a version without
+    heartbeats, or by a process killed between asking and its first beat) is dead once it is
+    older than the grace period."""
+    import datetime
+
     import optuna
+    from optuna.trial import TrialState
 
     with quiet():
         optuna.storages.fail_stale_trials(study)
+    now = datetime.datetime.now()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        started = trial.datetime_start or now
+        if trial.user_attrs.get(BEATING) or (now - started).total_seconds() <= grace_s:
+            continue
+        try:
+            study.tell(trial.number, state=TrialState.FAIL)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+            continue  # another process took it first
+        requeue(study, trial)
 
 
 def requeue(study: Any, trial: Any) -> None:
     """Optuna's stale-trial callback (and ours on an interrupt), for a trial told FAIL: run its
     parameters again in a queued trial that names it (a finished trial takes no more attrs)."""
     study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number}, skip_if_exists=False)
+
+
+def grace_period(heartbeat_interval: int) -> int:
+    """Seconds without a beat after which a trial's process is taken for dead."""
+    return 3 * heartbeat_interval
 
 
 def storage(url: str | None, heartbeat_interval: int) -> Any:
@@ -63,7 +85,7 @@ def storage(url: str | None, heartbeat_interval: int) -> Any:
         return optuna.storages.RDBStorage(
             url,
             heartbeat_interval=heartbeat_interval,
-            grace_period=3 * heartbeat_interval,
+            grace_period=grace_period(heartbeat_interval),
             heartbeat_stale_trial_callback=requeue,
             engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
         )
@@ -140,7 +162,8 @@ class Heartbeat:
     def add(self, trial_id: int) -> None:
         with self._lock:
             self.trial_ids.add(trial_id)
-        self._record([trial_id])  # at once: a trial with no beat yet could never turn stale
+        self._record([trial_id])  # at once: Optuna never finds a trial stale that never beat
+        self.study._storage.set_trial_user_attr(trial_id, BEATING, True)  # noqa: SLF001
 
     def discard(self, trial_id: int) -> None:
         with self._lock:

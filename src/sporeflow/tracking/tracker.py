@@ -319,7 +319,7 @@ class TrackedRun:
         self._append("params", params={k: redact_text(str(v)) for k, v in params.items()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self._append("tags", tags={k: redact_text(_tag_value(v)) for k, v in tags.items()})
+        self._append("tags", tags={k: _tag_value(v) for k, v in tags.items()})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
         if self.run_id is None:
@@ -407,5 +407,5 @@ class TrackedRun:
 
 def _tag_value(value: Any) -> Any:
     """A tag naming a run this process created (a journal key) goes as a reference the writer
-    resolves to the run's MLflow id; every other value as text."""
-    return run_ref(value) if is_key(value) else str(value)
+    resolves to the run's MLflow id; every other value as text, URI passwords as ***."""
+    return run_ref(value) if is_key(value) else redact_text(str(value))

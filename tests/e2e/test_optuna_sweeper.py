@@ -297,3 +297,38 @@ def test_a_running_trial_that_never_beat_is_run_again_once_older_than_the_grace_
     (again,) = [t for t in study.trials if t.user_attrs.get("sporeflow.retry_of") == orphan.number]
     assert again.state == optuna.trial.TrialState.COMPLETE and again.params == orphan.params
     assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2
+
+
+def test_a_trial_taken_back_by_another_process_is_not_told_twice(tmp_path):
+    """The original crash on a shared study ("Cannot tell a FAIL trial"): another process tells
+    a running trial FAIL (here the test, as a process whose view of the heartbeat was late);
+    the sweeper's own tell then finds it finished, drops the result, says so, and goes on."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SPHERE),
+            "-m",
+            f"hydra.sweep.dir={tmp_path / 'multirun'}",
+            f"hydra.sweeper.storage={storage}",
+            "hydra.sweeper.n_trials=1",
+            "+sleep=6",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    running = []
+    while not running and time.monotonic() < deadline:
+        time.sleep(0.3)
+        try:
+            study = optuna.load_study(study_name="sphere", storage=storage)
+        except KeyError:
+            continue
+        running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    study.tell(running[0].number, state=optuna.trial.TrialState.FAIL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "its trial was told FAIL by another process meanwhile" in err
+    assert "Cannot tell" not in err

@@ -185,10 +185,8 @@ class OptunaSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study = self._open_study(launch_dir, distributions)
-
-        shared.fail_stale(
-            study, shared.grace_period(self.heartbeat_interval)
-        )  # a dead process's trials: run them again
+        # a dead process's trials: run them again
+        shared.fail_stale(study, shared.grace_period(self.heartbeat_interval))
         n_trials = (
             self._enqueue_grid(study, distributions) if self.sampler == "grid" else self.n_trials
         )
@@ -224,7 +222,6 @@ class OptunaSweeper(Sweeper):
 
     def _ask(self, study, distributions: dict, n_trials: int, want: int, heartbeat) -> list:
         """Up to `want` trials within the study's budget (others may be asking too)."""
-
         batch = []
         while len(batch) < want:
             shared.fail_stale(study, shared.grace_period(self.heartbeat_interval))
@@ -261,11 +258,13 @@ class OptunaSweeper(Sweeper):
             batches.append(returns)
             for trial, ret in zip(batch, returns):
                 result = results.outcome(ret)
-                if result.value is not None:
-                    study.tell(trial, result.value)
-                else:
-                    shared.set_error(study, trial, result.error)
-                    study.tell(trial, state=TrialState.FAIL)
+                if not shared.tell(study, trial, result.value, result.error):
+                    result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again
+                    print(
+                        f"[sporeflow] trial {trial.number} (job {job}): {result.error}",
+                        file=sys.stderr,
+                    )
+                elif result.value is None:
                     failed.append(f"trial {trial.number} (job {job}): {result.error}")
                     log.warning(
                         "trial %s (job %s) failed: %s\n%s",

@@ -120,9 +120,30 @@ def budget_used(study: Any) -> tuple[int, int]:
     return ended, sum(1 for t in trials if t.state == TrialState.RUNNING)
 
 
-def set_error(study: Any, trial: Any, error: str) -> None:
-    """A failed trial's reason, for whoever reads the study (dashboards, other processes)."""
-    study._storage.set_trial_user_attr(trial._trial_id, ERROR, error)  # noqa: SLF001
+TAKEN_BACK = (
+    "its trial was told FAIL by another process meanwhile (no heartbeat for 3 intervals: a "
+    "stalled machine or database) and its parameters queued again"
+)
+
+
+def tell(study: Any, trial: Any, value: float | None, error: str) -> bool:
+    """The job's value, or FAIL with the reason kept on the trial (for dashboards and other
+    processes). False when another process took the trial back first (its heartbeat was late):
+    the job's result is dropped, its parameters run again under another number."""
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        if value is not None:
+            study.tell(trial, value)
+        else:
+            study._storage.set_trial_user_attr(trial._trial_id, ERROR, error)  # noqa: SLF001
+            study.tell(trial, state=TrialState.FAIL)
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+        if study._storage.get_trial(trial._trial_id).state.is_finished():  # noqa: SLF001
+            return False
+        raise
+    return True
 
 
 def within_budget(study: Any, trial: Any, n_trials: int) -> bool:

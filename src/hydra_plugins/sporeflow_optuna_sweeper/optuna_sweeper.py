@@ -14,7 +14,12 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
 - `storage` (default sqlite:///optuna.db in the launch dir) with `study_name`: the same command
   continues the study, and any number of processes on any machines reaching the storage share
   it (study.py: heartbeats, a dead process's trials run again, `n_trials` counts the study).
-- Trials go to the launcher in batches of `n_jobs` (joblib/submitit run a batch concurrently).
+- `n_jobs` trials run at a time. With a launcher that runs jobs elsewhere (joblib, submitit)
+  each is launched as soon as a slot frees (a thread per slot): no batch waits for its slowest
+  job. Hydra's basic launcher runs jobs in this process, one at a time, in batches of n_jobs.
+- `pruner` (median | hyperband; none by default): each job reports its evaluation every epoch
+  to its trial (sporeflow.stages.pruning) and stops when the pruner finds it behind the others;
+  its trial ends PRUNED (not a failure), its MLflow runs KILLED with `sporeflow.pruned`.
 - `<sweep dir>/optuna_trials.csv` maps trials to job numbers (the sweep's parent run reads it);
   `<sweep dir>/optimization_results.yaml` holds the best parameters and value.
 """
@@ -22,6 +27,7 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
 # (no `from __future__ import annotations` here: Hydra imports plugin modules without putting
 # them in sys.modules, and dataclasses cannot then resolve string annotations)
 import logging
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +41,10 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.sporeflow_optuna_sweeper import results
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
 from sporeflow.config import objective, search_space
+from sporeflow.core.context import TRIAL_ID_ENV
 from sporeflow.core.errors import ConfigError, SporeflowError
+from sporeflow.core.processes import signal_children
+from sporeflow.core.signals import Interrupted
 from sporeflow.core.uris import redacted
 
 log = logging.getLogger(__name__)
@@ -56,6 +65,11 @@ class SporeflowOptunaSweeperConf:
     n_startup_trials: int = 4  # random trials before TPE models the results
     heartbeat_interval: int = 10  # seconds; a trial silent for 3 intervals is a dead process's
     max_failure_rate: float = 0.0  # the sweep exits non-zero when more of its trials failed
+    # none | median | hyperband: stop a job whose evaluation each epoch is behind the others'
+    pruner: str = "none"
+    pruner_min_epochs: int = (
+        1  # a trial trains at least this many epochs (pruned after one of them at the earliest)
+    )
     # flat (boost.rho: ...) or nested (boost: {rho: ...}); null: the command line's sweeps only
     params: Optional[Dict[str, Any]] = field(default_factory=dict)
 
@@ -70,16 +84,6 @@ ConfigStore.instance().store(
 
 class SweepJobsFailed(SporeflowError):
     """Some trials failed; the study kept going and recorded them as FAIL."""
-
-
-def storage_url(storage: Optional[str], launch_dir: Path) -> Optional[str]:
-    if (
-        storage
-        and storage.startswith("sqlite:///")
-        and not Path(storage[len("sqlite:///") :]).is_absolute()
-    ):
-        return f"sqlite:///{(launch_dir / storage[len('sqlite:///') :]).resolve()}"
-    return storage
 
 
 def app_direction(config: DictConfig) -> str:
@@ -105,6 +109,8 @@ class OptunaSweeper(Sweeper):
         n_startup_trials: int,
         heartbeat_interval: int,
         max_failure_rate: float,
+        pruner: str,
+        pruner_min_epochs: int,
         params: Optional[Dict[str, Any]],
     ) -> None:
         self.study_name, self.storage = study_name, storage
@@ -112,6 +118,7 @@ class OptunaSweeper(Sweeper):
         self.direction, self.sampler, self.seed = direction, sampler, seed
         self.n_startup_trials, self.heartbeat_interval = n_startup_trials, heartbeat_interval
         self.max_failure_rate = max_failure_rate
+        self.pruner, self.pruner_min_epochs = pruner, pruner_min_epochs
         self.params = OmegaConf.to_container(params) if isinstance(params, DictConfig) else params
         self.params = self.params or {}
         self.config: Optional[DictConfig] = None
@@ -131,6 +138,8 @@ class OptunaSweeper(Sweeper):
             "n_jobs": self.n_jobs,
             "heartbeat_interval": self.heartbeat_interval,
             "max_failure_rate": self.max_failure_rate,
+            "pruner": self.pruner,
+            "pruner_min_epochs": self.pruner_min_epochs,
             "storage": self.storage,
             "params": self.params,
         }
@@ -148,7 +157,7 @@ class OptunaSweeper(Sweeper):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        url = storage_url(self.storage, launch_dir)
+        url = search_space.storage_url(self.storage, launch_dir)
         direction = self.direction or app_direction(self.config)
         study = optuna.create_study(
             study_name=self.study_name,
@@ -237,56 +246,113 @@ class OptunaSweeper(Sweeper):
         return batch
 
     def _run(self, study, space, distributions: dict, n_trials: int, heartbeat):
-        from optuna.trial import TrialState
+        trials = _Trials(study, heartbeat, Path(self.config.hydra.sweep.dir))
+        if self._unbatched():
+            self._run_in_slots(trials, space, distributions, n_trials)
+        else:
+            self._run_in_batches(trials, space, distributions, n_trials)
+        return trials.batches, sorted(trials.records, key=lambda r: r["job"]), trials.failed
 
-        batches, records, failed, job = [], [], [], 0
-        sweep_dir = Path(self.config.hydra.sweep.dir)
+    def _unbatched(self) -> bool:
+        """Slots, not batches, when the launcher runs jobs elsewhere (joblib, submitit) and more
+        than one at a time; Hydra's basic launcher runs jobs one by one in this process."""
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+        return self.n_jobs > 1 and not isinstance(self.launcher, BasicLauncher)
+
+    def _run_in_batches(self, trials: "_Trials", space, distributions: dict, n_trials: int):
+        """Ask n_jobs trials, launch them together, tell them all, ask again."""
         while True:
-            batch = self._ask(study, distributions, n_trials, self.n_jobs, heartbeat)
+            batch = self._ask(trials.study, distributions, n_trials, self.n_jobs, trials.heartbeat)
             if not batch:
-                if not self._wait_for_others(study, n_trials):
-                    break
+                if not self._wait_for_others(trials.study, n_trials):
+                    return
                 continue
-            overrides = [space.job_overrides(trial.params) for trial in batch]
+            first = trials.number_jobs(len(batch))
             try:
-                returns = self.launcher.launch(overrides, initial_job_idx=job)
-            except BaseException:
-                for trial in batch:  # interrupted (Ctrl-C, SIGTERM): this process's trials
-                    study.tell(trial, state=TrialState.FAIL)  # will not end; queue them again
-                    shared.requeue(study, trial)
-                raise
-            batches.append(returns)
-            for trial, ret in zip(batch, returns):
-                result = results.outcome(ret)
-                if not shared.tell(study, trial, result.value, result.error):
-                    result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again
-                    print(
-                        f"[sporeflow] trial {trial.number} (job {job}): {result.error}",
-                        file=sys.stderr,
-                    )
-                elif result.value is None:
-                    failed.append(f"trial {trial.number} (job {job}): {result.error}")
-                    log.warning(
-                        "trial %s (job %s) failed: %s\n%s",
-                        trial.number,
-                        job,
-                        result.error,
-                        result.traceback,
-                    )
-                heartbeat.discard(trial._trial_id)  # noqa: SLF001
-                records.append(
-                    {
-                        "trial": trial.number,
-                        "job": job,
-                        "state": result.state,
-                        "value": "" if result.value is None else result.value,
-                        "error": result.error,
-                        **trial.params,
-                    }
+                returns = self.launcher.launch(
+                    [self._job_overrides(space, t) for t in batch], initial_job_idx=first
                 )
-                job += 1
-            results.write_trials(sweep_dir, records)
-        return batches, records, failed
+            except BaseException:
+                trials.give_back(batch)  # interrupted: this process's trials will not end
+                raise
+            trials.batches.append(returns)
+            for offset, (trial, ret) in enumerate(zip(batch, returns)):
+                trials.told(trial, first + offset, ret)
+
+    def _run_in_slots(self, trials: "_Trials", space, distributions: dict, n_trials: int):
+        """n_jobs slots, each a thread that asks one trial, launches it as a job of its own and
+        asks again as soon as it ends: no job waits for a slower one of its batch."""
+        import threading
+
+        lock, problems, running = threading.Lock(), [], {}
+        stopping = threading.Event()
+
+        def slot() -> None:
+            while not problems and not stopping.is_set():
+                with lock:
+                    asked = self._ask(trials.study, distributions, n_trials, 1, trials.heartbeat)
+                    if asked:
+                        job = trials.number_jobs(1)
+                        running[job] = asked[0]
+                if not asked:
+                    if running or not self._wait_for_others(trials.study, n_trials):
+                        return  # this process's last trials end in the other slots
+                    continue
+                try:
+                    (ret,) = self.launcher.launch(
+                        [self._job_overrides(space, asked[0])], initial_job_idx=job
+                    )
+                except BaseException as ex:  # noqa: BLE001 - the main thread raises it
+                    problems.append(ex)
+                    return
+                with lock:
+                    if stopping.is_set():
+                        return  # interrupted: the main thread gives the trial back
+                    del running[job]
+                    trials.batches.append([ret])
+                    trials.told(asked[0], job, ret)
+
+        threads = [
+            threading.Thread(target=slot, name=f"trial-slot-{i}", daemon=True)
+            for i in range(self.n_jobs)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for thread in threads:
+                    thread.join(timeout=0.5)
+        except KeyboardInterrupt as ex:  # Ctrl-C / SIGTERM reach this thread only
+            self._stop_slots(threads, stopping)
+            with lock:
+                trials.give_back(list(running.values()))
+            raise ex if isinstance(ex, Interrupted) else Interrupted(signal.SIGINT) from None
+        if problems:
+            raise problems[0]
+
+    @staticmethod
+    def _stop_slots(threads: list, stopping: Any, grace: float = 30.0) -> None:
+        """Interrupt the running jobs (their runs end KILLED), wait for their slots to return;
+        SIGKILL the worker processes of jobs that did not end within `grace` seconds."""
+        import time
+
+        stopping.set()
+        signalled = signal_children(signal.SIGINT)
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for child in signalled:
+            if any(t.is_alive() for t in threads) and child.is_running():
+                child.kill()
+
+    def _job_overrides(self, space, trial) -> List[str]:
+        """The trial's parameters; with a pruner also its id, for the job to report to (an
+        environment variable: the job's own overrides, name and config stay as they were)."""
+        overrides = space.job_overrides(trial.params)
+        if self.pruner != "none":
+            overrides.append(f"++hydra.job.env_set.{TRIAL_ID_ENV}={trial._trial_id}")  # noqa: SLF001
+        return overrides
 
     def _wait_for_others(self, study, n_trials: int) -> bool:
         """Nothing left to ask: while other processes' trials still run, wait (one of them may
@@ -301,3 +367,57 @@ class OptunaSweeper(Sweeper):
             if running == 0:
                 return False
             time.sleep(self.heartbeat_interval)
+
+
+class _Trials:
+    """The trials this process ran: told to the study, recorded in optuna_trials.csv."""
+
+    def __init__(self, study, heartbeat, sweep_dir: Path) -> None:
+        self.study, self.heartbeat, self.sweep_dir = study, heartbeat, sweep_dir
+        self.batches: List[Any] = []  # Hydra's JobReturns, as the launcher gave them back
+        self.records: List[dict] = []
+        self.failed: List[str] = []
+        self.next_job = 0
+
+    def number_jobs(self, count: int) -> int:
+        """The first of `count` new job numbers (Hydra's job.num, the job's sweep subdir)."""
+        first, self.next_job = self.next_job, self.next_job + count
+        return first
+
+    def give_back(self, trials: list) -> None:
+        """Trials this process will not finish (interrupted): FAIL, their parameters queued."""
+        from optuna.trial import TrialState
+
+        for trial in trials:
+            self.study.tell(trial, state=TrialState.FAIL)
+            shared.requeue(self.study, trial)
+
+    def told(self, trial, job: int, ret) -> None:
+        """Tell the study what job `job` of `trial` returned, and record it."""
+        result = results.outcome(ret)
+        if not shared.tell(self.study, trial, result.value, result.error, bool(result.pruned)):
+            result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again
+            print(f"[sporeflow] trial {trial.number} (job {job}): {result.error}", file=sys.stderr)
+        elif result.pruned:
+            print(f"[sporeflow] job {job}: {result.pruned}", file=sys.stderr)
+        elif result.value is None:
+            self.failed.append(f"trial {trial.number} (job {job}): {result.error}")
+            log.warning(
+                "trial %s (job %s) failed: %s\n%s",
+                trial.number,
+                job,
+                result.error,
+                result.traceback,
+            )
+        self.heartbeat.discard(trial._trial_id)  # noqa: SLF001
+        self.records.append(
+            {
+                "trial": trial.number,
+                "job": job,
+                "state": result.state,
+                "value": "" if result.value is None else result.value,
+                "error": result.error,
+                **trial.params,
+            }
+        )
+        results.write_trials(self.sweep_dir, sorted(self.records, key=lambda r: r["job"]))

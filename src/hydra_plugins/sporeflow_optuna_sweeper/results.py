@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
+from sporeflow.core.errors import TrialPruned
 from sporeflow.entry.sweep_run import JOB_FILE, TRIALS_FILE
 
 RESULTS_FILE = "optimization_results.yaml"
@@ -27,10 +28,11 @@ class Outcome:
     value: Optional[float]
     error: str = ""  # "Type: message", one line
     traceback: str = ""
+    pruned: str = ""  # the pruner's reason: the job stopped early, on purpose
 
     @property
     def state(self) -> str:
-        return "COMPLETE" if self.value is not None else "FAIL"
+        return "PRUNED" if self.pruned else "COMPLETE" if self.value is not None else "FAIL"
 
 
 def outcome(ret: Any) -> Outcome:
@@ -39,6 +41,8 @@ def outcome(ret: Any) -> Outcome:
 
     # JobReturn.return_value re-raises a failed job's exception; _return_value holds it
     value = ret._return_value  # noqa: SLF001
+    if isinstance(value, TrialPruned):
+        return Outcome(None, pruned=str(value))
     if ret.status != JobStatus.COMPLETED:
         return Outcome(None, _one_line(value), _traceback(value, ret))
     try:

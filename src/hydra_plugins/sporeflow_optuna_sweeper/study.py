@@ -126,15 +126,17 @@ TAKEN_BACK = (
 )
 
 
-def tell(study: Any, trial: Any, value: float | None, error: str) -> bool:
-    """The job's value, or FAIL with the reason kept on the trial (for dashboards and other
-    processes). False when another process took the trial back first (its heartbeat was late):
-    the job's result is dropped, its parameters run again under another number."""
+def tell(study: Any, trial: Any, value: float | None, error: str, pruned: bool = False) -> bool:
+    """The job's value, PRUNED (its last reported value stays), or FAIL with the reason kept on
+    the trial (for dashboards and other processes). False when another process took the trial
+    back first (its heartbeat was late): the result is dropped, its parameters run again."""
     import optuna
     from optuna.trial import TrialState
 
     try:
-        if value is not None:
+        if pruned:
+            study.tell(trial, state=TrialState.PRUNED)
+        elif value is not None:
             study.tell(trial, value)
         else:
             study._storage.set_trial_user_attr(trial._trial_id, ERROR, error)  # noqa: SLF001

@@ -33,3 +33,17 @@ def metric_key(objective: str, dim_reduce: bool) -> str:
 
 def maximize(objective: str) -> bool:
     return not objective.endswith("loss")
+
+
+def progress(objective: str, dim_reduce: bool) -> tuple[str, str] | None:
+    """(stage, eval metric) that shows a job's objective while it trains, for pruning: stage 2's
+    accuracy or loss for a pipeline ranked by stage 2 (or `gain`: stage 2 minus a baseline that
+    its sweep does not vary), the training stage's for a plain job; None when the objective is
+    only known at the end (a stage-1 or baseline metric: nothing to compare epoch by epoch)."""
+    explicit = name(objective, dim_reduce)
+    if not dim_reduce:
+        return "train", explicit
+    if explicit == "gain":
+        return "stage2", "acc"
+    stage, _, metric = explicit.partition("/")
+    return (stage, metric) if stage == "stage2" else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sporeflow.core.errors import ConfigError
@@ -27,7 +28,16 @@ SYNTAX = (
 EXAMPLE = "python train.py -m hparams_search=dim_reduce_optuna 'boost.rho=interval(0.3, 0.8)'"
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("none", "median", "hyperband")
 OPTUNA_SWEEPER = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+def storage_url(storage: str | None, launch_dir: Path) -> str | None:
+    """`hydra.sweeper.storage` with a relative sqlite path made absolute (from the launch dir)."""
+    prefix = "sqlite:///"
+    if storage and storage.startswith(prefix) and not Path(storage[len(prefix) :]).is_absolute():
+        return f"{prefix}{(launch_dir / storage[len(prefix) :]).resolve()}"
+    return storage
 
 
 def flatten(params: Mapping[str, Any] | None, prefix: str = "") -> dict[str, str]:
@@ -93,13 +103,26 @@ def build(params: Mapping[str, Any] | None, arguments: Iterable[str]) -> SearchS
 def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpace:
     """The Optuna sweeper's settings (`hydra.sweeper`) and search space, or a ConfigError naming
     the key: called by the sweeper, and before a sweep's MLflow parent run exists (sweep_run)."""
-    for key, allowed in (("direction", (None, *DIRECTIONS)), ("sampler", SAMPLERS)):
-        if settings.get(key) not in allowed:
+    for key, allowed in (
+        ("direction", (None, *DIRECTIONS)),
+        ("sampler", SAMPLERS),
+        ("pruner", PRUNERS),
+    ):
+        if settings.get(key, "none") not in allowed:
             names = ", ".join(a for a in allowed if a)
             raise ConfigError(f"hydra.sweeper.{key}={settings.get(key)!r}: allowed are {names}")
     for key in ("n_trials", "n_jobs", "heartbeat_interval"):
         if settings[key] < 1:
             raise ConfigError(f"hydra.sweeper.{key}={settings[key]}: must be >= 1")
+    if settings.get("pruner_min_epochs", 1) < 1:
+        raise ConfigError(
+            f"hydra.sweeper.pruner_min_epochs={settings['pruner_min_epochs']}: must be >= 1"
+        )
+    if settings.get("pruner", "none") != "none" and not settings.get("storage"):
+        raise ConfigError(
+            f"hydra.sweeper.pruner={settings['pruner']} needs a hydra.sweeper.storage (the jobs "
+            "report their progress to the study there); null keeps the study in memory"
+        )
     if not 0.0 <= settings["max_failure_rate"] <= 1.0:
         raise ConfigError(
             f"hydra.sweeper.max_failure_rate={settings['max_failure_rate']}: must be in [0, 1]"

@@ -67,6 +67,36 @@ class SweepJob:
         return " ".join(parts)
 
 
+# How the Optuna sweeper reaches a job's trial (pruning): the sweeper sets the trial's id with
+# `hydra.job.env_set`; the sweep callback adds the study (it reads the job's `hydra.sweeper`) so
+# msrun workers, which see no Hydra state, inherit the whole link.
+TRIAL_ID_ENV = "SPOREFLOW_OPTUNA_TRIAL"
+TRIAL_LINK_ENV = "SPOREFLOW_OPTUNA_LINK"
+
+
+@dataclass(frozen=True)
+class TrialLink:
+    """A sweep job's Optuna trial: where the study is and how it prunes."""
+
+    storage: str  # the study's storage URL (absolute: the job may run in another directory)
+    study: str
+    trial_id: int
+    pruner: str  # median | hyperband
+    min_epochs: int  # every trial trains at least this many epochs
+    startup_trials: int  # trials that complete before any is pruned
+
+    def environ(self) -> dict:
+        import json
+
+        return {TRIAL_LINK_ENV: json.dumps(self.__dict__, sort_keys=True)}
+
+    @classmethod
+    def from_environ(cls, env=os.environ) -> Optional[TrialLink]:
+        import json
+
+        return cls(**json.loads(env[TRIAL_LINK_ENV])) if env.get(TRIAL_LINK_ENV) else None
+
+
 def short_value(value: str) -> str:
     """A swept value as people read it: floats to 4 significant digits, the rest as given."""
     try:

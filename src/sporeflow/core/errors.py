@@ -28,3 +28,9 @@ class DivergedError(SporeflowError):
 
 class CheckpointError(SporeflowError):
     """A checkpoint is missing, unreadable or does not fit the network (`resume=`: exit 2)."""
+
+
+class TrialPruned(SporeflowError):
+    """A sweep's pruner stopped this job early: its Optuna trial's progress (the evaluation each
+    epoch) was worse than the study's other trials at the same epoch. Not a failure: the job's
+    MLflow runs end KILLED with the reason in the tag `sporeflow.pruned`, its trial PRUNED."""

@@ -86,3 +86,28 @@ def stop_group(proc: subprocess.Popen, signum: int, grace: float = 30.0) -> None
         except ProcessLookupError:
             pass
     proc.wait()
+
+
+def signal_children(signum: int) -> list[psutil.Process]:
+    """Pass `signum` to this process's children that act on it: the worker processes a
+    launcher started (joblib's, submitit's local ones), not the helpers that ignore it (the
+    resource trackers of multiprocessing and loky). Returns those signalled."""
+    signalled = []
+    for child in psutil.Process().children(recursive=False):
+        try:
+            if _ignores(child.pid, signum):
+                continue
+            child.send_signal(signum)
+            signalled.append(child)
+        except (psutil.NoSuchProcess, OSError):
+            pass
+    return signalled
+
+
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` ignores `signum` (Linux: the SigIgn mask in /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False

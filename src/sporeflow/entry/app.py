@@ -26,7 +26,7 @@ from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.core.context import RunContext, SweepJob
-from sporeflow.core.errors import SporeflowError
+from sporeflow.core.errors import SporeflowError, TrialPruned
 from sporeflow.entry import messages
 from sporeflow.launch import msrun
 from sporeflow.runtime import cpu_isa
@@ -111,7 +111,12 @@ def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     msrun.record_worker_pid(ctx, cfg.parallel.workers)
-    value = run_pipeline(cfg, ctx)
+    try:
+        value = run_pipeline(cfg, ctx)
+    except TrialPruned as ex:  # every rank stopped at the same step: a clean end for msrun
+        if get_rank() == 0:
+            msrun.write_result(ctx, float("nan"), pruned=str(ex))
+        return float("nan")
     if get_rank() == 0:
         msrun.write_result(ctx, value)
     return value

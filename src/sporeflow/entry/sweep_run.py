@@ -9,7 +9,7 @@ on_job_start       runs wherever the job runs (this process, a joblib worker, a 
                    (context.SweepJob) - msrun workers inherit them too. Not MLFLOW_RUN_ID:
                    MLflow would resume that run and drop the variable;
 on_job_end         writes `sporeflow_job.json` (status, value or error) into the job's dir;
-on_multirun_end    ends the parent: best job's params and objective, jobs finished/failed, the
+on_multirun_end    ends the parent: best job's params and objective, jobs finished/failed/pruned, the
                    table and plots (sweep_report) logged and written into the sweep dir.
 
 When a job raises, Hydra 1.3's BasicSweeper re-raises and never calls on_multirun_end:
@@ -33,8 +33,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective, search_space
-from sporeflow.core.context import SweepJob
-from sporeflow.core.errors import ConfigError
+from sporeflow.core.context import TRIAL_ID_ENV, TRIAL_LINK_ENV, SweepJob, TrialLink
+from sporeflow.core.errors import ConfigError, TrialPruned
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
@@ -59,6 +59,25 @@ def swept_keys(config: DictConfig) -> list[str]:
     return [key.lstrip("+~") for key in search_space.build(params, task).keys]
 
 
+def trial_link(config: DictConfig) -> TrialLink | None:
+    """A job of an Optuna sweep with a pruner: where its trial is (the sweeper put the trial's
+    id in the job's environment, hydra.job.env_set); None for any other job."""
+    trial_id = os.environ.get(TRIAL_ID_ENV)
+    sweeper = config.hydra.sweeper
+    if not trial_id or sweeper.get("_target_") != search_space.OPTUNA_SWEEPER:
+        return None
+    if sweeper.get("pruner", "none") == "none":
+        return None
+    return TrialLink(
+        storage=str(search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))),
+        study=sweeper.study_name,
+        trial_id=int(trial_id),
+        pruner=sweeper.pruner,
+        min_epochs=int(sweeper.pruner_min_epochs),
+        startup_trials=int(sweeper.n_startup_trials),
+    )
+
+
 def registered_model_name(config: DictConfig) -> str:
     """`sweep.registered_model`, else "<model>-<dataset>" (a plain job run's name)."""
     from sporeflow.stages.runs import base_name
@@ -79,8 +98,9 @@ def _short_error(error: Any) -> str:
     return " ".join(text.split())[:500]
 
 
-def died_outcome(job_dir: Path) -> dict:
-    """The outcome of a job that wrote none: FAILED, with the last thing its journal recorded."""
+def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
+    """The outcome of a job that wrote none: FAILED, with the last thing its journal recorded;
+    KILLED when the sweep itself was interrupted (the job was stopped with it)."""
     overrides: list = []
     try:
         overrides = list(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
@@ -88,6 +108,13 @@ def died_outcome(job_dir: Path) -> dict:
         pass
     last = [r for j in journals_under(job_dir) for r in read_records(j)][-1:]
     seen = f"; its journal's last record: {last[0]['op']} (seq {last[0]['seq']})" if last else ""
+    if interrupted:
+        return {
+            "job": int(job_dir.name),
+            "status": "KILLED",
+            "overrides": overrides,
+            "error": f"stopped with the sweep{seen}",
+        }
     return {
         "job": int(job_dir.name),
         "status": "FAILED",
@@ -171,6 +198,9 @@ class SweepRun(Callback):
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         raise_if_received()  # an interrupt swallowed where it landed starts no further job
+        link = trial_link(config)
+        if link is not None:
+            os.environ.update(link.environ())
         if self.run_id is None:
             return
         os.environ.update(
@@ -178,21 +208,24 @@ class SweepRun(Callback):
         )
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        os.environ.pop(TRIAL_LINK_ENV, None)  # the next job in this process has its own trial
         if self.run_id is None or slurm.node_rank() != 0:  # a multi-node job reports from node 0
             return
         from hydra.core.utils import JobStatus
 
         ok = job_return.status == JobStatus.COMPLETED
+        error = job_return._return_value  # noqa: SLF001 - return_value would re-raise it
+        pruned = error if isinstance(error, TrialPruned) else None
         outcome = {
             "job": int(config.hydra.job.num),
-            "status": "COMPLETED" if ok else "FAILED",
+            "status": "COMPLETED" if ok else "PRUNED" if pruned else "FAILED",
             "overrides": list(config.hydra.overrides.task),
         }
         if ok:
             outcome["value"] = job_return.return_value
+        elif pruned:
+            outcome["error"] = str(pruned)
         else:
-            # return_value would re-raise the job's exception; _return_value holds it
-            error = job_return._return_value  # noqa: SLF001
             outcome["error"] = _short_error(error)
             if isinstance(error, BaseException):  # the sweeper reports it (it cannot travel)
                 outcome["traceback"] = "".join(traceback.format_exception(error))
@@ -206,9 +239,10 @@ class SweepRun(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.end()
 
-    def outcomes(self) -> list[dict]:
+    def outcomes(self, interrupted: bool = False) -> list[dict]:
         """Each started job's outcome: its JOB_FILE, or FAILED when its process died without
-        writing one (SIGKILL, out of memory): what its tracking journal shows is the why."""
+        writing one (SIGKILL, out of memory): what its tracking journal shows is the why
+        (KILLED when the sweep was interrupted: a job stopped with it writes none)."""
         found = []
         for job_dir in (
             sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []
@@ -225,7 +259,7 @@ class SweepRun(Callback):
             try:
                 found.append(json.loads((job_dir / JOB_FILE).read_text()))
             except FileNotFoundError:
-                found.append(died_outcome(job_dir))
+                found.append(died_outcome(job_dir, interrupted))
             except (OSError, ValueError):
                 continue
         return sorted(found, key=lambda o: o["job"])
@@ -244,7 +278,8 @@ class SweepRun(Callback):
             found = tracker.get_run(self.run_id)
             self.run_id = found.info.run_id if found is not None else self.run_id
         parent = tracker.run(self.run_id)
-        outcomes = self.outcomes()
+        interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
+        outcomes = self.outcomes(interrupted)
         if not outcomes and error is None:  # e.g. an Optuna study that has all its trials
             tracker.delete_run(self.run_id)
             print(
@@ -254,7 +289,8 @@ class SweepRun(Callback):
             )
             return
         failed = [o for o in outcomes if o["status"] == "FAILED"]
-        interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
+        pruned = [o for o in outcomes if o["status"] == "PRUNED"]
+        killed = [o for o in outcomes if o["status"] == "KILLED"]
         status = (
             "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
         )
@@ -262,7 +298,7 @@ class SweepRun(Callback):
         try:
             if is_key(self.run_id):
                 raise StoreError(f"the store {tracker.uri} does not have the sweep's run yet")
-            lines = self._summarise(tracker, parent, outcomes, failed)
+            lines = self._summarise(tracker, parent, outcomes, failed, pruned)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)
         if failed:
@@ -279,8 +315,12 @@ class SweepRun(Callback):
         print(
             "\n".join(
                 [
-                    f"[sporeflow] sweep {status}: {len(outcomes) - len(failed)} jobs finished, "
-                    f"{len(failed)} failed; MLflow run {self.run_id} ({tracker.uri})",
+                    f"[sporeflow] sweep {status}: "
+                    f"{sum(o['status'] == 'COMPLETED' for o in outcomes)} "
+                    f"jobs finished, {len(failed)} failed"
+                    + (f", {len(killed)} stopped with it" if killed else "")
+                    + (f", {len(pruned)} pruned by the Optuna pruner" if pruned else "")
+                    + f"; MLflow run {self.run_id} ({tracker.uri})",
                     *lines,
                 ]
             ),
@@ -288,7 +328,7 @@ class SweepRun(Callback):
         )
 
     def _summarise(
-        self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict]
+        self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict], pruned: list[dict]
     ) -> list[str]:
         jobs = report.sweep_jobs(tracker, self.run_id, self.keys)
         key = report.objective_key(jobs, self.objective)
@@ -309,7 +349,12 @@ class SweepRun(Callback):
         for plot in filter(None, plots):
             parent.log_artifact(plot)
         parent.log_metrics(
-            {"jobs_finished": len(outcomes) - len(failed), "jobs_failed": len(failed)}, 0
+            {
+                "jobs_finished": sum(o["status"] == "COMPLETED" for o in outcomes),
+                "jobs_pruned": len(pruned),
+                "jobs_failed": len(failed),
+            },
+            0,
         )
         lines = [report.render(header, rows).rstrip()]
         if key:

@@ -27,7 +27,7 @@ from typing import Callable
 from omegaconf import DictConfig
 
 from sporeflow.core.context import RunContext
-from sporeflow.core.errors import SporeflowError
+from sporeflow.core.errors import SporeflowError, TrialPruned
 from sporeflow.core.processes import is_running, start_group, stop_group
 from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
@@ -236,7 +236,10 @@ def launch(
         raise LaunchError(
             f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}"
         )
-    return float(json.loads(result_path.read_text()).get("objective", float("nan")))
+    result = json.loads(result_path.read_text())
+    if result.get("pruned"):  # the workers stopped together; their runs already say why
+        raise TrialPruned(result["pruned"])
+    return float(result.get("objective", float("nan")))
 
 
 # What msrun's scheduler and workers log when the nodes of a job never all connect
@@ -323,6 +326,8 @@ def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
     )
 
 
-def write_result(ctx: RunContext, objective: float) -> None:
-    """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state)."""
-    (ctx.run_dir / RESULT_FILE).write_text(json.dumps({"objective": objective}))
+def write_result(ctx: RunContext, objective: float, pruned: str = "") -> None:
+    """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state): its
+    objective, or why the sweep's pruner stopped it."""
+    result = {"pruned": pruned} if pruned else {"objective": objective}
+    (ctx.run_dir / RESULT_FILE).write_text(json.dumps(result))

@@ -66,7 +66,7 @@ def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job
                 int(tags.get("sweep.job", -1)),
                 run.info.run_id,
                 tags.get("mlflow.runName", ""),
-                run.info.status,
+                "PRUNED" if tags.get("sporeflow.pruned") else run.info.status,  # ended KILLED
                 swept_values(tags.get("overrides", ""), run.data.params, keys),
                 dict(run.data.metrics),
                 tags.get("sporeflow.failure", ""),

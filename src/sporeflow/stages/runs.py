@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
+from sporeflow.core.errors import TrialPruned
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.sync import sync, wait_for_writers
@@ -74,12 +75,19 @@ def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str)
             run.log_text(path.read_text(), f"config/hydra/{path.name}")
 
 
+PRUNED_TAG = "sporeflow.pruned"
+
+
 def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
-    """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C) / FAILED if fn raises, with
-    the reason in the tag `sporeflow.failure`."""
+    """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C; a pruned trial, the pruner's
+    reason in `sporeflow.pruned`) / FAILED if fn raises, the reason in `sporeflow.failure`."""
     try:
         result = fn()
     except KeyboardInterrupt:
+        run.end("KILLED")
+        raise
+    except TrialPruned as ex:  # stopped by the sweep's pruner: not a failure
+        run.set_tags({PRUNED_TAG: str(ex)})
         run.end("KILLED")
         raise
     except BaseException as ex:

@@ -35,6 +35,7 @@ from sporeflow.engine.events import EventRecord
 from sporeflow.engine.loop import StageParts, fit
 from sporeflow.engine.predictions import correct_per_example
 from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stages import pruning
 from sporeflow.stages.build import StagePlan, build_stage_parts, eval_metrics
 from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.runs import guarded, record_config, start_job_run
@@ -161,6 +162,9 @@ def fit_callbacks(
             cfg.parallel.integrated_save,
         )
     )
+    reporter = pruning.for_stage(cfg, name, record, worker)  # after the epoch is saved
+    if reporter is not None:
+        callbacks.append(reporter)
     if worker.is_main and cb_cfg.progress_bar:
         callbacks.append(ProgressBar(record, name))
     return callbacks, throughput, evaluator

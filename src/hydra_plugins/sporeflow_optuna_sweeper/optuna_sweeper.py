@@ -16,7 +16,8 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
   it (study.py: heartbeats, a dead process's trials run again, `n_trials` counts the study).
 - `n_jobs` trials run at a time. With a launcher that runs jobs elsewhere (joblib, submitit)
   each is launched as soon as a slot frees (a thread per slot): no batch waits for its slowest
-  job. Hydra's basic launcher runs jobs in this process, one at a time, in batches of n_jobs.
+  job. Hydra's basic launcher runs jobs in this process, one at a time, in batches of n_jobs;
+  `batched=true` keeps batches with any launcher (the official plugin's way).
 - `pruner` (median | hyperband; none by default): each job reports its evaluation every epoch
   to its trial (sporeflow.stages.pruning) and stops when the pruner finds it behind the others;
   its trial ends PRUNED (not a failure), its MLflow runs KILLED with `sporeflow.pruned`.
@@ -58,7 +59,10 @@ class SporeflowOptunaSweeperConf:
         "sqlite:///optuna.db"  # relative paths: the launch dir; null = in memory
     )
     n_trials: int = 10  # trials of the whole study, over every process sharing it
-    n_jobs: int = 1  # trials per launcher batch
+    n_jobs: int = 1  # trials running at a time (with a joblib or submitit launcher)
+    batched: bool = (
+        False  # true: wait for all n_jobs trials before asking more (the official plugin)
+    )
     direction: Optional[str] = None  # maximize | minimize; null: from the app's sweep.objective
     sampler: str = "tpe"  # tpe | random | grid
     seed: int = 1  # the sampler's seed
@@ -103,6 +107,7 @@ class OptunaSweeper(Sweeper):
         storage: Optional[str],
         n_trials: int,
         n_jobs: int,
+        batched: bool,
         direction: Optional[str],
         sampler: str,
         seed: int,
@@ -114,7 +119,7 @@ class OptunaSweeper(Sweeper):
         params: Optional[Dict[str, Any]],
     ) -> None:
         self.study_name, self.storage = study_name, storage
-        self.n_trials, self.n_jobs = n_trials, n_jobs
+        self.n_trials, self.n_jobs, self.batched = n_trials, n_jobs, batched
         self.direction, self.sampler, self.seed = direction, sampler, seed
         self.n_startup_trials, self.heartbeat_interval = n_startup_trials, heartbeat_interval
         self.max_failure_rate = max_failure_rate
@@ -258,7 +263,7 @@ class OptunaSweeper(Sweeper):
         than one at a time; Hydra's basic launcher runs jobs one by one in this process."""
         from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
-        return self.n_jobs > 1 and not isinstance(self.launcher, BasicLauncher)
+        return not self.batched and self.n_jobs > 1 and not isinstance(self.launcher, BasicLauncher)
 
     def _run_in_batches(self, trials: "_Trials", space, distributions: dict, n_trials: int):
         """Ask n_jobs trials, launch them together, tell them all, ask again."""

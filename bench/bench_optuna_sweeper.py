@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import optuna
+
 from trainjob import REPO
 
 PRUNING = [
@@ -33,7 +34,7 @@ SLOTS = [
     "hydra/launcher=joblib",
     "hydra.launcher.n_jobs=2",
     "hydra.sweeper.n_jobs=2",
-    "epochs=12,2,2,2,12,2,2,2",
+    "epochs=30,3,3,3,30,3,3,3",
 ]
 
 
@@ -77,7 +78,7 @@ def pruning() -> None:
 
 
 def slots() -> None:
-    print("slots: 8 jobs, epochs 12,2,2,2,12,2,2,2, joblib n_jobs=2")
+    print("slots: 8 jobs, epochs 30,3,3,3,30,3,3,3, joblib n_jobs=2")
     print(f"{'mode':>8} {'wall s':>8} {'ratio':>6}")
     base = None
     for mode, extra in (("batches", ["hydra.sweeper.batched=true"]), ("slots", [])):

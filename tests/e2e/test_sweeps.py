@@ -307,11 +307,13 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
         for key, value in trial.params.items():
             assert float(job.data.params[key]) == pytest.approx(value)
             assert low_high(key)[0] <= value <= low_high(key)[1]
-    earlier, later = sorted(stages["sweep"], key=lambda r: r.info.start_time)
-    assert [m.step for m in client.get_metric_history(earlier.info.run_id, "trial/value")] == [0, 1]
-    assert [m.step for m in client.get_metric_history(later.info.run_id, "trial/value")] == [2]
-    first_best = max((t for t in trials if t.number < 2), key=lambda t: t.value)
-    assert earlier.data.tags["optuna.best_trial"] == str(first_best.number)
+    # one parent run for the study: the second command continued it (trial numbers = job numbers)
+    (parent,) = stages["sweep"]
+    assert parent.data.tags["optuna.study"] == "dim_reduce"
+    history = client.get_metric_history(parent.info.run_id, "trial/value")
+    assert [m.step for m in history] == [0, 1, 2]
+    assert parent.data.tags["optuna.best_trial"] == str(max(trials, key=lambda t: t.value).number)
+    assert sorted(int(p.data.tags["sweep.job"]) for p in stages["pipeline"]) == [0, 1, 2]
 
     # README "When things go wrong": an interrupted search, started again with the same
     # command, tries the interrupted trial's parameters again

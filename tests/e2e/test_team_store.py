@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
-from helpers.train import multirun, run_train
+from helpers.train import TRAIN, multirun, run_train
 from sporeflow.tracking.journal import AppliedState, pending
 
 SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
@@ -246,3 +246,66 @@ def test_a_killed_sweeper_s_trial_is_run_again_by_the_live_one(postgres, tmp_pat
     (again,) = [t for t in study.trials if t.user_attrs.get("sporeflow.retry_of") == dead.number]
     assert again.state == optuna.trial.TrialState.COMPLETE and again.params == dead.params
     assert dead.number not in [int(t["trial"]) for t in trials_of(tmp_path / "a")]
+
+
+def sporeflow_search(cwd: Path, storage: str, tracking: str, n_trials: int) -> subprocess.Popen:
+    """`python train.py -m` of a learning-rate search on the shared study, tracked into the
+    team's server: one "machine" (its own launch dir)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(TRAIN),
+            "-m",
+            "hydra/sweeper=sporeflow_optuna",
+            "hydra.sweeper.sampler=random",
+            f"hydra.sweeper.n_trials={n_trials}",
+            f"hydra.sweeper.storage={storage}",
+            "hydra.sweeper.study_name=lr",
+            "hydra.sweeper.heartbeat_interval=2",
+            "optimizer.lr=interval(0.01, 0.1)",
+            "debug=quick",
+            f"tracking.uri={tracking}",
+            f"hydra.sweep.dir={cwd / 'multirun'}",
+        ],
+        cwd=cwd,
+        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server, tmp_path):
+    """Two sweeper processes (two launch dirs) on one study and one server: one sweep parent
+    run for the study, every job of both its child, job numbers = trial numbers; started again
+    with a larger n_trials, a process continues the same parent."""
+    url, _, _ = team_server
+    storage = postgres.new_database("study_parent")
+    procs = [sporeflow_search(tmp_path / m, storage, url, 4) for m in ("a", "b")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+
+    def study_parents() -> list:
+        return [r for r in runs_in(url) if r.data.tags.get("optuna.study") == "lr"]
+
+    (parent,) = study_parents()
+    jobs = [r for r in runs_in(url) if r.data.tags.get("sweep.run_id") == parent.info.run_id]
+    assert sorted(int(j.data.tags["sweep.job"]) for j in jobs) == [0, 1, 2, 3]
+    assert {j.data.tags["mlflow.parentRunId"] for j in jobs} == {parent.info.run_id}
+    assert all(j.info.status == "FINISHED" for j in jobs)
+    ran = {m: {int(t["trial"]) for t in trials_of(tmp_path / m)} for m in ("a", "b")}
+    assert ran["a"] and ran["b"] and not ran["a"] & ran["b"], ran
+    study = optuna.load_study(study_name="lr", storage=storage)
+    for job in jobs:  # each job's run is its trial's: same number, same value
+        trial = study.trials[int(job.data.tags["sweep.job"])]
+        assert trial.value == pytest.approx(job.data.metrics["final/acc"])
+
+    again = sporeflow_search(tmp_path / "a", storage, url, 5)
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    assert [p.info.run_id for p in study_parents()] == [parent.info.run_id], "it continues"
+    children = [r for r in runs_in(url) if r.data.tags.get("sweep.run_id") == parent.info.run_id]
+    assert sorted(int(j.data.tags["sweep.job"]) for j in children) == [0, 1, 2, 3, 4]
+    assert MlflowClient(url).get_run(parent.info.run_id).info.status == "FINISHED"

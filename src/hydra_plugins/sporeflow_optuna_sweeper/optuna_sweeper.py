@@ -273,17 +273,19 @@ class OptunaSweeper(Sweeper):
                 if not self._wait_for_others(trials.study, n_trials):
                     return
                 continue
-            first = trials.number_jobs(len(batch))
             try:
-                returns = self.launcher.launch(
-                    [self._job_overrides(space, t) for t in batch], initial_job_idx=first
-                )
+                for run in consecutive(batch):  # job numbers are trial numbers
+                    returns = self.launcher.launch(
+                        [self._job_overrides(space, t) for t in run],
+                        initial_job_idx=run[0].number,
+                    )
+                    trials.batches.append(returns)
+                    for trial, ret in zip(run, returns):
+                        trials.told(trial, ret)
+                    batch = batch[len(run) :]
             except BaseException:
                 trials.give_back(batch)  # interrupted: this process's trials will not end
                 raise
-            trials.batches.append(returns)
-            for offset, (trial, ret) in enumerate(zip(batch, returns)):
-                trials.told(trial, first + offset, ret)
 
     def _run_in_slots(self, trials: "_Trials", space, distributions: dict, n_trials: int):
         """n_jobs slots, each a thread that asks one trial, launches it as a job of its own and
@@ -298,7 +300,7 @@ class OptunaSweeper(Sweeper):
                 with lock:
                     asked = self._ask(trials.study, distributions, n_trials, 1, trials.heartbeat)
                     if asked:
-                        job = trials.number_jobs(1)
+                        job = asked[0].number
                         running[job] = asked[0]
                 if not asked:
                     if running or not self._wait_for_others(trials.study, n_trials):
@@ -316,7 +318,7 @@ class OptunaSweeper(Sweeper):
                         return  # interrupted: the main thread gives the trial back
                     del running[job]
                     trials.batches.append([ret])
-                    trials.told(asked[0], job, ret)
+                    trials.told(asked[0], ret)
 
         threads = [
             threading.Thread(target=slot, name=f"trial-slot-{i}", daemon=True)
@@ -374,6 +376,18 @@ class OptunaSweeper(Sweeper):
             time.sleep(self.heartbeat_interval)
 
 
+def consecutive(trials: list) -> List[list]:
+    """A batch cut where its trial numbers jump (another process asked in between): Hydra
+    numbers a launch's jobs consecutively, and a job's number is its trial's."""
+    runs: List[list] = []
+    for trial in trials:
+        if runs and trial.number == runs[-1][-1].number + 1:
+            runs[-1].append(trial)
+        else:
+            runs.append([trial])
+    return runs
+
+
 class _Trials:
     """The trials this process ran: told to the study, recorded in optuna_trials.csv."""
 
@@ -382,12 +396,6 @@ class _Trials:
         self.batches: List[Any] = []  # Hydra's JobReturns, as the launcher gave them back
         self.records: List[dict] = []
         self.failed: List[str] = []
-        self.next_job = 0
-
-    def number_jobs(self, count: int) -> int:
-        """The first of `count` new job numbers (Hydra's job.num, the job's sweep subdir)."""
-        first, self.next_job = self.next_job, self.next_job + count
-        return first
 
     def give_back(self, trials: list) -> None:
         """Trials this process will not finish (interrupted): FAIL, their parameters queued."""
@@ -397,8 +405,9 @@ class _Trials:
             self.study.tell(trial, state=TrialState.FAIL)
             shared.requeue(self.study, trial)
 
-    def told(self, trial, job: int, ret) -> None:
-        """Tell the study what job `job` of `trial` returned, and record it."""
+    def told(self, trial, ret) -> None:
+        """Tell the study what the trial's job returned, and record it."""
+        job = trial.number
         result = results.outcome(ret)
         if not shared.tell(self.study, trial, result.value, result.error, bool(result.pruned)):
             result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again

@@ -18,9 +18,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from sporeflow.core.errors import TrialPruned
-from sporeflow.entry.sweep_run import JOB_FILE, TRIALS_FILE
-
-RESULTS_FILE = "optimization_results.yaml"
+from sporeflow.entry.sweep_run import JOB_FILE, RESULTS_FILE, TRIALS_FILE
 
 
 @dataclass

@@ -36,6 +36,7 @@ from sporeflow.config import objective, search_space
 from sporeflow.core.context import TRIAL_ID_ENV, TRIAL_LINK_ENV, SweepJob, TrialLink
 from sporeflow.core.errors import ConfigError, TrialPruned
 from sporeflow.core.signals import Interrupted, raise_if_received
+from sporeflow.core.uris import redacted
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
 from sporeflow.report import views
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 JOB_FILE = "sporeflow_job.json"
 TRIALS_FILE = "optuna_trials.csv"  # written by the Optuna sweeper: trial, job, state, value, params
+RESULTS_FILE = "optimization_results.yaml"  # the Optuna sweeper's: the study's best trial
 _ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
 
 
@@ -57,6 +59,28 @@ def swept_keys(config: DictConfig) -> list[str]:
     task = OmegaConf.to_container(config.hydra.overrides.task)
     params = OmegaConf.to_container(config.hydra.sweeper.get("params") or OmegaConf.create({}))
     return [key.lstrip("+~") for key in search_space.build(params, task).keys]
+
+
+def study_tags(config: DictConfig) -> dict:
+    """An Optuna sweep with a storage: the tags naming its study. Every process of the study
+    (another machine, a restart) finds the one parent run by them; {} for any other sweep."""
+    sweeper = config.hydra.sweeper
+    if sweeper.get("_target_") != search_space.OPTUNA_SWEEPER or not sweeper.get("storage"):
+        return {}
+    url = search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))
+    return {"optuna.study": str(sweeper.study_name), "optuna.storage": redacted(str(url))}
+
+
+def study_parent(tracker: Tracker, study: dict) -> Any:
+    """The study's parent run: the first created (start time, then id), so processes that
+    created one each at the same moment agree on it; None when there is none yet."""
+    quoted = {k: v.replace("'", "\\'") for k, v in study.items()}
+    runs = tracker.search_runs(
+        "tags.stage = 'sweep' and "
+        + " and ".join(f"tags.`{k}` = '{v}'" for k, v in quoted.items()),
+        max_results=100,
+    )
+    return min(runs, key=lambda r: (r.info.start_time, r.info.run_id), default=None)
 
 
 def trial_link(config: DictConfig) -> TrialLink | None:
@@ -137,6 +161,7 @@ class SweepRun(Callback):
         self.started = (
             0.0  # when this sweep started: older job dirs in its sweep dir are not its own
         )
+        self.resumed_status = ""  # an Optuna study's parent this process continues: its status
 
     def _tracker(self) -> Tracker:
         """A tracker of this process with its own journal in the sweep dir (made for each use:
@@ -174,6 +199,19 @@ class SweepRun(Callback):
         return True
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
+        study = study_tags(config)
+        found = study_parent(tracker, study) if study else None
+        if found is not None:  # an Optuna study's sweep continues (another process, a restart)
+            self.run_id, self.resumed_status = found.info.run_id, found.info.status
+            tracker.resume_run(self.run_id)
+            _ACTIVE.append(self)
+            print(
+                f"[sporeflow] sweep run {self.run_id} of Optuna study "
+                f"{study['optuna.study']!r} continues in {tracker.uri}; this process's jobs "
+                f"write under {self.sweep_dir}",
+                file=sys.stderr,
+            )
+            return
         run = tracker.start_run(
             time.strftime("sweep-%Y-%m-%d-%H-%M-%S"),
             tags={
@@ -184,11 +222,19 @@ class SweepRun(Callback):
                 "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
                 "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
                 "sweep.objective": self.objective,
+                **study,
             },
         )
         # the jobs are tagged with the parent's MLflow id; with the store out of reach, with
         # its journal key (their writers put the id in once the store has the parent)
         self.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id
+        if study and self.run_id is not None and not is_key(self.run_id):
+            # two processes may have created a parent for the study at once: the first stays
+            first = study_parent(tracker, study)
+            if first is not None and first.info.run_id != self.run_id:
+                tracker.delete_run(self.run_id)
+                self.run_id, self.resumed_status = first.info.run_id, first.info.status
+                tracker.resume_run(self.run_id)
         if self.run_id is not None:
             _ACTIVE.append(self)
             print(
@@ -280,7 +326,16 @@ class SweepRun(Callback):
         parent = tracker.run(self.run_id)
         interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))
         outcomes = self.outcomes(interrupted)
-        if not outcomes and error is None:  # e.g. an Optuna study that has all its trials
+        if not outcomes and error is None and self.resumed_status:
+            parent.end(self.resumed_status)  # a study with all its trials: as it was
+            print(
+                f"[sporeflow] sweep: no job ran; the study's run {self.run_id} stays as it was "
+                "(an Optuna study that already has hydra.sweeper.n_trials trials continues "
+                "with a larger n_trials)",
+                file=sys.stderr,
+            )
+            return
+        if not outcomes and error is None:
             tracker.delete_run(self.run_id)
             print(
                 "[sporeflow] sweep: no job ran, so it leaves no MLflow run (an Optuna study that "
@@ -408,16 +463,30 @@ class SweepRun(Callback):
                     {"optuna.trial": trial["trial"]}
                 )
         parent.log_artifact(path)
-        complete = [t for t in trials if t["state"] == "COMPLETE"]
-        if not complete:
+        best = self._best_trial(trials)
+        if best is None:
             return []
-        sign = 1.0 if objective.maximize(self.objective) else -1.0  # "auto" is an accuracy
-        best = max(complete, key=lambda t: sign * float(t["value"]))
-        parent.set_tags({"optuna.best_trial": best["trial"]})
+        parent.set_tags({"optuna.best_trial": str(best["trial"])})
         return [
-            f"Optuna: {len(trials)} trials this run, best trial {best['trial']} (job {best['job']}) "
+            f"Optuna: {len(trials)} trials this run, best trial of the study {best['trial']} "
             f"value {float(best['value']):.4f}"
         ]
+
+    def _best_trial(self, trials: list[dict]) -> dict | None:
+        """The study's best trial (the sweeper's RESULTS_FILE: other processes' trials count
+        too), else the best of this process's."""
+        path = self.sweep_dir / RESULTS_FILE
+        try:
+            if path.stat().st_mtime >= self.started:  # not an earlier sweep's in this dir
+                found = OmegaConf.load(path)
+                return {"trial": int(found.best_trial), "value": float(found.best_value)}
+        except (OSError, ValueError, AttributeError):
+            pass
+        complete = [t for t in trials if t["state"] == "COMPLETE"]
+        if not complete:
+            return None
+        sign = 1.0 if objective.maximize(self.objective) else -1.0  # "auto" is an accuracy
+        return max(complete, key=lambda t: sign * float(t["value"]))
 
 
 def end_unfinished(error: BaseException | None) -> None:

@@ -171,9 +171,10 @@ class DimReducePipeline:
         for name in (b.value for b in self.boost.baselines):
             fingerprint = reuse.baseline_fingerprint(self.cfg, stage1_fp, name)
             with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, name, self.tracker):
-                result = self._reused_baseline(name, fingerprint) or self._baseline(
-                    name, fingerprint, snapshots, layout, stage1
-                )
+                result = self._reused_baseline(name, fingerprint)
+                if result is None:
+                    result = self._baseline(name, fingerprint, snapshots, layout, stage1)
+                    self._share(result, self.ctx.run_dir / name)
             self.results[name] = result.metrics
         return self._compare()
 
@@ -206,7 +207,7 @@ class DimReducePipeline:
             metrics = reuse.final_metrics(run)
             if "acc" not in metrics:
                 continue
-            run_dir = Path(run.data.tags.get("run_dir", ""))
+            run_dir = self._local_or_fetched(run)
             log.info("reusing %s from MLflow run %s (%s)", name, run.info.run_id, run_dir)
             self.parent.set_tags({f"{name}_reused_from": run.info.run_id})
             result = StageResult(
@@ -281,12 +282,26 @@ class DimReducePipeline:
                 StagePlan(snapshot_dir=snapshots),
                 {"stage1_fingerprint": fingerprint},
             )
+            self._share(result, stage_dir, snapshots)
         return Stage1(stage_dir, result.metrics, rank=self.worker.rank, run_id=result.run_id)
+
+    def _share(self, result: StageResult, stage_dir: Path, snapshots: Path | None = None) -> None:
+        """A reusable run on a store other machines reach: its files go with it (reuse.share)."""
+        if self.worker.is_main and self.tracker.shared and result.run_id is not None:
+            reuse.share(self.tracker.run(result.run_id), stage_dir, snapshots)
+
+    def _local_or_fetched(self, run) -> Path:
+        """A reusable run's dir: where it ran when that is on this disk, else (a store other
+        machines reach) a copy of its files from the store; the run's own dir if neither."""
+        run_dir = Path(run.data.tags.get("run_dir", ""))
+        if (run_dir / "predictions.npy").is_file() or not self.tracker.shared:
+            return run_dir
+        return reuse.fetch(self.tracker, run.info.run_id, self.ctx.launch_dir) or run_dir
 
     def _find_stage1(self, fingerprint: str) -> Stage1 | None:
         def usable(run) -> Stage1 | None:
             found = Stage1(
-                Path(run.data.tags.get("run_dir", "")),
+                self._local_or_fetched(run),
                 reuse.final_metrics(run),
                 run.info.run_id,
                 self.worker.rank,

@@ -3,13 +3,20 @@ the whole config (not on rho, gamma, alpha, sigma or n_component), so a sweep ov
 settings trains stage 1 once and each baseline once: a finished run whose fingerprint tag
 matches is reused. Concurrent jobs (joblib, submitit) take turns per fingerprint under a file
 lock in the launch dir, so the second job waits for the first one's run instead of training
-its own copy."""
+its own copy.
+
+Across machines (a store other machines reach: an MLflow server or a database) a reused run's
+files need not be on this disk: the run that trained them also leaves them as artifacts
+(`share`: final weights, predictions, stage 1's snapshots with their file times, its PCA basis)
+and `fetch` copies them into `<launch dir>/.sporeflow/runs/<run id>/`, laid out as a run dir."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,12 +25,16 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.core.context import global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.storage.locks import exclusive
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
 
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
+FETCHED_DIR = Path(".sporeflow") / "runs"  # other machines' runs, copied from the store
+SHARED = ["checkpoints", "snapshots", "pca", "predictions.npy"]  # a run dir's reusable files
+MANIFEST = "manifest.json"  # snapshot file -> mtime_ns (the PCA basis cache key includes it)
+MAX_SHARED_SNAPSHOTS_MB = 500  # larger snapshot sets stay on their disk: reuse is local then
 
 
 def _digest(key: dict) -> str:
@@ -95,3 +106,50 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
                 "%s: the MLflow store does not have its run yet; other jobs may train their own",
                 what,
             )
+
+
+def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> None:
+    """Leave what another machine needs to reuse this run beside it in the store: its
+    predictions (its final weights are logged already) and, for stage 1, its snapshots with
+    their file times, unless they are larger than MAX_SHARED_SNAPSHOTS_MB."""
+    predictions = Path(stage_dir) / "predictions.npy"
+    if predictions.is_file():
+        run.log_artifact(predictions)
+    if snapshots is None or not snapshots.is_dir():
+        return
+    files = sorted(p for p in snapshots.iterdir() if p.is_file())
+    size_mb = sum(p.stat().st_size for p in files) / 2**20
+    if size_mb > MAX_SHARED_SNAPSHOTS_MB:
+        log.info("stage 1's snapshots (%.0f MB) stay on this disk: no reuse elsewhere", size_mb)
+        return
+    run.log_artifacts(files, "snapshots")
+    run.log_text(json.dumps({p.name: p.stat().st_mtime_ns for p in files}), f"snapshots/{MANIFEST}")
+
+
+def fetch(tracker: Tracker, run_id: str, launch_dir: Path) -> Path | None:
+    """Another machine's run dir, from the store's artifacts: a local copy laid out as its run
+    dir (made once per launch dir; concurrent jobs each download, the first copy stays), or
+    None when the store has none of its files."""
+    dst = Path(launch_dir) / FETCHED_DIR / run_id
+    if (dst / ".complete").is_file():
+        return dst
+    part = dst.with_name(f"{run_id}.part-{os.getpid()}")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    try:
+        if not tracker.download(run_id, SHARED, part):
+            return None
+        manifest = part / "snapshots" / MANIFEST
+        if manifest.is_file():  # the file times the basis cache key was made with
+            for name, mtime_ns in json.loads(manifest.read_text()).items():
+                os.utime(part / "snapshots" / name, ns=(mtime_ns, mtime_ns))
+            manifest.unlink()
+        (part / ".complete").touch()
+        try:
+            part.rename(dst)
+        except OSError:  # another job's copy got there first
+            pass
+        log.info("run %s's files copied from %s into %s", run_id, tracker.uri, dst)
+        return dst if (dst / ".complete").is_file() else None
+    finally:
+        shutil.rmtree(part, ignore_errors=True)

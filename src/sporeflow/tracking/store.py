@@ -321,6 +321,23 @@ class Store:
         )
         return {(m.key, float(m.value), int(m.timestamp), int(m.step)) for m in found}
 
+    def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
+        """The artifact paths directly under `path` of a run ([] when it has none)."""
+        if not self.connect(create=False):
+            return []
+        found = self.call("list_artifacts", lambda: self._client.list_artifacts(run_id, path))
+        return [f.path for f in found]
+
+    def download_artifacts(self, run_id: str, path: str, dst: Path) -> Path:
+        """A run's artifact (a file or a folder) copied under `dst`; its local path."""
+        self.connect(create=False)
+        return Path(
+            self.call(
+                "download_artifacts",
+                lambda: self._client.download_artifacts(run_id, path, str(dst)),
+            )
+        )
+
     def log_artifact(self, run_id: str, path: str, artifact_path: str | None) -> None:
         self.connect()
         self.call("log_artifact", lambda: self._client.log_artifact(run_id, path, artifact_path))

@@ -285,6 +285,25 @@ class Tracker:
         """Runs of this experiment matching an MLflow filter, newest first."""
         return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), [])
 
+    @property
+    def shared(self) -> bool:
+        """Whether other machines may read this store (a server or a database, not a file on
+        this one): what a run leaves on local disk must then travel as artifacts."""
+        return self.enabled and not self.uri.startswith(("sqlite:", "file:", "/"))
+
+    def download(self, run_id: str, paths: list[str], dst: Path) -> bool:
+        """Copy the run's artifacts `paths` (files or folders; a missing one is skipped) under
+        `dst`; False when the store cannot be read or the run has none of them."""
+
+        def fetch(store: Store) -> bool:
+            present = set(store.list_artifacts(run_id))
+            wanted = [p for p in paths if p in present]
+            for path in wanted:
+                store.download_artifacts(run_id, path, dst)
+            return bool(wanted)
+
+        return self._read("download", fetch, False)
+
     def get_run(self, run_id: str) -> Any:
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
 

@@ -35,6 +35,7 @@ SLOTS = [
     "hydra.launcher.n_jobs=2",
     "hydra.sweeper.n_jobs=2",
     "epochs=30,3,3,3,30,3,3,3",
+    "runtime.threads=1",  # one core per job, as one accelerator per job would be
 ]
 
 
@@ -78,7 +79,7 @@ def pruning() -> None:
 
 
 def slots() -> None:
-    print("slots: 8 jobs, epochs 30,3,3,3,30,3,3,3, joblib n_jobs=2")
+    print("slots: 8 jobs, epochs 30,3,3,3,30,3,3,3, joblib n_jobs=2, runtime.threads=1")
     print(f"{'mode':>8} {'wall s':>8} {'ratio':>6}")
     base = None
     for mode, extra in (("batches", ["hydra.sweeper.batched=true"]), ("slots", [])):

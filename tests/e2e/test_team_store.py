@@ -309,3 +309,47 @@ def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server
     children = [r for r in runs_in(url) if r.data.tags.get("sweep.run_id") == parent.info.run_id]
     assert sorted(int(j.data.tags["sweep.job"]) for j in children) == [0, 1, 2, 3, 4]
     assert MlflowClient(url).get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+# --- stage 1 reused across machines -----------------------------------------------------------
+
+
+def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_server, tmp_path):
+    """Machine a trains stage 1 and the baseline against the team's server, then its disk is
+    gone; machine b (another launch dir, nothing shared but the server) runs another rho: it
+    finds both by fingerprint, copies their files from the server's artifacts and trains
+    neither again; its basis is the one a computed (no PCA again)."""
+    import hashlib
+    import shutil
+
+    url, _, _ = team_server
+    common = ["debug=dim_reduce", "boost.baselines=[baseline]", "seed=7", f"tracking.uri={url}"]
+    first = run_train([*common, "boost.rho=0.4"], tmp_path / "a")
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    def seed7(stage: str) -> list:
+        return [
+            r
+            for r in runs_in(url)
+            if r.data.tags.get("stage") == stage and "seed=7" in r.data.tags.get("overrides", "")
+        ]
+
+    (stage1,) = seed7("stage1")
+    weights = tmp_path / "a" / "run" / "stage1" / "checkpoints" / "final.ckpt"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    bases = [p.name for p in (tmp_path / "a" / "run" / "stage1" / "pca").glob("*.npy")]
+    shutil.rmtree(tmp_path / "a")  # the other machine's disk: out of reach from here on
+
+    second = run_train([*common, "boost.rho=0.7"], tmp_path / "b")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert len(seed7("stage1")) == 1 and len(seed7("baseline")) == 1, "neither trained again"
+    pipelines = {r.data.tags["overrides"]: r for r in seed7("pipeline")}
+    (mine,) = [p for o, p in pipelines.items() if "boost.rho=0.7" in o]
+    assert mine.data.tags["stage1_reused_from"] == stage1.info.run_id
+    assert mine.data.tags["baseline_reused_from"] == seed7("baseline")[0].info.run_id
+    fetched = tmp_path / "b" / ".sporeflow" / "runs" / stage1.info.run_id
+    copied = fetched / "checkpoints" / "final.ckpt"
+    assert hashlib.sha256(copied.read_bytes()).hexdigest() == digest
+    assert bases and [p.name for p in (fetched / "pca").glob("*.npy")] == bases, "a's basis"
+    assert "gain_p_value" in mine.data.metrics, "the comparison had the baseline's predictions"
+    assert "pca_seconds" not in mine.data.metrics, "no PCA computed on b"

@@ -11,6 +11,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from sporeflow.config.schema import DeviceTarget, Mode, ParallelMode
+from sporeflow.core.errors import ConfigError
 
 _MODES = {Mode.graph: ms.GRAPH_MODE, Mode.pynative: ms.PYNATIVE_MODE}
 _PARALLEL = {
@@ -70,13 +71,32 @@ def device_problem(target: DeviceTarget) -> str | None:
     )
 
 
+_CPU_THREADS: list[int] = []  # what this process gave MindSpore (it takes it once)
+
+
+def set_cpu_threads(threads: int) -> None:
+    """MindSpore's intra-op CPU threads. MindSpore accepts the number once per process, and a
+    sweep runs several jobs in one process (the basic launcher, a joblib worker): the same
+    number again is a no-op, another one a ConfigError naming the key."""
+    if _CPU_THREADS:
+        if _CPU_THREADS[0] != threads:
+            raise ConfigError(
+                f"runtime.threads={threads}: this process already runs MindSpore with "
+                f"{_CPU_THREADS[0]} threads (MindSpore takes it once per process); give every "
+                "job of a sweep the same runtime.threads"
+            )
+        return
+    ms.device_context.cpu.op_tuning.threads_num(threads)
+    _CPU_THREADS.append(threads)
+
+
 def init_context(cfg: DictConfig) -> Worker:
     """Set mode and device (the non-deprecated `ms.set_device`), seed every RNG a run uses, and,
     for a parallel job running under msrun, join the cluster and set MindSpore's parallel context."""
     ms.set_context(mode=_MODES[cfg.mode])
     ms.set_device(cfg.device_target.value)
     if cfg.runtime.threads and cfg.device_target is DeviceTarget.CPU:
-        ms.device_context.cpu.op_tuning.threads_num(cfg.runtime.threads)
+        set_cpu_threads(cfg.runtime.threads)
     seed_everything(cfg.seed)
     if cfg.parallel.mode is ParallelMode.standalone:
         return Worker()

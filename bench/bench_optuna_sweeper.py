@@ -31,24 +31,21 @@ PRUNING = [
 SLOTS = [
     "hydra/sweeper=sporeflow_optuna",
     "hydra.sweeper.sampler=grid",
+    "hydra.sweeper.storage=null",
     "hydra/launcher=joblib",
     "hydra.launcher.n_jobs=2",
     "hydra.sweeper.n_jobs=2",
-    "epochs=30,3,3,3,30,3,3,3",
-    "runtime.threads=1",  # one core per job, as one accelerator per job would be
 ]
+TRAIN_JOBS = ["epochs=30,3,3,3,30,3,3,3", "runtime.threads=1"]
+SPHERE = REPO / "tests" / "helpers" / "sphere" / "sphere.py"
+WAITING_JOBS = ["+sleep=8,1,1.1,1.2,8.1,1.3,1.4,1.5", "hydra.sweeper.params=null"]
 
 
-def sweep(args: list[str], launch_dir: Path) -> float:
-    """Wall seconds of `python train.py -m ARGS` in `launch_dir` (it must succeed)."""
-    cmd = [
-        sys.executable,
-        str(REPO / "train.py"),
-        "-m",
-        *args,
-        f"hydra.sweep.dir={launch_dir / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
+def sweep(args: list[str], launch_dir: Path, app: Path = REPO / "train.py") -> float:
+    """Wall seconds of `python APP -m ARGS` in `launch_dir` (it must succeed)."""
+    cmd = [sys.executable, str(app), "-m", *args, f"hydra.sweep.dir={launch_dir / 'multirun'}"]
+    if app.name == "train.py":
+        cmd.append("callbacks.progress_bar=false")
     env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=launch_dir, env=env, capture_output=True, text=True)
@@ -79,14 +76,19 @@ def pruning() -> None:
 
 
 def slots() -> None:
-    print("slots: 8 jobs, epochs 30,3,3,3,30,3,3,3, joblib n_jobs=2, runtime.threads=1")
-    print(f"{'mode':>8} {'wall s':>8} {'ratio':>6}")
-    base = None
-    for mode, extra in (("batches", ["hydra.sweeper.batched=true"]), ("slots", [])):
-        with tempfile.TemporaryDirectory() as tmp:
-            wall = sweep([*SLOTS, *extra], Path(tmp))
-            base = base or wall
-            print(f"{mode:>8} {wall:8.1f} {wall / base:6.3f}")
+    print("slots: 8 jobs of unequal length, joblib n_jobs=2")
+    print(f"{'jobs':>28} {'mode':>8} {'wall s':>8} {'ratio':>6}")
+    kinds = (
+        ("train.py epochs 30,3,3,3,...", TRAIN_JOBS, REPO / "train.py"),
+        ("waiting 8,1,1,1,8,1,1,1 s", WAITING_JOBS, SPHERE),
+    )
+    for label, jobs, app in kinds:
+        base = None
+        for mode, extra in (("batches", ["hydra.sweeper.batched=true"]), ("slots", [])):
+            with tempfile.TemporaryDirectory() as tmp:
+                wall = sweep([*SLOTS, *jobs, *extra], Path(tmp), app)
+                base = base or wall
+                print(f"{label:>28} {mode:>8} {wall:8.1f} {wall / base:6.3f}")
 
 
 if __name__ == "__main__":

@@ -324,6 +324,8 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
 
     url, _, _ = team_server
     common = ["debug=dim_reduce", "boost.baselines=[baseline]", "seed=7", f"tracking.uri={url}"]
+    for machine in ("a", "b"):
+        (tmp_path / machine).mkdir()
     first = run_train([*common, "boost.rho=0.4"], tmp_path / "a")
     assert first.returncode == 0, first.stderr[-3000:]
 

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
-from helpers.train import TRAIN, multirun, run_train
+from helpers.train import TRAIN, multirun, run_train, train_command
 from sporeflow.tracking.journal import AppliedState, pending
 
 SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
@@ -355,3 +355,53 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
     assert bases and [p.name for p in (fetched / "pca").glob("*.npy")] == bases, "a's basis"
     assert "gain_p_value" in mine.data.metrics, "the comparison had the baseline's predictions"
     assert "pca_seconds" not in mine.data.metrics, "no PCA computed on b"
+
+
+def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
+    team_server, tmp_path
+):
+    """Machine b starts while machine a's stage 1 is RUNNING in the server: b waits for it
+    (the local file lock cannot see another machine) and reuses it instead of training its own."""
+    url, _, _ = team_server
+    args = ["debug=dim_reduce", "epochs=12", "boost.baselines=[baseline]", "seed=8"]
+    args.append(f"tracking.uri={url}")
+
+    def start(machine: str, rho: str) -> subprocess.Popen:
+        (tmp_path / machine).mkdir()
+        cmd, env = train_command([*args, f"boost.rho={rho}"], tmp_path / machine)
+        return subprocess.Popen(  # the log (stdout) and stderr, in one stream
+            cmd,
+            cwd=tmp_path / machine,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def stage1_runs() -> list:
+        return [
+            r
+            for r in runs_in(url)
+            if r.data.tags.get("stage") == "stage1" and "seed=8" in r.data.tags.get("overrides", "")
+        ]
+
+    first = start("a", "0.4")
+    deadline = time.monotonic() + 300
+    while not [r for r in stage1_runs() if r.info.status == "RUNNING"]:
+        assert time.monotonic() < deadline and first.poll() is None, "a's stage 1 never ran"
+        time.sleep(0.5)
+    second = start("b", "0.7")
+    errs = {}
+    for name, proc in (("a", first), ("b", second)):
+        errs[name], _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, errs[name][-3000:]
+    (stage1,) = stage1_runs()
+    assert "is being trained by run" in errs["b"] and "on another machine" in errs["b"]
+    (mine,) = [
+        r
+        for r in runs_in(url)
+        if r.data.tags.get("stage") == "pipeline"
+        and "seed=8" in r.data.tags.get("overrides", "")
+        and "boost.rho=0.7" in r.data.tags.get("overrides", "")
+    ]
+    assert mine.data.tags["stage1_reused_from"] == stage1.info.run_id

@@ -170,7 +170,14 @@ class DimReducePipeline:
         stage1_fp = reuse.stage1_fingerprint(self.cfg)
         for name in (b.value for b in self.boost.baselines):
             fingerprint = reuse.baseline_fingerprint(self.cfg, stage1_fp, name)
-            with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, name, self.tracker):
+            with reuse.turn(
+                self.ctx.launch_dir,
+                self.worker,
+                fingerprint,
+                name,
+                self.tracker,
+                "baseline_fingerprint",
+            ):
                 result = self._reused_baseline(name, fingerprint)
                 if result is None:
                     result = self._baseline(name, fingerprint, snapshots, layout, stage1)
@@ -264,7 +271,14 @@ class DimReducePipeline:
 
     def _stage1(self) -> Stage1:
         fingerprint = reuse.stage1_fingerprint(self.cfg)
-        with reuse.turn(self.ctx.launch_dir, self.worker, fingerprint, "stage 1", self.tracker):
+        with reuse.turn(
+            self.ctx.launch_dir,
+            self.worker,
+            fingerprint,
+            "stage 1",
+            self.tracker,
+            "stage1_fingerprint",
+        ):
             reused = self._find_stage1(fingerprint)
             if reused is not None:
                 log.info(

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,12 +81,13 @@ def eval_curve(tracker: Tracker, run_id: str) -> list[tuple[int, dict]]:
 
 
 @contextmanager
-def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker: Tracker):
+def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker: Tracker, tag: str):
     """While held, no other job of this launch dir can finish a run with this fingerprint:
     rank 0 holds the lock (the other ranks wait at a barrier), so every rank's lookup inside
-    sees the same store. The lock is let go once the store has the run this turn trained (the
-    journal's writer applied it), or after tracking.drain_timeout: the next job then finds it,
-    or trains its own."""
+    sees the same store. On a store other machines reach, it also waits while another machine
+    trains a run with this fingerprint (`tag`), to reuse it. The lock is let go once the store
+    has the run this turn trained (the journal's writer applied it), or after
+    tracking.drain_timeout: the next job then finds it, or trains its own."""
     if not worker.is_main:
         barrier(worker)
         yield
@@ -99,6 +101,7 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
         )
 
     with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting):
+        wait_for_other_machines(tracker, tag, fingerprint, what)
         barrier(worker)
         yield
         if not tracker.wait_applied(tracker.drain_timeout):
@@ -106,6 +109,37 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
                 "%s: the MLflow store does not have its run yet; other jobs may train their own",
                 what,
             )
+
+
+STALE_S = 600.0  # a RUNNING run silent this long belongs to a machine that is gone
+
+
+def wait_for_other_machines(
+    tracker: Tracker, tag: str, fingerprint: str, what: str, poll_s: float = 5.0
+) -> None:
+    """On a shared store: while a run tagged `tag` = fingerprint is RUNNING and alive (it logged
+    something within STALE_S), another machine is training it: wait, then reuse it. Two
+    machines that look in the same few seconds (before either run exists) each train theirs."""
+    if not tracker.shared:
+        return
+    announced = False
+    while True:
+        running = tracker.search_runs(
+            f"tags.{tag} = '{fingerprint}' and attributes.status = 'RUNNING'"
+        )
+        live = [r for r in running if time.time() - tracker.last_activity(r) < STALE_S]
+        if not live:
+            return
+        if not announced:
+            log.info(
+                "%s (fingerprint %s) is being trained by run %s on another machine: waiting "
+                "to reuse it",
+                what,
+                fingerprint,
+                live[0].info.run_id,
+            )
+            announced = True
+        time.sleep(poll_s)
 
 
 def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> None:

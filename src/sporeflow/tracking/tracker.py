@@ -304,6 +304,17 @@ class Tracker:
 
         return self._read("download", fetch, False)
 
+    def last_activity(self, run: Any) -> float:
+        """When a run last showed life, in seconds since the epoch: its newest metric point's
+        time (a training run logs its loss every few steps), else its start."""
+
+        def newest(store: Store) -> float:
+            keys = [k for k in ("train/loss", "eval/acc") if k in run.data.metrics]
+            stamps = [p[2] for key in keys for p in store.metric_points(run.info.run_id, key)]
+            return max([run.info.start_time, *stamps]) / 1000.0
+
+        return self._read("last_activity", newest, run.info.start_time / 1000.0)
+
     def get_run(self, run_id: str) -> Any:
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
 

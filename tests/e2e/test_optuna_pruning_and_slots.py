@@ -9,11 +9,8 @@ as a slot frees, while a long one still runs."""
 from __future__ import annotations
 
 import csv
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import psutil
 import pytest
 
 from helpers.store import by_stage, client_of, runs_of
-from helpers.train import TRAIN, multirun
+from helpers.train import multirun, start_multirun
 
 pytestmark = pytest.mark.e2e
 
@@ -149,17 +146,7 @@ def test_batched_true_waits_for_the_whole_batch(tmp_path):
 
 
 def test_ctrl_c_stops_every_slot_and_gives_the_trials_back(tmp_path):
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        *SLOTS,
-        "epochs=300,301,302",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = start_multirun(tmp_path, *SLOTS, "epochs=300,301,302")
     firsts = [tmp_path / "multirun" / str(j) / "checkpoints" / "epoch_0001.ckpt" for j in (0, 1)]
     deadline = time.monotonic() + 240
     while not all(f.exists() for f in firsts) and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ import pytest
 from helpers.browser import ASSISTANT_CLOSED, Browser, chromium
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
-from helpers.train import TRAIN, multirun, sporeflow_cli
+from helpers.train import multirun, sporeflow_cli, start_multirun
 from sporeflow.report import views
 
 pytestmark = pytest.mark.e2e
@@ -189,19 +189,9 @@ def test_a_sigkilled_joblib_job_is_counted_by_its_sweep(tmp_path):
     """A job's process SIGKILLed writes no result of its own: the sweep counts it as failed from
     its dir and journal (joblib then stops its other worker too), and the killed job's writer
     ends its run KILLED."""
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "epochs=300",
-        "seed=1,2",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    sweep = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    sweep = start_multirun(
+        tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "epochs=300", "seed=1,2"
+    )
     journal = tmp_path / "multirun" / "0" / "tracking"
     deadline = time.time() + 300
     while not list((tmp_path / "multirun" / "0" / "checkpoints").glob("epoch_*.ckpt")):
@@ -318,17 +308,7 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     # README "When things go wrong": an interrupted search, started again with the same
     # command, tries the interrupted trial's parameters again
     started = time.time()
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        *search,
-        "hydra.sweeper.n_trials=4",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = start_multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
     deadline = time.monotonic() + 300
     while (
         proc.poll() is None
@@ -518,17 +498,7 @@ def test_a_loss_objective_ranks_the_lowest_loss_first(tmp_path):
 def test_ctrl_c_during_a_sweep_ends_the_running_job_and_the_parent_killed(tmp_path):
     """README "When things go wrong": the running job ends KILLED, then the sweep's parent run;
     the jobs not started yet never start."""
-    cmd = [
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        "epochs=300",
-        "optimizer.lr=0.01,0.02",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-        "callbacks.progress_bar=false",
-    ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = start_multirun(tmp_path, "epochs=300", "optimizer.lr=0.01,0.02")
     first = tmp_path / "multirun" / "0" / "checkpoints" / "epoch_0001.ckpt"
     deadline = time.monotonic() + 240
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:

@@ -41,8 +41,9 @@ def run_train(
     )
 
 
-def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`python train.py -m ARGS` in `cwd`, sweep dir cwd/multirun, the default store."""
+def multirun_command(cwd: Path, *args: str) -> tuple[list[str], dict]:
+    """(argv, env) of `python train.py -m ARGS` in `cwd`: sweep dir cwd/multirun, the default
+    store (the launch dir's sqlite file, whatever the environment says)."""
     cmd = [
         sys.executable,
         str(TRAIN),
@@ -51,8 +52,19 @@ def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.Complete
         f"hydra.sweep.dir={cwd / 'multirun'}",
         "callbacks.progress_bar=false",
     ]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    return cmd, {**os.environ, "MLFLOW_TRACKING_URI": ""}
+
+
+def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python train.py -m ARGS` in `cwd` to the end (multirun_command)."""
+    cmd, env = multirun_command(cwd, *args)
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def start_multirun(cwd: Path, *args: str) -> subprocess.Popen:
+    """`python train.py -m ARGS` in `cwd` started (multirun_command), its stderr piped."""
+    cmd, env = multirun_command(cwd, *args)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
 
 
 def sporeflow_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -245,8 +245,12 @@ def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
         ).is_file()
 
 
-def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
-    proc = multirun(tmp_path, "hydra/launcher=submitit_local", "epochs=1", "optimizer.lr=0.01")
+def test_submitit_local_runs_a_data_parallel_job_in_a_process_of_its_own(tmp_path):
+    """submitit runs a job as `python -m submitit.core._submit <folder>`: the job's msrun must
+    re-run train.py for its workers, not sys.argv[0] (found on a real SLURM cluster)."""
+    proc = multirun(
+        tmp_path, "hydra/launcher=submitit_local", "epochs=1", "optimizer.lr=0.01", "parallel=data2"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, runs = store(tmp_path)
     stages = by_stage(runs)
@@ -258,6 +262,7 @@ def test_submitit_local_runs_a_job_in_a_process_of_its_own(tmp_path):
     assert (
         job.data.tags["mlflow.parentRunId"] == sweep.info.run_id and job.info.status == "FINISHED"
     )
+    assert job.data.tags["batch.workers"] == "2", "trained by two msrun workers"
     assert job.data.tags["sporeflow.pid"] != sweep.data.tags["sporeflow.pid"], (
         "submitit ran the job elsewhere"
     )

@@ -73,9 +73,22 @@ def _run_context() -> RunContext:
         else None,
         git_commit=commit,
         git_dirty=dirty,
-        entry_script=Path(sys.argv[0]).resolve(),
+        entry_script=entry_script(hc),
         sweep=SweepJob.from_environ() if in_sweep else None,
     )
+
+
+def entry_script(hc) -> Path:
+    """The Hydra app's script (train.py), which msrun re-runs for each worker. Not always
+    sys.argv[0]: a submitit job runs in `python -m submitit.core._submit`. The app's config dir
+    (its primary config source, `conf/`) sits beside it, and Hydra names the job after it."""
+    started = Path(sys.argv[0]).resolve()
+    if started.name == f"{hc.job.name}.py":
+        return started
+    for source in hc.runtime.config_sources:
+        if source.provider == "main" and source.schema == "file":
+            return (Path(source.path).parent / f"{hc.job.name}.py").resolve()
+    return started
 
 
 def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:

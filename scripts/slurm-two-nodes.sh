@@ -10,8 +10,9 @@
 # node0 (10.77.0.1) runs slurmctld and a slurmd, node1 (10.77.0.2) a slurmd; both nodes see
 # this machine's filesystem, as cluster nodes see a shared one. Servers a job must reach (an
 # MLflow server) bind node0's address. Needs root, `ip`, `unshare`; no cgroup plugins (the
-# process tracking is proctrack/linuxproc). Status: tried by hand (sinfo: both nodes idle;
-# `srun -N2 hostname` runs on node0 and node1); not yet under a test.
+# process tracking is proctrack/linuxproc). No accounting (slurmdbd): `sacct` answers nothing,
+# so submitit learns that a job ended only from its result file (a job that dies without one,
+# scancel or a time limit, is not seen to end). tests/e2e/test_slurm_cluster.py runs it.
 set -euo pipefail
 cmd=${1:?up, run or down}; shift
 DIR=/tmp/sporeflow-slurm
@@ -25,6 +26,10 @@ down() {
   done
   sleep 1
   for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done  # the veth pair goes with them
+  if [ -f "$DIR/munged.started" ]; then  # munge as it was: stopped when `up` started it
+    kill "$(cat /run/munge/munged.pid 2>/dev/null)" 2>/dev/null || true
+    rm -f "$DIR/munged.started"
+  fi
 }
 
 in_node() {  # in_node I COMMAND...: COMMAND on node I (its network, hostname and /etc/hosts)
@@ -46,7 +51,8 @@ up() {
     ip -n "${NS[$i]}" link set lo up
   done
   printf '127.0.0.1 localhost\n%s node0\n%s node1\n' "${ADDR[0]}" "${ADDR[1]}" > "$DIR/hosts"
-  cores=$(nproc); mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 8 / 10))
+  # the machine's cores (nproc would honour a caller's OMP_NUM_THREADS, and slurmd too)
+  cores=$(getconf _NPROCESSORS_ONLN); mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 8 / 10))
   cat > "$SLURM_CONF" <<CONF
 ClusterName=sporeflow
 SlurmctldHost=node0(${ADDR[0]})
@@ -80,10 +86,11 @@ CONF
     mkdir -p /run/munge && chown munge:munge /run/munge
     [ -f /etc/munge/munge.key ] || mungekey --create
     runuser -u munge -- munged
+    touch "$DIR/munged.started"
   fi
-  in_node 0 slurmctld -f "$SLURM_CONF"
-  in_node 0 slurmd -f "$SLURM_CONF" -N node0
-  in_node 1 slurmd -f "$SLURM_CONF" -N node1
+  in_node 0 env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT slurmctld -f "$SLURM_CONF"
+  in_node 0 env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT slurmd -f "$SLURM_CONF" -N node0
+  in_node 1 env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT slurmd -f "$SLURM_CONF" -N node1
   for _ in $(seq 60); do
     if [ "$(in_node 0 sinfo -h -o '%T %D' 2>/dev/null)" = "idle 2" ]; then
       echo "two nodes idle: SLURM_CONF=$SLURM_CONF $0 run $DIR -- sinfo"; return 0

@@ -1,7 +1,7 @@
-"""The road to SLURM without a cluster (none exists here): the sbatch script sporeflow's
-`cluster=slurm` preset makes submitit write, and the msrun command each node's task would run,
-with SLURM's environment variables set by the test (fake_slurm_env). `hydra/launcher=submitit_local`
-runs a job for real in tests/test_sweeps.py."""
+"""The `cluster=slurm` preset without a scheduler (fast, no root): the sbatch script submitit
+writes for it, and the msrun command each node's task would run, with SLURM's environment
+variables set by the test (fake_slurm_env). The same preset under a real SLURM cluster (two
+nodes in network namespaces, root): tests/e2e/test_slurm_cluster.py."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_each_node_task_runs_msrun_for_its_own_workers(fake_slurm_env, tmp_path)
         "--local_worker_num=4",
         "--node_rank=1",
         "--master_addr=cpu07",
-        "--master_port=29517",
+        "--master_port=24242",  # 20000 + job id 4242: two jobs sharing a node do not clash
     ):
         assert arg in cmd, cmd
 

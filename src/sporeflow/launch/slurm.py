@@ -26,13 +26,30 @@ def master_addr() -> str:
     return SlurmJobEnvironment().hostnames[0]
 
 
+PORT_BASE = 20000  # master ports 20000-29999, one per job id
+
+
+def master_port() -> int:
+    """The msrun master's port for this job: every node of a job computes the same one, and two
+    jobs that share a node (SLURM packs jobs onto nodes unless told --exclusive) do not clash.
+    Outside SLURM: 29517."""
+    if not in_slurm():
+        return 29517
+    return PORT_BASE + int(os.environ["SLURM_JOB_ID"].split("_")[0]) % 10000
+
+
 def resolve(what: str) -> object:
-    """`${sporeflow.slurm:node_rank}`, `${sporeflow.slurm:master_addr}`, `${sporeflow.slurm:node_suffix}`
+    """`${sporeflow.slurm:node_rank}`, `${sporeflow.slurm:master_addr}`, `${sporeflow.slurm:master_port}`,
+    `${sporeflow.slurm:node_suffix}`
     (the run-dir suffix of nodes > 0: `_node1`, so nodes sharing a filesystem do not share a run dir)."""
     if what == "node_rank":
         return node_rank()
     if what == "master_addr":
         return master_addr()
+    if what == "master_port":
+        return master_port()
     if what == "node_suffix":
         return f"_node{node_rank()}" if node_rank() else ""
-    raise ValueError(f"sporeflow.launch.slurm:{what}: allowed: node_rank, master_addr, node_suffix")
+    raise ValueError(
+        f"sporeflow.launch.slurm:{what}: allowed: node_rank, master_addr, master_port, node_suffix"
+    )

@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -344,8 +345,7 @@ class SweepRun(Callback):
             )
             return
         failed = [o for o in outcomes if o["status"] == "FAILED"]
-        pruned = [o for o in outcomes if o["status"] == "PRUNED"]
-        killed = [o for o in outcomes if o["status"] == "KILLED"]
+        count = Counter(o["status"] for o in outcomes)  # COMPLETED, FAILED, PRUNED, KILLED
         status = (
             "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
         )
@@ -353,7 +353,7 @@ class SweepRun(Callback):
         try:
             if is_key(self.run_id):
                 raise StoreError(f"the store {tracker.uri} does not have the sweep's run yet")
-            lines = self._summarise(tracker, parent, outcomes, failed, pruned)
+            lines = self._summarise(tracker, parent, failed, count)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)
         if failed:
@@ -370,11 +370,14 @@ class SweepRun(Callback):
         print(
             "\n".join(
                 [
-                    f"[sporeflow] sweep {status}: "
-                    f"{sum(o['status'] == 'COMPLETED' for o in outcomes)} "
-                    f"jobs finished, {len(failed)} failed"
-                    + (f", {len(killed)} stopped with it" if killed else "")
-                    + (f", {len(pruned)} pruned by the Optuna pruner" if pruned else "")
+                    f"[sporeflow] sweep {status}: {count['COMPLETED']} jobs finished, "
+                    f"{count['FAILED']} failed"
+                    + (f", {count['KILLED']} stopped with it" if count["KILLED"] else "")
+                    + (
+                        f", {count['PRUNED']} pruned by the Optuna pruner"
+                        if count["PRUNED"]
+                        else ""
+                    )
                     + f"; MLflow run {self.run_id} ({tracker.uri})",
                     *lines,
                 ]
@@ -382,9 +385,7 @@ class SweepRun(Callback):
             file=sys.stderr,
         )
 
-    def _summarise(
-        self, tracker: Tracker, parent, outcomes: list[dict], failed: list[dict], pruned: list[dict]
-    ) -> list[str]:
+    def _summarise(self, tracker: Tracker, parent, failed: list[dict], count: Counter) -> list[str]:
         jobs = report.sweep_jobs(tracker, self.run_id, self.keys)
         key = report.objective_key(jobs, self.objective)
         ranked = report.ranked(jobs, key)
@@ -405,9 +406,9 @@ class SweepRun(Callback):
             parent.log_artifact(plot)
         parent.log_metrics(
             {
-                "jobs_finished": sum(o["status"] == "COMPLETED" for o in outcomes),
-                "jobs_pruned": len(pruned),
-                "jobs_failed": len(failed),
+                "jobs_finished": count["COMPLETED"],
+                "jobs_pruned": count["PRUNED"],
+                "jobs_failed": count["FAILED"],
             },
             0,
         )

@@ -44,6 +44,49 @@ class Cluster:
             **kwargs,
         )
 
+    def sweep_command(self, launch: Path, *args: str) -> list[str]:
+        """`python train.py -m cluster=slurm parallel=data2 parallel.nodes=2 ARGS` submitted
+        from node0, sweep dir launch/multirun, tracked in the cluster's MLflow server."""
+        return [
+            str(SCRIPT),
+            "run",
+            str(self.root),
+            "--",
+            "env",
+            f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
+            sys.executable,
+            str(TRAIN),
+            "-m",
+            "cluster=slurm",
+            "parallel=data2",
+            "parallel.nodes=2",
+            "hydra.launcher.cpus_per_task=1",  # SLURM's count; the workers' threads are sporeflow's
+            "hydra.launcher.partition=debug",
+            f"tracking.uri={self.server}",
+            "callbacks.progress_bar=false",
+            f"hydra.sweep.dir={launch / 'multirun'}",
+            *args,
+        ]
+
+    def runs(self) -> list:
+        client = MlflowClient(f"sqlite:///{self.store}")
+        experiment = client.get_experiment_by_name("sporeflow").experiment_id
+        return client.search_runs([experiment], max_results=1000)
+
+    def job_processes(self) -> list[str]:
+        """Processes of sporeflow jobs still alive on either node (train.py, msrun, workers)."""
+        alive = []
+        for ns in ("sfslurm0", "sfslurm1"):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                if b"train.py" in cmdline or b"msrun" in cmdline or b"submitit" in cmdline:
+                    alive.append(f"{ns} {pid}: {cmdline.decode(errors='replace')[:200]}")
+        return alive
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -105,31 +148,16 @@ def test_the_preset_runs_a_two_node_sweep_under_slurm(
     """Two sbatch jobs (seed=1,2), each on both nodes under srun: both FINISHED in the server,
     and job 0's weights (seed 1) equal a stand-alone run on the combined batch."""
     started = time.monotonic()
-    proc = cluster.on_node0(
-        "env",
-        f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
-        sys.executable,
-        str(TRAIN),
-        "-m",
-        "cluster=slurm",
-        "parallel=data2",
-        "parallel.nodes=2",
-        "seed=1,2",
-        *COMBINED_BATCH,
-        "hydra.launcher.cpus_per_task=1",  # SLURM's count; the workers' threads are sporeflow's
-        "hydra.launcher.partition=debug",
-        f"tracking.uri={cluster.server}",
-        "callbacks.progress_bar=false",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    proc = subprocess.run(
+        cluster.sweep_command(tmp_path, "seed=1,2", *COMBINED_BATCH),
         cwd=tmp_path,
+        capture_output=True,
+        text=True,
         timeout=900,
     )
     print(f"two-job sweep under SLURM: {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    client = MlflowClient(f"sqlite:///{cluster.store}")
-    experiment = client.get_experiment_by_name("sporeflow").experiment_id
-    runs = client.search_runs([experiment], max_results=100)
-    stages = by_stage(runs)
+    stages = by_stage(cluster.runs())
     (parent,) = stages["sweep"]
     assert parent.info.status == "FINISHED"
     jobs = {int(r.data.tags["sweep.job"]): r for r in stages["train"]}
@@ -157,3 +185,108 @@ def test_the_preset_runs_a_two_node_sweep_under_slurm(
     for key in alone:
         np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
         np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def squeue(cluster: Cluster) -> dict[str, str]:
+    """Job id (array jobs as 34_1) -> state, of the jobs SLURM has queued or running."""
+    out = cluster.on_node0("squeue", "-h", "-o", "%i %T").stdout.split()
+    return dict(zip(out[::2], out[1::2], strict=True))
+
+
+def wait_until(what, timeout: float, message: str):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, message
+        time.sleep(1)
+    return found
+
+
+def sweep_runs(cluster: Cluster, launch: Path) -> tuple:
+    """(the parent run, {job number: its run}) of the sweep launched in `launch`, as the store
+    has them now ((None, {}) before the parent exists)."""
+    stages = by_stage(cluster.runs())
+    parents = [
+        r for r in stages.get("sweep", []) if r.data.tags["sweep.dir"] == str(launch / "multirun")
+    ]
+    if not parents:
+        return None, {}
+    (parent,) = parents
+    jobs = {
+        int(r.data.tags["sweep.job"]): r
+        for r in stages.get("train", [])
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    }
+    return parent, jobs
+
+
+def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
+    """One sweep, two two-node jobs that would train far too long: job 0 is cancelled with
+    scancel once it trains, job 1 runs into its one-minute time limit. The sweep waits for both,
+    ends FAILED and names each with SLURM's state; both jobs' runs end KILLED saying why; no
+    process of either job is left on either node."""
+    sweep = subprocess.Popen(
+        cluster.sweep_command(tmp_path, "seed=1,2", "epochs=500", "hydra.launcher.timeout_min=1"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "job 0 never started its run"
+        )
+        (array,) = {job.split("_")[0] for job in squeue(cluster)}
+        cluster.on_node0("scancel", f"{array}_0")
+        out, _ = sweep.communicate(timeout=400)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 1, out[-4000:]
+    parent, jobs = sweep_runs(cluster, tmp_path)
+    assert parent.info.status == "FAILED"
+    failure = parent.data.tags["sporeflow.failure"]
+    assert f"job 0: SLURM job {array}_0: CANCELLED by 0 (cancelled (scancel))" in failure, failure
+    assert f"job 1: SLURM job {array}_1: TIMEOUT (past its time limit" in failure, failure
+    assert "time limit 00:01:00 on node[0-1]" in failure
+    assert sorted(jobs) == [0, 1]
+    assert jobs[0].info.status == "KILLED" and "CANCELLED" in jobs[0].data.tags["sporeflow.failure"]
+    assert jobs[1].info.status == "KILLED" and "TIMEOUT" in jobs[1].data.tags["sporeflow.failure"]
+    assert f"SLURM job {array}_0: CANCELLED" in out  # the sweep's summary names them too
+    assert not cluster.job_processes()
+    assert not squeue(cluster)
+
+
+def test_a_node_lost_mid_job_ends_the_job_and_its_run_names_the_node(cluster, tmp_path):
+    """node1 loses power while a two-node job trains (every process in it killed, slurmd too):
+    SLURM marks the node down and ends the job (NODE_FAIL), the run ends saying node1 is down,
+    and node0 keeps no process of the job. node1 is started again afterwards."""
+    sweep = subprocess.Popen(
+        cluster.sweep_command(tmp_path, "seed=1", "epochs=500"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "the job never started its run"
+        )
+        lost = time.monotonic()
+        subprocess.run([str(SCRIPT), "stop-node", str(cluster.root), "--", "1"], check=True)
+        out, _ = sweep.communicate(timeout=400)
+        print(f"the sweep ended {time.monotonic() - lost:.1f} s after node1 was lost")
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+        subprocess.run([str(SCRIPT), "start-node", str(cluster.root), "--", "1"], check=True)
+    assert sweep.returncode == 1, out[-4000:]
+    parent, jobs = sweep_runs(cluster, tmp_path)
+    assert jobs[0].info.status in ("KILLED", "FAILED")
+    assert "node1" in jobs[0].data.tags["sporeflow.failure"], jobs[0].data.tags["sporeflow.failure"]
+    assert "node1" in parent.data.tags["sporeflow.failure"]
+    assert not cluster.job_processes()
+    wait_until(
+        lambda: cluster.on_node0("sinfo", "-h", "-o", "%T %D").stdout.strip() == "idle 2",
+        60,
+        "node1 did not come back",
+    )

@@ -34,3 +34,9 @@ class TrialPruned(SporeflowError):
     """A sweep's pruner stopped this job early: its Optuna trial's progress (the evaluation each
     epoch) was worse than the study's other trials at the same epoch. Not a failure: the job's
     MLflow runs end KILLED with the reason in the tag `sporeflow.pruned`, its trial PRUNED."""
+
+
+class SchedulerEnded(SporeflowError):
+    """The cluster's scheduler ended a sweep job before it reported (SLURM: scancel, the time
+    limit, a node lost); the message is the scheduler's own account of it (`sacct`, `sinfo -R`).
+    The job's MLflow runs end KILLED with it in `sporeflow.failure`; the sweep is FAILED."""

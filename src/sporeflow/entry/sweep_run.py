@@ -123,6 +123,18 @@ def _short_error(error: Any) -> str:
     return " ".join(text.split())[:500]
 
 
+def slurm_job_id(job_dir: Path) -> str | None:
+    """The SLURM job that ran this sweep job (`hydra.job.id`, which Hydra's submitit launcher
+    sets from SLURM's environment, e.g. 34_1), or None for a job SLURM did not run."""
+    try:
+        hydra = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
+        if "submitit_slurm" not in str(hydra.runtime.choices.get("hydra/launcher")):
+            return None
+        return str(hydra.job.id)
+    except (OSError, ValueError, AttributeError, KeyError):
+        return None
+
+
 def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
     """The outcome of a job that wrote none: FAILED, with the last thing its journal recorded;
     KILLED when the sweep itself was interrupted (the job was stopped with it)."""
@@ -133,6 +145,15 @@ def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
         pass
     last = [r for j in journals_under(job_dir) for r in read_records(j)][-1:]
     seen = f"; its journal's last record: {last[0]['op']} (seq {last[0]['seq']})" if last else ""
+    slurm_job = slurm_job_id(job_dir)
+    if slurm_job and not interrupted:  # the scheduler ended it: SLURM's accounting says how
+        return {
+            "job": int(job_dir.name),
+            "status": "FAILED",
+            "overrides": overrides,
+            "error": slurm.verdict(slurm_job),
+            "scheduler": True,
+        }
     if interrupted:
         return {
             "job": int(job_dir.name),
@@ -356,6 +377,8 @@ class SweepRun(Callback):
             lines = self._summarise(tracker, parent, failed, count)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)
+        for ended in (o for o in outcomes if o.get("scheduler")):
+            self._end_job_runs(tracker, ended)
         if failed:
             parent.set_tags(
                 {
@@ -384,6 +407,28 @@ class SweepRun(Callback):
             ),
             file=sys.stderr,
         )
+
+    def _end_job_runs(self, tracker: Tracker, outcome: dict) -> None:
+        """A job the scheduler ended: its runs (the job's and its stages') that did not finish
+        say why in `sporeflow.failure`; one still RUNNING (its process was killed before it
+        could end it) ends KILLED."""
+        try:
+            top = tracker.search_runs(
+                f"tags.`sweep.run_id` = '{self.run_id}' and tags.`sweep.job` = '{outcome['job']}'"
+            )
+            runs = top + [
+                child
+                for run in top
+                for child in tracker.search_runs(f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+            ]
+            for run in runs:
+                if run.info.status == "FINISHED":
+                    continue
+                tracker.run(run.info.run_id).set_tags({"sporeflow.failure": outcome["error"]})
+                if run.info.status == "RUNNING":
+                    tracker.run(run.info.run_id).end("KILLED")
+        except Exception as ex:  # noqa: BLE001 - the parent must still end
+            log.warning("could not mark job %s's runs: %s", outcome["job"], ex)
 
     def _summarise(self, tracker: Tracker, parent, failed: list[dict], count: Counter) -> list[str]:
         jobs = report.sweep_jobs(tracker, self.run_id, self.keys)

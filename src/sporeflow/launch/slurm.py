@@ -2,11 +2,15 @@
 and which host is node 0 (the msrun master). `conf/cluster/slurm.yaml` reads these through the
 `${sporeflow.slurm:...}` resolver, resolved in each task's own process - so one submitted job
 starts one sporeflow launcher per node, each running msrun for its node's workers. Outside
-SLURM they give a single node's values (node 0, 127.0.0.1)."""
+SLURM they give a single node's values (node 0, 127.0.0.1).
+
+`verdict` is the other side: what SLURM's accounting says of a job that ended without a result
+(read by the process that submitted the sweep)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 
 def in_slurm() -> bool:
@@ -53,3 +57,43 @@ def resolve(what: str) -> object:
     raise ValueError(
         f"sporeflow.launch.slurm:{what}: allowed: node_rank, master_addr, master_port, node_suffix"
     )
+
+
+GLOSS = {  # SLURM's job states for a job it ended, in a user's words
+    "CANCELLED": "cancelled (scancel)",
+    "TIMEOUT": "past its time limit, hydra.launcher.timeout_min",
+    "NODE_FAIL": "a node of the job failed",
+    "OUT_OF_MEMORY": "out of memory",
+    "PREEMPTED": "preempted",
+    "BOOT_FAIL": "its nodes did not boot",
+    "DEADLINE": "past its deadline",
+    "FAILED": "its batch script exited non-zero",
+}
+
+
+def _ask(*cmd: str) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as ex:
+        return f"({cmd[0]}: {ex})"
+    return out.stdout.strip() if out.returncode == 0 else f"({cmd[0]}: {out.stderr.strip()})"
+
+
+def verdict(job_id: str) -> str:
+    """ "SLURM job 34_1: TIMEOUT (past its time limit ...), time limit 00:01:00, ran 00:01:13 on
+    node[0-1]" - from `sacct`; for NODE_FAIL also which nodes are down and why (`sinfo -R`,
+    e.g. "node1: Not responding")."""
+    row = _ask("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,Timelimit,Elapsed,NodeList")
+    fields = row.splitlines()[0].split("|") if row and not row.startswith("(") else []
+    if len(fields) != 4:
+        return (
+            f"SLURM job {job_id} ended without a result; sacct has no record of it {row}".rstrip()
+        )
+    state, limit, elapsed, nodes = fields
+    gloss = GLOSS.get(state.split()[0], "")
+    text = f"SLURM job {job_id}: {state}" + (f" ({gloss})" if gloss else "")
+    text += f", ran {elapsed} of its time limit {limit} on {nodes}"
+    if state.startswith("NODE_FAIL"):
+        down = _ask("sinfo", "-R", "-h", "-n", nodes, "-o", "%N: %E")
+        text += f"; down: {'; '.join(down.splitlines()) or 'none any more (the node is back)'}"
+    return text

@@ -1,0 +1,122 @@
+"""Hydra's submitit_slurm launcher, for jobs the scheduler may end (`cluster=slurm` names it).
+
+Hydra's own launcher waits for the jobs one by one with submitit's `results()`: the first job
+that ended without a result (scancel, a time limit, a lost node) raises there, the sweep stops
+waiting and the other jobs run on unwatched. This one waits for every job, and a job SLURM
+ended becomes a FAILED job whose error is SLURM's account of it (`launch.slurm.verdict`), so
+the sweeper goes on and the sweep's parent run names it. Ctrl-C in the submitting process
+cancels the jobs still queued or running (no job outlives its sweep).
+
+In each job it ignores SIGUSR2: submitit asks SLURM for that signal before the time limit
+(`signal_delay_s`) to checkpoint and requeue a job, which a sporeflow job does not do (it would
+start again in its own run dir); with a limit shorter than the delay the signal comes at once.
+A job at its limit is ended by SLURM (SIGTERM: its runs end KILLED) and the sweep says TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from omegaconf import OmegaConf
+
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
+from sporeflow.core.errors import SchedulerEnded
+from sporeflow.launch import slurm
+
+POLL = 10.0  # seconds between asking SLURM's accounting about the sweep's jobs (one sacct call)
+
+
+class SlurmLauncher(HydraSlurm):
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # see the module docstring
+        return super().__call__(*args, **kwargs)
+
+    def _executor(self):
+        """submitit's executor with this sweep's parameters, as Hydra's launcher builds it."""
+        import submitit
+
+        init = {"folder": self.params["submitit_folder"]}
+        if "max_num_timeout" in self.params:
+            init["slurm_max_num_timeout"] = self.params["max_num_timeout"]
+        executor = submitit.AutoExecutor(cluster="slurm", **init)
+        queue_keys = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(
+            **{
+                key if key in queue_keys else f"slurm_{key}": value
+                for key, value in self.params.items()
+                if key not in ("submitit_folder", "max_num_timeout")
+            }
+        )
+        return executor
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        jobs_args = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            print(f"[sporeflow] job {idx}: {' '.join(filter_overrides(overrides))}", flush=True)
+            jobs_args.append(
+                (
+                    list(overrides),
+                    "hydra.sweep.dir",
+                    idx,
+                    f"job_id_for_{idx}",
+                    Singleton.get_state(),
+                )
+            )
+        jobs = self._executor().map_array(self, *zip(*jobs_args))
+        print(
+            f"[sporeflow] submitted {len(jobs)} SLURM jobs: {', '.join(j.job_id for j in jobs)}; "
+            f"their logs in {self.params['submitit_folder']}",
+            flush=True,
+        )
+        try:
+            wait_for(jobs)
+        except BaseException:  # Ctrl-C, SIGTERM: the sweep's jobs go with it
+            for job in jobs:
+                if not job.done():
+                    job.cancel(check=False)
+            raise
+        return [
+            returned(job, overrides) for job, overrides in zip(jobs, job_overrides, strict=True)
+        ]
+
+
+def wait_for(jobs: list) -> None:
+    """Until every job has a result or SLURM says it ended: result files are looked for each
+    second, the accounting asked every POLL seconds (submitit alone asks ever more rarely, up
+    to every 10 minutes)."""
+    asked = 0.0
+    while True:
+        force = time.monotonic() - asked >= POLL
+        if force:
+            asked = time.monotonic()
+        pending = [job for job in jobs if not job.done(force_check=force)]
+        if not pending:
+            return
+        time.sleep(1.0)
+
+
+def returned(job, overrides: Sequence[str]) -> JobReturn:
+    """The job's own JobReturn, or a FAILED one carrying SLURM's account of its end."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    try:
+        return job.results()[0]
+    except FailedJobError as ex:  # the job's process raised outside the task: its traceback
+        error: BaseException = ex
+    except UncompletedJobError:
+        error = SchedulerEnded(slurm.verdict(job.job_id))
+    ended = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+    ended.return_value = error
+    return ended

@@ -69,9 +69,12 @@ class Cluster:
         ]
 
     def runs(self) -> list:
+        """Every run in the server's store (none before the first run made the experiment)."""
         client = MlflowClient(f"sqlite:///{self.store}")
-        experiment = client.get_experiment_by_name("sporeflow").experiment_id
-        return client.search_runs([experiment], max_results=1000)
+        experiment = client.get_experiment_by_name("sporeflow")
+        return (
+            client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
+        )
 
     def job_processes(self) -> list[str]:
         """Processes of sporeflow jobs still alive on either node (train.py, msrun, workers)."""
@@ -185,6 +188,50 @@ def test_the_preset_runs_a_two_node_sweep_under_slurm(
     for key in alone:
         np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
         np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, tmp_path):
+    """The tiny dim-reduce pipeline as one sbatch job over both nodes: every stage FINISHED in
+    the server, each node computed the same PCA basis from its own snapshots, and stage 2's
+    weights agree bit for bit across the nodes."""
+    proc = subprocess.run(
+        cluster.sweep_command(
+            tmp_path,
+            "debug=dim_reduce",
+            "boost.baselines=[baseline]",
+            "+dataset.drop_remainder=true",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    parent, _ = sweep_runs(cluster, tmp_path)
+    assert parent.info.status == "FINISHED"
+    (pipeline,) = [
+        r
+        for r in by_stage(cluster.runs())["pipeline"]
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    ]
+    stages = {
+        r.data.tags["stage"]: r
+        for r in cluster.runs()
+        if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id
+    }
+    assert set(stages) == {"stage1", "stage2", "baseline"}
+    assert all(r.info.status == "FINISHED" for r in [pipeline, *stages.values()])
+    assert "stage2/acc" in pipeline.data.metrics or "gain" in pipeline.data.metrics
+    job = [tmp_path / "multirun" / "0", tmp_path / "multirun" / "0_node1"]
+    bases = [np.load(next((d / "stage1" / "pca").glob("pca_k8_*.npy"))) for d in job]
+    np.testing.assert_array_equal(bases[0], bases[1])
+    stage2 = [
+        weights(job[0] / "stage2" / "checkpoints" / "rank_0" / "final.ckpt"),
+        weights(job[1] / "stage2" / "checkpoints" / "rank_1" / "final.ckpt"),
+    ]
+    for key in stage2[0]:
+        assert np.isfinite(stage2[0][key]).all(), key
+        np.testing.assert_array_equal(stage2[0][key], stage2[1][key], err_msg=key)
 
 
 def squeue(cluster: Cluster) -> dict[str, str]:

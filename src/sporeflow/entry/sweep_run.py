@@ -43,6 +43,7 @@ from sporeflow.report import sweep_report as report
 from sporeflow.report import views
 from sporeflow.tracking.journal import is_key, journals_under, read_records
 from sporeflow.tracking.store import StoreError, database_refusal
+from sporeflow.tracking.sync import sync
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -123,18 +124,6 @@ def _short_error(error: Any) -> str:
     return " ".join(text.split())[:500]
 
 
-def slurm_job_id(job_dir: Path) -> str | None:
-    """The SLURM job that ran this sweep job (`hydra.job.id`, which Hydra's submitit launcher
-    sets from SLURM's environment, e.g. 34_1), or None for a job SLURM did not run."""
-    try:
-        hydra = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
-        if "submitit_slurm" not in str(hydra.runtime.choices.get("hydra/launcher")):
-            return None
-        return str(hydra.job.id)
-    except (OSError, ValueError, AttributeError, KeyError):
-        return None
-
-
 def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
     """The outcome of a job that wrote none: FAILED, with the last thing its journal recorded;
     KILLED when the sweep itself was interrupted (the job was stopped with it)."""
@@ -145,15 +134,6 @@ def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
         pass
     last = [r for j in journals_under(job_dir) for r in read_records(j)][-1:]
     seen = f"; its journal's last record: {last[0]['op']} (seq {last[0]['seq']})" if last else ""
-    slurm_job = slurm_job_id(job_dir)
-    if slurm_job and not interrupted:  # the scheduler ended it: SLURM's accounting says how
-        return {
-            "job": int(job_dir.name),
-            "status": "FAILED",
-            "overrides": overrides,
-            "error": slurm.verdict(slurm_job),
-            "scheduler": True,
-        }
     if interrupted:
         return {
             "job": int(job_dir.name),
@@ -167,6 +147,22 @@ def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
         "overrides": overrides,
         "error": f"the job's process died without reporting (killed, e.g. SIGKILL or out of memory){seen}",
     }
+
+
+def record_scheduler_end(job_dir: Path, job: int, overrides: list[str], verdict: str) -> None:
+    """The outcome of a job the cluster's scheduler ended before it could write its own
+    (written by the launcher that submitted it): FAILED with the scheduler's account; the
+    parent then ends the job's runs with it (SweepRun._end_job_runs)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    outcome = {
+        "job": job,
+        "status": "FAILED",
+        "overrides": overrides,
+        "error": verdict,
+        "scheduler": True,
+        "dir": str(job_dir),
+    }
+    (job_dir / JOB_FILE).write_text(json.dumps(outcome))
 
 
 class SweepRun(Callback):
@@ -312,16 +308,11 @@ class SweepRun(Callback):
         writing one (SIGKILL, out of memory): what its tracking journal shows is the why
         (KILLED when the sweep was interrupted: a job stopped with it writes none)."""
         found = []
-        for job_dir in (
-            sorted(p.parent for p in self.sweep_dir.glob("*/.hydra")) if self.sweep_dir else []
-        ):
-            written = (
-                job_dir / ".hydra" / "overrides.yaml"
-            )  # rewritten by each job that uses the dir
-            if (
-                not job_dir.name.isdigit()
-                or not written.is_file()
-                or written.stat().st_mtime < self.started
+        for job_dir in sorted(self.sweep_dir.glob("*")) if self.sweep_dir else []:
+            # rewritten by each job that uses the dir (the outcome alone: a job that never started)
+            written = [job_dir / ".hydra" / "overrides.yaml", job_dir / JOB_FILE]
+            if not job_dir.name.isdigit() or not any(
+                w.is_file() and w.stat().st_mtime >= self.started for w in written
             ):
                 continue  # not a job, or a job of an earlier sweep into the same sweep dir
             try:
@@ -365,6 +356,8 @@ class SweepRun(Callback):
                 file=sys.stderr,
             )
             return
+        for ended in (o for o in outcomes if o.get("scheduler")):
+            self._end_job_runs(tracker, ended)
         failed = [o for o in outcomes if o["status"] == "FAILED"]
         count = Counter(o["status"] for o in outcomes)  # COMPLETED, FAILED, PRUNED, KILLED
         status = (
@@ -377,8 +370,6 @@ class SweepRun(Callback):
             lines = self._summarise(tracker, parent, failed, count)
         except Exception as ex:  # noqa: BLE001 - the parent must still end
             log.warning("sweep summary failed: %s", ex)
-        for ended in (o for o in outcomes if o.get("scheduler")):
-            self._end_job_runs(tracker, ended)
         if failed:
             parent.set_tags(
                 {
@@ -409,10 +400,12 @@ class SweepRun(Callback):
         )
 
     def _end_job_runs(self, tracker: Tracker, outcome: dict) -> None:
-        """A job the scheduler ended: its runs (the job's and its stages') that did not finish
-        say why in `sporeflow.failure`; one still RUNNING (its process was killed before it
-        could end it) ends KILLED."""
+        """A job the scheduler ended: what its journals still hold is sent first (SLURM kills
+        what a SIGTERM did not end within its KillWait), then its runs (the job's and its
+        stages') that did not finish say why in `sporeflow.failure`, and one still RUNNING ends
+        KILLED."""
         try:
+            sync(Path(outcome["dir"]))
             top = tracker.search_runs(
                 f"tags.`sweep.run_id` = '{self.run_id}' and tags.`sweep.job` = '{outcome['job']}'"
             )

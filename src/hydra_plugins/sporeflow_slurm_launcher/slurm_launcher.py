@@ -1,10 +1,12 @@
-"""Hydra's submitit_slurm launcher, for jobs the scheduler may end (`cluster=slurm` names it).
+"""Hydra's submitit_slurm launcher, for jobs the scheduler may end (`cluster=slurm` names it as
+`hydra.launcher._target_`; Hydra instantiates launchers from the hydra_plugins package only).
 
 Hydra's own launcher waits for the jobs one by one with submitit's `results()`: the first job
 that ended without a result (scancel, a time limit, a lost node) raises there, the sweep stops
 waiting and the other jobs run on unwatched. This one waits for every job, and a job SLURM
-ended becomes a FAILED job whose error is SLURM's account of it (`launch.slurm.verdict`), so
-the sweeper goes on and the sweep's parent run names it. Ctrl-C in the submitting process
+ended becomes a FAILED job whose error is SLURM's account of it (`launch.slurm.verdict`), also
+written as the job's outcome in its dir, so the sweeper goes on and the sweep's parent run names
+it and ends the job's runs with it. Ctrl-C in the submitting process
 cancels the jobs still queued or running (no job outlives its sweep).
 
 In each job it ignores SIGUSR2: submitit asks SLURM for that signal before the time limit
@@ -23,11 +25,12 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
 from sporeflow.core.errors import SchedulerEnded
+from sporeflow.entry.sweep_run import record_scheduler_end
 from sporeflow.launch import slurm
 
 POLL = 10.0  # seconds between asking SLURM's accounting about the sweep's jobs (one sacct call)
@@ -87,22 +90,39 @@ class SlurmLauncher(HydraSlurm):
                 if not job.done():
                     job.cancel(check=False)
             raise
-        return [
-            returned(job, overrides) for job, overrides in zip(jobs, job_overrides, strict=True)
-        ]
+        results = []
+        for idx, (job, overrides) in enumerate(zip(jobs, job_overrides, strict=True)):
+            result = returned(job, overrides)
+            if isinstance(result._return_value, SchedulerEnded):  # noqa: SLF001 - not re-raised
+                record_scheduler_end(
+                    self._job_dir(overrides, initial_job_idx + idx),
+                    initial_job_idx + idx,
+                    list(overrides),
+                    str(result._return_value),  # noqa: SLF001
+                )
+            results.append(result)
+        return results
+
+    def _job_dir(self, overrides: Sequence[str], num: int) -> Path:
+        """The job's dir (node 0's, where its outcome goes), as the job itself resolved it."""
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = num
+        return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
 
 def wait_for(jobs: list) -> None:
     """Until every job has a result or SLURM says it ended: result files are looked for each
-    second, the accounting asked every POLL seconds (submitit alone asks ever more rarely, up
-    to every 10 minutes)."""
-    asked = 0.0
+    second, the accounting asked every POLL seconds (one sacct call for all of submitit's jobs;
+    submitit alone asks ever more rarely, up to every 10 minutes, and a multi-node job's
+    `done(force_check=True)` does not pass the force on to its tasks)."""
+    asked = float("-inf")
     while True:
-        force = time.monotonic() - asked >= POLL
-        if force:
+        if time.monotonic() - asked >= POLL:
+            jobs[0].watcher.update()
             asked = time.monotonic()
-        pending = [job for job in jobs if not job.done(force_check=force)]
-        if not pending:
+        if all(job.done() for job in jobs):
             return
         time.sleep(1.0)
 

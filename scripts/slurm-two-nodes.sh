@@ -5,6 +5,7 @@
 #
 #   sudo scripts/slurm-two-nodes.sh up   [DIR]   # DIR (default /tmp/sporeflow-slurm): conf, state, logs
 #   sudo scripts/slurm-two-nodes.sh run  [DIR] -- COMMAND...   # COMMAND on node0 (sbatch, srun, python train.py -m ...)
+#   sudo scripts/slurm-two-nodes.sh run  [DIR] --node=1 -- COMMAND...   # on node1 (a job started by hand)
 #   sudo scripts/slurm-two-nodes.sh down [DIR]
 #   sudo scripts/slurm-two-nodes.sh stop-node [DIR] -- 1    # node 1 loses power: every process in it killed
 #   sudo scripts/slurm-two-nodes.sh start-node [DIR] -- 1   # its slurmd again (ReturnToService=2: it rejoins)
@@ -152,7 +153,8 @@ CONF
 case $cmd in
   up) up ;;
   down) down ;;
-  run) [ "${1:-}" = "--" ] && shift; in_node 0 "$@" ;;
+  run) node=0; case ${1:-} in --node=*) node=${1#--node=}; shift ;; esac
+    [ "${1:-}" = "--" ] && shift; in_node "$node" "$@" ;;
   stop-node) [ "${1:-}" = "--" ] && shift; ip netns pids "${NS[${1:?which node}]}" | xargs -r kill -9 ;;
   start-node) [ "${1:-}" = "--" ] && shift; i=${1:?which node}
     in_node "$i" env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT slurmd -f "$SLURM_CONF" -N "${NODE[$i]}" ;;

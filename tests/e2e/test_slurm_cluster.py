@@ -3,13 +3,17 @@ nodes as two network namespaces on this machine (scripts/slurm-two-nodes.sh, whi
 run to try the preset), slurmctld beside node0's slurmd, an MLflow server both nodes reach on
 node0's address. The sweep is submitted from node0 through submitit_slurm: each job is one
 sbatch job over both nodes, one task per node, each task a sporeflow launcher running msrun for
-its node's worker. Needs root; skipped with the reason otherwise."""
+its node's worker; SLURM's accounting (slurmdbd with its own MariaDB) is how the sweep learns
+that the scheduler ended a job (scancel, TIMEOUT, NODE_FAIL). The tests share one cluster and one
+server (module scope); the lost-node test runs last and brings node1 back. Needs root; skipped
+with the reason otherwise."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,9 +98,12 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two idle SLURM nodes and an MLflow server on node0 (sqlite on the shared disk)."""
-    needed = ["ip", "unshare", "slurmctld", "slurmd", "munged", "sinfo"]
+    needed = ["ip", "unshare", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "munged", "sinfo"]
     if os.geteuid() != 0 or not all(shutil.which(c) for c in needed):
-        unavailable(f"the SLURM cluster needs root and {', '.join(needed)} (Debian's slurm-wlm)")
+        unavailable(
+            f"the SLURM cluster needs root and {', '.join(needed)} "
+            "(Debian's slurm-wlm, slurmdbd, munge, mariadb-server)"
+        )
     root = tmp_path_factory.mktemp("slurm")
     started = time.monotonic()
     up = subprocess.run([str(SCRIPT), "up", str(root)], capture_output=True, text=True)
@@ -299,6 +306,43 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     assert jobs[0].info.status == "KILLED" and "CANCELLED" in jobs[0].data.tags["sporeflow.failure"]
     assert jobs[1].info.status == "KILLED" and "TIMEOUT" in jobs[1].data.tags["sporeflow.failure"]
     assert f"SLURM job {array}_0: CANCELLED" in out  # the sweep's summary names them too
+    assert not cluster.job_processes()
+    assert not squeue(cluster)
+
+
+def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_path):
+    """Three jobs where two fit: Ctrl-C on the submitting command once job 0 trains cancels
+    the two running and the one still queued (sacct: CANCELLED), the runs end KILLED, the sweep
+    exits 130 with its parent KILLED, and no process of any job is left."""
+    sweep = subprocess.Popen(
+        cluster.sweep_command(tmp_path, "seed=1,2,3", "epochs=500"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: the Ctrl-C goes to it alone
+    )
+    try:
+        wait_until(
+            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "job 0 never started its run"
+        )
+        queued = squeue(cluster)
+        assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
+        os.killpg(sweep.pid, signal.SIGINT)
+        out, _ = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, out[-4000:]
+    states = cluster.on_node0(
+        "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(queued)
+    )
+    ended = dict(line.split("|") for line in states.stdout.split())
+    assert sorted(ended) == sorted(queued), states.stdout
+    assert all(state.startswith("CANCELLED") for state in ended.values()), ended
+    parent, jobs = sweep_runs(cluster, tmp_path)
+    assert parent.info.status == "KILLED"
+    assert jobs and all(run.info.status == "KILLED" for run in jobs.values())
     assert not cluster.job_processes()
     assert not squeue(cluster)
 

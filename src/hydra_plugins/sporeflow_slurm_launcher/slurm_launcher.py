@@ -30,10 +30,10 @@ from omegaconf import OmegaConf, open_dict
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
 from sporeflow.core.errors import SchedulerEnded
-from sporeflow.entry.sweep_run import record_scheduler_end
 from sporeflow.launch import slurm
 
 POLL = 10.0  # seconds between asking SLURM's accounting about the sweep's jobs (one sacct call)
+STOP_WAIT = 120.0  # seconds a stopped sweep waits for its cancelled jobs to end (SLURM's KillWait)
 
 
 class SlurmLauncher(HydraSlurm):
@@ -83,22 +83,55 @@ class SlurmLauncher(HydraSlurm):
             f"their logs in {self.params['submitit_folder']}",
             flush=True,
         )
+        missing = slurm.accounting_missing(jobs[0].job_id)
+        if missing:
+            print(
+                f"[sporeflow] warning: SLURM's accounting does not answer {missing}: a job SLURM "
+                "ends without a result (scancel, its time limit, a lost node) cannot be seen to "
+                "end, and the sweep would wait for it (Ctrl-C cancels the sweep's jobs)",
+                flush=True,
+            )
         try:
             wait_for(jobs)
-        except BaseException:  # Ctrl-C, SIGTERM: the sweep's jobs go with it
+        except BaseException as stop:  # Ctrl-C, SIGTERM: the sweep's jobs go with it
             for job in jobs:
                 if not job.done():
                     job.cancel(check=False)
+            print(
+                f"[sporeflow] cancelling the sweep's SLURM jobs ({type(stop).__name__})", flush=True
+            )
+            try:  # they end their runs on SLURM's SIGTERM; their outcomes then say so
+                wait_for(jobs, timeout=STOP_WAIT)
+            except BaseException:  # noqa: BLE001 - a second Ctrl-C: leave at once
+                pass
+            self._results(jobs, job_overrides, initial_job_idx, stopped=True)
             raise
+        return self._results(jobs, job_overrides, initial_job_idx)
+
+    def _results(
+        self,
+        jobs: list,
+        job_overrides: Sequence[Sequence[str]],
+        initial_job_idx: int,
+        stopped: bool = False,
+    ) -> list[JobReturn]:
+        """Each job's JobReturn; a job SLURM ended (or cancelled because the sweep was
+        `stopped`) gets its outcome written into its dir, for the sweep's parent run."""
+        from sporeflow.entry.sweep_run import record_scheduler_end  # the plugin scan stays light
+
         results = []
-        for idx, (job, overrides) in enumerate(zip(jobs, job_overrides, strict=True)):
+        for num, (job, overrides) in enumerate(
+            zip(jobs, job_overrides, strict=True), initial_job_idx
+        ):
             result = returned(job, overrides)
-            if isinstance(result._return_value, SchedulerEnded):  # noqa: SLF001 - not re-raised
+            error = result._return_value  # noqa: SLF001 - return_value would re-raise it
+            if isinstance(error, SchedulerEnded):
                 record_scheduler_end(
-                    self._job_dir(overrides, initial_job_idx + idx),
-                    initial_job_idx + idx,
+                    self._job_dir(overrides, num),
+                    num,
                     list(overrides),
-                    str(result._return_value),  # noqa: SLF001
+                    f"cancelled with the sweep: {error}" if stopped else str(error),
+                    status="KILLED" if stopped else "FAILED",
                 )
             results.append(result)
         return results
@@ -112,13 +145,14 @@ class SlurmLauncher(HydraSlurm):
         return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
 
-def wait_for(jobs: list) -> None:
+def wait_for(jobs: list, timeout: float | None = None) -> None:
     """Until every job has a result or SLURM says it ended: result files are looked for each
     second, the accounting asked every POLL seconds (one sacct call for all of submitit's jobs;
     submitit alone asks ever more rarely, up to every 10 minutes, and a multi-node job's
     `done(force_check=True)` does not pass the force on to its tasks)."""
     asked = float("-inf")
-    while True:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while deadline is None or time.monotonic() < deadline:
         if time.monotonic() - asked >= POLL:
             jobs[0].watcher.update()
             asked = time.monotonic()

@@ -149,14 +149,17 @@ def died_outcome(job_dir: Path, interrupted: bool = False) -> dict:
     }
 
 
-def record_scheduler_end(job_dir: Path, job: int, overrides: list[str], verdict: str) -> None:
+def record_scheduler_end(
+    job_dir: Path, job: int, overrides: list[str], verdict: str, status: str = "FAILED"
+) -> None:
     """The outcome of a job the cluster's scheduler ended before it could write its own
-    (written by the launcher that submitted it): FAILED with the scheduler's account; the
-    parent then ends the job's runs with it (SweepRun._end_job_runs)."""
+    (written by the launcher that submitted it): FAILED with the scheduler's account, KILLED
+    when the sweep itself was stopped; the parent then ends the job's runs with it
+    (SweepRun._end_job_runs)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     outcome = {
         "job": job,
-        "status": "FAILED",
+        "status": status,
         "overrides": overrides,
         "error": verdict,
         "scheduler": True,

@@ -76,7 +76,16 @@ def _ask(*cmd: str) -> str:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as ex:
         return f"({cmd[0]}: {ex})"
-    return out.stdout.strip() if out.returncode == 0 else f"({cmd[0]}: {out.stderr.strip()})"
+    if out.returncode == 0:
+        return out.stdout.strip()
+    said = out.stderr.strip().splitlines()  # the last line is the one that says why
+    return f"({said[-1] if said else f'{cmd[0]} exited with {out.returncode}'})"
+
+
+def accounting_missing(job_id: str) -> str | None:
+    """Why `sacct` cannot tell how the job ends (accounting off, sacct missing), else None."""
+    answer = _ask("sacct", "-n", "-X", "-j", job_id, "-o", "State")
+    return answer if answer.startswith("(") else None
 
 
 def verdict(job_id: str) -> str:

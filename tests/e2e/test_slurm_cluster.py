@@ -241,6 +241,14 @@ def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, tmp_path):
         np.testing.assert_array_equal(stage2[0][key], stage2[1][key], err_msg=key)
 
 
+def no_job_process_left(cluster: Cluster) -> None:
+    """No process of a sweep job on either node, within 30 s of the sweep's end. SLURM kills
+    what it tracks after KillWait (10 s here); with proctrack/linuxproc (no cgroups on this
+    machine) it loses track of an msrun worker whose parent it killed first: that worker ends
+    by sporeflow's parent-death watchdog (signals.die_with_parent, 10 s grace)."""
+    wait_until(lambda: not cluster.job_processes(), 30, f"left running: {cluster.job_processes()}")
+
+
 def squeue(cluster: Cluster) -> dict[str, str]:
     """Job id (array jobs as 34_1) -> state, of the jobs SLURM has queued or running."""
     out = cluster.on_node0("squeue", "-h", "-o", "%i %T").stdout.split()
@@ -306,7 +314,7 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     assert jobs[0].info.status == "KILLED" and "CANCELLED" in jobs[0].data.tags["sporeflow.failure"]
     assert jobs[1].info.status == "KILLED" and "TIMEOUT" in jobs[1].data.tags["sporeflow.failure"]
     assert f"SLURM job {array}_0: CANCELLED" in out  # the sweep's summary names them too
-    assert not cluster.job_processes()
+    no_job_process_left(cluster)
     assert not squeue(cluster)
 
 
@@ -328,8 +336,10 @@ def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_pa
         )
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
+        interrupted = time.monotonic()
         os.killpg(sweep.pid, signal.SIGINT)
-        out, _ = sweep.communicate(timeout=120)
+        out, _ = sweep.communicate(timeout=180)
+        print(f"the sweep ended {time.monotonic() - interrupted:.1f} s after its Ctrl-C")
     finally:
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
@@ -337,13 +347,13 @@ def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_pa
     states = cluster.on_node0(
         "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(queued)
     )
-    ended = dict(line.split("|") for line in states.stdout.split())
+    ended = dict(line.split("|") for line in states.stdout.splitlines())
     assert sorted(ended) == sorted(queued), states.stdout
     assert all(state.startswith("CANCELLED") for state in ended.values()), ended
     parent, jobs = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "KILLED"
     assert jobs and all(run.info.status == "KILLED" for run in jobs.values())
-    assert not cluster.job_processes()
+    no_job_process_left(cluster)
     assert not squeue(cluster)
 
 
@@ -375,7 +385,7 @@ def test_a_node_lost_mid_job_ends_the_job_and_its_run_names_the_node(cluster, tm
     assert jobs[0].info.status in ("KILLED", "FAILED")
     assert "node1" in jobs[0].data.tags["sporeflow.failure"], jobs[0].data.tags["sporeflow.failure"]
     assert "node1" in parent.data.tags["sporeflow.failure"]
-    assert not cluster.job_processes()
+    no_job_process_left(cluster)
     wait_until(
         lambda: cluster.on_node0("sinfo", "-h", "-o", "%T %D").stdout.strip() == "idle 2",
         60,

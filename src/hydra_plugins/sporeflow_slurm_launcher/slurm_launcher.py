@@ -29,6 +29,7 @@ from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
+from sporeflow.core import signals
 from sporeflow.core.errors import SchedulerEnded
 from sporeflow.launch import slurm
 
@@ -91,20 +92,22 @@ class SlurmLauncher(HydraSlurm):
                 "end, and the sweep would wait for it (Ctrl-C cancels the sweep's jobs)",
                 flush=True,
             )
+        signals.install()  # Ctrl-C / SIGTERM: Interrupted, exit 130 / 143 (app.run_cli)
         try:
             wait_for(jobs)
-        except BaseException as stop:  # Ctrl-C, SIGTERM: the sweep's jobs go with it
+        except BaseException as stop:  # the sweep's jobs go with it
+            cancelled = [job.job_id for job in jobs if not job.done()]
             for job in jobs:
-                if not job.done():
+                if job.job_id in cancelled:
                     job.cancel(check=False)
-            print(
-                f"[sporeflow] cancelling the sweep's SLURM jobs ({type(stop).__name__})", flush=True
-            )
+            print(f"[sporeflow] cancelling SLURM jobs {', '.join(cancelled)}", flush=True)
             try:  # they end their runs on SLURM's SIGTERM; their outcomes then say so
                 wait_for(jobs, timeout=STOP_WAIT)
             except BaseException:  # noqa: BLE001 - a second Ctrl-C: leave at once
                 pass
             self._results(jobs, job_overrides, initial_job_idx, stopped=True)
+            if isinstance(stop, signals.Interrupted):
+                stop.hint = f"the sweep's SLURM jobs {', '.join(cancelled)} were cancelled"
             raise
         return self._results(jobs, job_overrides, initial_job_idx)
 
@@ -146,7 +149,8 @@ class SlurmLauncher(HydraSlurm):
 
 
 def wait_for(jobs: list, timeout: float | None = None) -> None:
-    """Until every job has a result or SLURM says it ended: result files are looked for each
+    """Until every job has a result or SLURM says it ended, and none is still on SLURM's queue
+    (completing: its processes being killed): result files are looked for each
     second, the accounting asked every POLL seconds (one sacct call for all of submitit's jobs;
     submitit alone asks ever more rarely, up to every 10 minutes, and a multi-node job's
     `done(force_check=True)` does not pass the force on to its tasks)."""
@@ -156,21 +160,28 @@ def wait_for(jobs: list, timeout: float | None = None) -> None:
         if time.monotonic() - asked >= POLL:
             jobs[0].watcher.update()
             asked = time.monotonic()
-        if all(job.done() for job in jobs):
-            return
+        if all(job.done() for job in jobs) and not slurm.listed([job.job_id for job in jobs]):
+            return  # and off the queue: SLURM has killed what a job left (COMPLETING is over)
         time.sleep(1.0)
 
 
 def returned(job, overrides: Sequence[str]) -> JobReturn:
-    """The job's own JobReturn, or a FAILED one carrying SLURM's account of its end."""
+    """The job's own JobReturn (its first task's, node 0's, as Hydra's launcher takes it), or a
+    FAILED one carrying SLURM's account of its end. A job SLURM ended (sacct) without a result
+    file is not waited for: submitit's results() gives a missing file 15 s per job to appear."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
-    try:
-        return job.results()[0]
-    except FailedJobError as ex:  # the job's process raised outside the task: its traceback
-        error: BaseException = ex
-    except UncompletedJobError:
+    first = job.task(0)
+    error: BaseException
+    if slurm.ended_by_slurm(job.state) and not first.paths.result_pickle.exists():
         error = SchedulerEnded(slurm.verdict(job.job_id))
+    else:
+        try:
+            return first.result()
+        except FailedJobError as ex:  # the job's process raised outside the task: its traceback
+            error = ex
+        except UncompletedJobError:
+            error = SchedulerEnded(slurm.verdict(job.job_id))
     ended = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
     ended.return_value = error
     return ended

@@ -71,6 +71,11 @@ GLOSS = {  # SLURM's job states for a job it ended, in a user's words
 }
 
 
+def ended_by_slurm(state: str) -> bool:
+    """A job state (sacct's, e.g. "CANCELLED by 0") in which SLURM, not the job, ended it."""
+    return (state.split() or [""])[0] in GLOSS and not state.startswith("FAILED")
+
+
 def _ask(*cmd: str) -> str:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
@@ -80,6 +85,12 @@ def _ask(*cmd: str) -> str:
         return out.stdout.strip()
     said = out.stderr.strip().splitlines()  # the last line is the one that says why
     return f"({said[-1] if said else f'{cmd[0]} exited with {out.returncode}'})"
+
+
+def listed(job_ids: list[str]) -> list[str]:
+    """Those of the jobs still on SLURM's queue (pending, running or completing)."""
+    answer = _ask("squeue", "-h", "-o", "%i", "-j", ",".join(job_ids))
+    return [] if answer.startswith("(") else answer.split()
 
 
 def accounting_missing(job_id: str) -> str | None:

@@ -114,23 +114,11 @@ def main() -> None:
     subprocess.run([str(SCRIPT), "up", str(root)], check=True, capture_output=True)
     setup = time.monotonic() - started
     port = free_port()
-    server = on_node(
-        root,
-        0,
-        *PYTHON[:1],
-        str(Path(sys.executable).parent / "mlflow"),
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination",
-        str(root / "artifacts"),
-        "--serve-artifacts",
-        "--host",
-        NODE0,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
+    server = subprocess.Popen(
+        [str(SCRIPT), "server", str(root), "--", str(port)],
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     url = f"http://{NODE0}:{port}"

@@ -6,6 +6,8 @@
 #   sudo scripts/slurm-two-nodes.sh up   [DIR]   # DIR (default /tmp/sporeflow-slurm): conf, state, logs
 #   sudo scripts/slurm-two-nodes.sh run  [DIR] -- COMMAND...   # COMMAND on node0 (sbatch, srun, python train.py -m ...)
 #   sudo scripts/slurm-two-nodes.sh run  [DIR] --node=1 -- COMMAND...   # on node1 (a job started by hand)
+#   sudo scripts/slurm-two-nodes.sh server [DIR] -- PORT   # an MLflow server on node0:PORT (mlflow from PATH;
+#                                                           # store DIR/mlflow.db), for tracking.uri=http://10.77.0.1:PORT
 #   sudo scripts/slurm-two-nodes.sh down [DIR]
 #   sudo scripts/slurm-two-nodes.sh stop-node [DIR] -- 1    # node 1 loses power: every process in it killed
 #   sudo scripts/slurm-two-nodes.sh start-node [DIR] -- 1   # its slurmd again (ReturnToService=2: it rejoins)
@@ -155,8 +157,12 @@ case $cmd in
   down) down ;;
   run) node=0; case ${1:-} in --node=*) node=${1#--node=}; shift ;; esac
     [ "${1:-}" = "--" ] && shift; in_node "$node" "$@" ;;
+  server) [ "${1:-}" = "--" ] && shift
+    in_node 0 mlflow server --backend-store-uri "sqlite:///$DIR/mlflow.db" \
+      --artifacts-destination "$DIR/artifacts" --serve-artifacts \
+      --host "${ADDR[0]}" --port "${1:?which port}" --workers 1 ;;
   stop-node) [ "${1:-}" = "--" ] && shift; ip netns pids "${NS[${1:?which node}]}" | xargs -r kill -9 ;;
   start-node) [ "${1:-}" = "--" ] && shift; i=${1:?which node}
     in_node "$i" env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT slurmd -f "$SLURM_CONF" -N "${NODE[$i]}" ;;
-  *) echo "usage: $0 up|run|down|stop-node|start-node [DIR] [-- COMMAND... | -- NODE]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|run|server|down|stop-node|start-node [DIR] [-- COMMAND... | -- PORT | -- NODE]" >&2; exit 2 ;;
 esac

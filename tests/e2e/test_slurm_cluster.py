@@ -72,6 +72,24 @@ class Cluster:
             *args,
         ]
 
+    def start_sweep(self, launch: Path, *args: str) -> subprocess.Popen:
+        """The sweep started (its own session: a Ctrl-C to its group reaches it alone), once
+        its job 0 trains (its MLflow run exists)."""
+        sweep = subprocess.Popen(
+            self.sweep_command(launch, *args),
+            cwd=launch,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            wait_until(lambda: 0 in sweep_runs(self, launch)[1], 180, "job 0 never started its run")
+        except BaseException:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            raise
+        return sweep
+
     def runs(self) -> list:
         """Every run in the server's store (none before the first run made the experiment)."""
         client = MlflowClient(f"sqlite:///{self.store}")
@@ -112,25 +130,8 @@ def cluster(tmp_path_factory):
     port = free_port()
     store = root / "mlflow.db"
     server = subprocess.Popen(
-        [
-            str(SCRIPT),
-            "run",
-            str(root),
-            "--",
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{store}",
-            "--artifacts-destination",
-            str(root / "artifacts"),
-            "--serve-artifacts",
-            "--host",
-            NODE0,
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
+        [str(SCRIPT), "server", str(root), "--", str(port)],
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -286,23 +287,14 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     scancel once it trains, job 1 runs into its one-minute time limit. The sweep waits for both,
     ends FAILED and names each with SLURM's state; both jobs' runs end KILLED saying why; no
     process of either job is left on either node."""
-    sweep = subprocess.Popen(
-        cluster.sweep_command(tmp_path, "seed=1,2", "epochs=500", "hydra.launcher.timeout_min=1"),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=500", "hydra.launcher.timeout_min=1")
     try:
-        wait_until(
-            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "job 0 never started its run"
-        )
         (array,) = {job.split("_")[0] for job in squeue(cluster)}
         cluster.on_node0("scancel", f"{array}_0")
         out, _ = sweep.communicate(timeout=400)
     finally:
         if sweep.poll() is None:
-            sweep.kill()
+            os.killpg(sweep.pid, signal.SIGKILL)
     assert sweep.returncode == 1, out[-4000:]
     parent, jobs = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "FAILED"
@@ -322,18 +314,8 @@ def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_pa
     """Three jobs where two fit: Ctrl-C on the submitting command once job 0 trains cancels
     the two running and the one still queued (sacct: CANCELLED), the runs end KILLED, the sweep
     exits 130 with its parent KILLED, and no process of any job is left."""
-    sweep = subprocess.Popen(
-        cluster.sweep_command(tmp_path, "seed=1,2,3", "epochs=500"),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own group: the Ctrl-C goes to it alone
-    )
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500")
     try:
-        wait_until(
-            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "job 0 never started its run"
-        )
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
         interrupted = time.monotonic()
@@ -361,24 +343,15 @@ def test_a_node_lost_mid_job_ends_the_job_and_its_run_names_the_node(cluster, tm
     """node1 loses power while a two-node job trains (every process in it killed, slurmd too):
     SLURM marks the node down and ends the job (NODE_FAIL), the run ends saying node1 is down,
     and node0 keeps no process of the job. node1 is started again afterwards."""
-    sweep = subprocess.Popen(
-        cluster.sweep_command(tmp_path, "seed=1", "epochs=500"),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    sweep = cluster.start_sweep(tmp_path, "seed=1", "epochs=500")
     try:
-        wait_until(
-            lambda: 0 in sweep_runs(cluster, tmp_path)[1], 180, "the job never started its run"
-        )
         lost = time.monotonic()
         subprocess.run([str(SCRIPT), "stop-node", str(cluster.root), "--", "1"], check=True)
         out, _ = sweep.communicate(timeout=400)
         print(f"the sweep ended {time.monotonic() - lost:.1f} s after node1 was lost")
     finally:
         if sweep.poll() is None:
-            sweep.kill()
+            os.killpg(sweep.pid, signal.SIGKILL)
         subprocess.run([str(SCRIPT), "start-node", str(cluster.root), "--", "1"], check=True)
     assert sweep.returncode == 1, out[-4000:]
     parent, jobs = sweep_runs(cluster, tmp_path)

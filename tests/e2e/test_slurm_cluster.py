@@ -10,6 +10,7 @@ with the reason otherwise."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -310,14 +311,34 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     assert not squeue(cluster)
 
 
-def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_path):
-    """Three jobs where two fit: Ctrl-C on the submitting command once job 0 trains cancels
-    the two running and the one still queued (sacct: CANCELLED), the runs end KILLED, the sweep
-    exits 130 with its parent KILLED, and no process of any job is left."""
+def sacct_states(cluster: Cluster, job_ids) -> dict[str, str]:
+    answer = cluster.on_node0(
+        "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)
+    )
+    return dict(line.split("|") for line in answer.stdout.splitlines())
+
+
+def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(cluster, tmp_path):
+    """Three two-node jobs where two fit. node1 loses power while jobs 0 and 1 train (every
+    process in it killed, slurmd too): SLURM marks it down and ends both (NODE_FAIL), and their
+    runs and the sweep's parent name node1. Job 2, queued behind the dead node, can never start:
+    Ctrl-C on the submitting command cancels it (sacct: CANCELLED), the sweep exits 130 with its
+    parent KILLED. No process of any job is left; node1 is started again afterwards."""
     sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500")
     try:
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
+        running = sorted(job for job, state in queued.items() if state == "RUNNING")
+        (pending,) = [job for job, state in queued.items() if state == "PENDING"]
+        lost = time.monotonic()
+        subprocess.run([str(SCRIPT), "stop-node", str(cluster.root), "--", "1"], check=True)
+        wait_until(
+            lambda: all(sacct_states(cluster, running).get(job) == "NODE_FAIL" for job in running),
+            120,
+            "SLURM never ended the jobs on the lost node",
+        )
+        print(f"NODE_FAIL {time.monotonic() - lost:.1f} s after node1 was lost")
+        assert squeue(cluster) == {pending: "PENDING"}
         interrupted = time.monotonic()
         os.killpg(sweep.pid, signal.SIGINT)
         out, _ = sweep.communicate(timeout=180)
@@ -325,40 +346,21 @@ def test_ctrl_c_on_the_sweep_cancels_its_queued_and_running_jobs(cluster, tmp_pa
     finally:
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
+        subprocess.run([str(SCRIPT), "start-node", str(cluster.root), "--", "1"], check=True)
     assert sweep.returncode == 130, out[-4000:]
-    states = cluster.on_node0(
-        "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(queued)
-    )
-    ended = dict(line.split("|") for line in states.stdout.splitlines())
-    assert sorted(ended) == sorted(queued), states.stdout
-    assert all(state.startswith("CANCELLED") for state in ended.values()), ended
+    assert sacct_states(cluster, [pending])[pending].startswith("CANCELLED")
     parent, jobs = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "KILLED"
-    assert jobs and all(run.info.status == "KILLED" for run in jobs.values())
+    assert sorted(jobs) == [0, 1]  # job 2 never started
+    for job in jobs.values():
+        assert job.info.status in ("KILLED", "FAILED")
+        failure = job.data.tags["sporeflow.failure"]
+        assert "NODE_FAIL" in failure and "node1: Not responding" in failure, failure
+    assert "node1: Not responding" in parent.data.tags["sporeflow.failure"]
+    outcome = json.loads((tmp_path / "multirun" / "2" / "sporeflow_job.json").read_text())
+    assert outcome["status"] == "KILLED" and outcome["error"].startswith("cancelled with the sweep")
     no_job_process_left(cluster)
     assert not squeue(cluster)
-
-
-def test_a_node_lost_mid_job_ends_the_job_and_its_run_names_the_node(cluster, tmp_path):
-    """node1 loses power while a two-node job trains (every process in it killed, slurmd too):
-    SLURM marks the node down and ends the job (NODE_FAIL), the run ends saying node1 is down,
-    and node0 keeps no process of the job. node1 is started again afterwards."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1", "epochs=500")
-    try:
-        lost = time.monotonic()
-        subprocess.run([str(SCRIPT), "stop-node", str(cluster.root), "--", "1"], check=True)
-        out, _ = sweep.communicate(timeout=400)
-        print(f"the sweep ended {time.monotonic() - lost:.1f} s after node1 was lost")
-    finally:
-        if sweep.poll() is None:
-            os.killpg(sweep.pid, signal.SIGKILL)
-        subprocess.run([str(SCRIPT), "start-node", str(cluster.root), "--", "1"], check=True)
-    assert sweep.returncode == 1, out[-4000:]
-    parent, jobs = sweep_runs(cluster, tmp_path)
-    assert jobs[0].info.status in ("KILLED", "FAILED")
-    assert "node1" in jobs[0].data.tags["sporeflow.failure"], jobs[0].data.tags["sporeflow.failure"]
-    assert "node1" in parent.data.tags["sporeflow.failure"]
-    no_job_process_left(cluster)
     wait_until(
         lambda: cluster.on_node0("sinfo", "-h", "-o", "%T %D").stdout.strip() == "idle 2",
         60,

@@ -96,6 +96,7 @@ class SlurmLauncher(HydraSlurm):
         try:
             wait_for(jobs)
         except BaseException as stop:  # the sweep's jobs go with it
+            jobs[0].watcher.update()  # what SLURM ended before the stop is not "cancelled"
             cancelled = [job.job_id for job in jobs if not job.done()]
             for job in jobs:
                 if job.job_id in cancelled:
@@ -105,7 +106,7 @@ class SlurmLauncher(HydraSlurm):
                 wait_for(jobs, timeout=STOP_WAIT)
             except BaseException:  # noqa: BLE001 - a second Ctrl-C: leave at once
                 pass
-            self._results(jobs, job_overrides, initial_job_idx, stopped=True)
+            self._results(jobs, job_overrides, initial_job_idx, cancelled)
             if isinstance(stop, signals.Interrupted):
                 stop.hint = f"the sweep's SLURM jobs {', '.join(cancelled)} were cancelled"
             raise
@@ -116,10 +117,10 @@ class SlurmLauncher(HydraSlurm):
         jobs: list,
         job_overrides: Sequence[Sequence[str]],
         initial_job_idx: int,
-        stopped: bool = False,
+        cancelled: Sequence[str] = (),
     ) -> list[JobReturn]:
-        """Each job's JobReturn; a job SLURM ended (or cancelled because the sweep was
-        `stopped`) gets its outcome written into its dir, for the sweep's parent run."""
+        """Each job's JobReturn; a job SLURM ended (or that was `cancelled` because the sweep
+        was stopped) gets its outcome written into its dir, for the sweep's parent run."""
         from sporeflow.entry.sweep_run import record_scheduler_end  # the plugin scan stays light
 
         results = []
@@ -128,6 +129,7 @@ class SlurmLauncher(HydraSlurm):
         ):
             result = returned(job, overrides)
             error = result._return_value  # noqa: SLF001 - return_value would re-raise it
+            stopped = job.job_id in cancelled
             if isinstance(error, SchedulerEnded):
                 record_scheduler_end(
                     self._job_dir(overrides, num),

@@ -6,8 +6,8 @@ that ended without a result (scancel, a time limit, a lost node) raises there, t
 waiting and the other jobs run on unwatched. This one waits for every job, and a job SLURM
 ended becomes a FAILED job whose error is SLURM's account of it (`launch.slurm.verdict`), also
 written as the job's outcome in its dir, so the sweeper goes on and the sweep's parent run names
-it and ends the job's runs with it. Ctrl-C in the submitting process
-cancels the jobs still queued or running (no job outlives its sweep).
+it and ends the job's runs with it. Ctrl-C (or SIGTERM) in the submitting process cancels the
+jobs still queued or running (no job outlives its sweep) and exits 130 (143).
 
 In each job it ignores SIGUSR2: submitit asks SLURM for that signal before the time limit
 (`signal_delay_s`) to checkpoint and requeue a job, which a sporeflow job does not do (it would
@@ -38,6 +38,8 @@ STOP_WAIT = 120.0  # seconds a stopped sweep waits for its cancelled jobs to end
 
 
 class SlurmLauncher(HydraSlurm):
+    """Hydra's SlurmLauncher with sporeflow's waiting and reporting (the module docstring)."""
+
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # see the module docstring
         return super().__call__(*args, **kwargs)

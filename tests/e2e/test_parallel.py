@@ -67,10 +67,13 @@ def test_a_failing_worker_ends_the_job_with_its_rank_and_error(tmp_path):
     assert proc.returncode == 1
     assert "worker_1.log failed" in proc.stderr
     assert "deliberate failure while building the network on rank 1" in proc.stderr
+    # rank 1 fails while its config is checked (the model is built then), before any run
+    # exists; whether rank 0 opened its run before msrun stopped it is a race (CI saw both).
+    # Whatever run exists ended FAILED: none is left RUNNING or reported FINISHED.
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("sporeflow")
     runs = client.search_runs([exp.experiment_id]) if exp else []
-    assert runs and all(r.info.status == "FAILED" for r in runs), [r.info.status for r in runs]
+    assert all(r.info.status == "FAILED" for r in runs), [r.info.status for r in runs]
 
 
 @pytest.mark.parametrize("option", ["semi_auto8", "auto8"])

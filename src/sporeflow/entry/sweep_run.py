@@ -41,6 +41,7 @@ from sporeflow.core.uris import redacted
 from sporeflow.launch import slurm
 from sporeflow.report import sweep_report as report
 from sporeflow.report import views
+from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.journal import is_key, journals_under, read_records
 from sporeflow.tracking.store import StoreError, database_refusal
 from sporeflow.tracking.sync import sync
@@ -165,7 +166,7 @@ def record_scheduler_end(
         "scheduler": True,
         "dir": str(job_dir),
     }
-    (job_dir / JOB_FILE).write_text(json.dumps(outcome))
+    write_text_atomic(job_dir / JOB_FILE, json.dumps(outcome))
 
 
 class SweepRun(Callback):

@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
 	@echo "make test    - install if needed, then run the test suite but the slow tests (~23 min)"
-	@echo "make test-slow - the tests marked slow (~21 min); make test-all runs both"
+	@echo "make test-slow - the tests marked slow (~20 min); make test-all runs both"
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"

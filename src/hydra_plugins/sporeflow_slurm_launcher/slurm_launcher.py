@@ -18,6 +18,7 @@ A job at its limit is ended by SLURM (SIGTERM: its runs end KILLED) and the swee
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,7 +71,9 @@ class SlurmLauncher(HydraSlurm):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs_args = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            print(f"[sporeflow] job {idx}: {' '.join(filter_overrides(overrides))}", flush=True)
+            print(
+                f"[sporeflow] job {idx}: {' '.join(filter_overrides(overrides))}", file=sys.stderr
+            )
             jobs_args.append(
                 (
                     list(overrides),
@@ -84,7 +87,7 @@ class SlurmLauncher(HydraSlurm):
         print(
             f"[sporeflow] submitted {len(jobs)} SLURM jobs: {', '.join(j.job_id for j in jobs)}; "
             f"their logs in {self.params['submitit_folder']}",
-            flush=True,
+            file=sys.stderr,
         )
         missing = slurm.accounting_missing(jobs[0].job_id)
         if missing:
@@ -92,7 +95,7 @@ class SlurmLauncher(HydraSlurm):
                 f"[sporeflow] warning: SLURM's accounting does not answer {missing}: a job SLURM "
                 "ends without a result (scancel, its time limit, a lost node) cannot be seen to "
                 "end, and the sweep would wait for it (Ctrl-C cancels the sweep's jobs)",
-                flush=True,
+                file=sys.stderr,
             )
         signals.install()  # Ctrl-C / SIGTERM: Interrupted, exit 130 / 143 (app.run_cli)
         try:
@@ -103,7 +106,7 @@ class SlurmLauncher(HydraSlurm):
             for job in jobs:
                 if job.job_id in cancelled:
                     job.cancel(check=False)
-            print(f"[sporeflow] cancelling SLURM jobs {', '.join(cancelled)}", flush=True)
+            print(f"[sporeflow] cancelling SLURM jobs {', '.join(cancelled)}", file=sys.stderr)
             try:  # they end their runs on SLURM's SIGTERM; their outcomes then say so
                 wait_for(jobs, timeout=STOP_WAIT)
             except BaseException:  # noqa: BLE001 - a second Ctrl-C: leave at once

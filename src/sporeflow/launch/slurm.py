@@ -100,9 +100,9 @@ def accounting_missing(job_id: str) -> str | None:
 
 
 def verdict(job_id: str) -> str:
-    """ "SLURM job 34_1: TIMEOUT (past its time limit ...), time limit 00:01:00, ran 00:01:13 on
-    node[0-1]" - from `sacct`; for NODE_FAIL also which nodes are down and why (`sinfo -R`,
-    e.g. "node1: Not responding")."""
+    """What `sacct` says of the job, e.g. "SLURM job 34_1: TIMEOUT (past its time limit, ...),
+    ran 00:01:13 of its time limit 00:01:00 on node[0-1]"; for NODE_FAIL also which nodes are
+    down and why (`sinfo -R`, e.g. "down: node1: Not responding")."""
     row = _ask("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,Timelimit,Elapsed,NodeList")
     fields = row.splitlines()[0].split("|") if row and not row.startswith("(") else []
     if len(fields) != 4:

@@ -84,7 +84,7 @@ def write_snapshots(folder: Path, n: int, hidden: int, ckpt: bool) -> int:
             ms.save_checkpoint(
                 [
                     {"name": p.name, "data": Tensor(v.reshape(p.shape))}
-                    for p, v in zip(params, parts)
+                    for p, v in zip(params, parts, strict=False)
                 ],
                 str(folder / "ckpt" / f"snapshot_{i:03d}.ckpt"),
             )

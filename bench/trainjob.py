@@ -69,7 +69,7 @@ def print_paired(times: dict[str, list[float]], base: str, what: str) -> None:
         f" x {base}: median of the paired ratios [min-max]:"
     )
     for arm, found in times.items():
-        ratios = [t / b for t, b in zip(found, times[base])]
+        ratios = [t / b for t, b in zip(found, times[base], strict=False)]
         print(
             f"  {arm:10s} {statistics.median(found):6.1f} s  {statistics.median(ratios):5.3f}x"
             f" [{min(ratios):.3f}-{max(ratios):.3f}]   runs: {', '.join(f'{t:.1f}' for t in found)}"

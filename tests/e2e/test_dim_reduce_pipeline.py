@@ -115,7 +115,7 @@ def test_stage2_can_start_from_the_snapshot_mean(tmp_path):
     )
     start = ms.load_checkpoint(str(run_dir / "stage2" / "start_mean_rank_0.ckpt"))
     offset = 0
-    for name, shape in zip(layout["names"], layout["shapes"]):
+    for name, shape in zip(layout["names"], layout["shapes"], strict=False):
         size = int(np.prod(shape))
         np.testing.assert_allclose(
             start[name].asnumpy(), flat[offset : offset + size].reshape(shape), atol=1e-6

@@ -33,7 +33,7 @@ def test_runs_started_together_get_their_own_dir_checkpoints_and_run(tmp_path):
             )
         )
     outputs = [p.communicate(timeout=600) for p in procs]
-    for proc, (_, err) in zip(procs, outputs):
+    for proc, (_, err) in zip(procs, outputs, strict=False):
         assert proc.returncode == 0, err[-3000:]
         assert "tracking disabled" not in err
     run_dirs = sorted(p.parent for p in tmp_path.glob("outputs/*/*/.sporeflow_claim.json"))

@@ -51,7 +51,7 @@ def two_nodes():
         ("netns", "add", names[1]),
         ("link", "add", veths[0], "type", "veth", "peer", "name", veths[1]),
     ]
-    for ns, veth, address in zip(names, veths, addresses):
+    for ns, veth, address in zip(names, veths, addresses, strict=False):
         steps += [
             ("link", "set", veth, "netns", ns),
             ("-n", ns, "addr", "add", f"{address}/24", "dev", veth),
@@ -135,7 +135,7 @@ def start_node(
 def run_two_nodes(nodes: Nodes, tmp_path: Path, args: list) -> list:
     procs = [start_node(nodes, r, tmp_path / "node", tmp_path / f"node{r}", args) for r in (0, 1)]
     outputs = [p.communicate(timeout=900) for p in procs]
-    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=False)):
         assert proc.returncode == 0, f"node {rank}:\n{err[-3000:]}"
     return [err for _, err in outputs]
 

@@ -453,7 +453,7 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
             rows = browser.grid_rows()
             # the jobs in the objective's order, each row's values equal to the store's
             assert [r["attributes.`Run Name`"].split("\n")[-1] for r in rows] == names
-            for row, run in zip(rows, pipelines):
+            for row, run in zip(rows, pipelines, strict=False):
                 for key in metrics:
                     shown = row[f"metrics.`{key}`"]
                     assert float(shown) == pytest.approx(run.data.metrics[key], abs=1e-9), key

@@ -88,7 +88,9 @@ def test_idx_pipeline_reads_labels_and_pixels(idx_dir, tmp_path):
     )
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (64, 1, 28, 28)
-    for img, k in zip(images, labels):  # the generator painted band k of class k at 250/255
+    for img, k in zip(
+        images, labels, strict=False
+    ):  # the generator painted band k of class k at 250/255
         assert img[0, 2 * k + 4].mean() == pytest.approx(250 / 255, abs=1e-6)
 
 
@@ -201,7 +203,9 @@ def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
     assert data.num_rows("train") == 12 and data.num_rows("test") == 6
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (6, 3, 224, 224)
-    for image, label in zip(images, labels):  # class k is the image whose channel k is bright
+    for image, label in zip(
+        images, labels, strict=False
+    ):  # class k is the image whose channel k is bright
         assert image.mean(axis=(1, 2)).argmax() == label
     train_images, _ = batches(data.create("train", seed=0))[0]
     assert train_images.shape == (6, 3, 224, 224)

@@ -45,7 +45,7 @@ def run_ours(case, **kwargs):
         **kwargs,
     )
     history, losses = [], []
-    for x, y in zip(case["xs"], case["ys"]):
+    for x, y in zip(case["xs"], case["ys"], strict=False):
         out = step(Tensor(x), Tensor(y))
         losses.append(float(out.asnumpy()))
         history.append(flat(net))
@@ -112,7 +112,7 @@ def np_dim_reduce(case):
     k = P.shape[0]
     H, gk_prev, s, m = np.eye(k), None, np.zeros(k), np.zeros_like(w)
     history, accepted = [], []
-    for x, y in zip(case["xs"], case["ys"]):
+    for x, y in zip(case["xs"], case["ys"], strict=False):
         loss, g = np_loss_grad(unflat(w, shapes), x, y)
         gk = P @ g
         H_old, prev_old = H.copy(), gk_prev

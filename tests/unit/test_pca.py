@@ -24,12 +24,15 @@ def write_snapshots(directory, net, n, seed=0, offset=0.0):
         c = rng.normal(size=6) * np.array([5, 3, 2, 1, 0.5, 0.2])
         ws = [
             b
-            + sum(ci * d[j] for ci, d in zip(c, dirs))
+            + sum(ci * d[j] for ci, d in zip(c, dirs, strict=False))
             + 0.01 * rng.normal(size=b.shape).astype(np.float32)
             for j, b in enumerate(base)
         ]
         ms.save_checkpoint(
-            [{"name": p.name, "data": Tensor(w.astype(np.float32))} for p, w in zip(params, ws)],
+            [
+                {"name": p.name, "data": Tensor(w.astype(np.float32))}
+                for p, w in zip(params, ws, strict=False)
+            ],
             str(directory / f"snapshot_e{i + 1:04d}_s00001.ckpt"),
         )
         rows.append(np.concatenate([w.ravel() for w in ws]))
@@ -59,7 +62,7 @@ def test_matches_dense_svd_up_to_sign(tmp_path, chunk_mb, offset):
     assert written.shape == basis.shape
     centred = data.astype(np.float64) - data.mean(axis=0)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    for got, want in zip(basis, vt[:5]):
+    for got, want in zip(basis, vt[:5], strict=False):
         assert abs(got @ want) == pytest.approx(1.0, abs=1e-4)
     np.testing.assert_allclose(basis @ basis.T, np.eye(5), atol=1e-4)
 

@@ -92,7 +92,7 @@ def run_cell(cell, net, micro_batches, k=1):
 
 def assert_matches(cell_history, ref_history, ema=False):
     assert len(cell_history) == len(ref_history) >= 5
-    for got, want in zip(cell_history, ref_history):
+    for got, want in zip(cell_history, ref_history, strict=False):
         np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-5)
         if ema:

@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.sporeflow_optuna_sweeper import results
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
 from sporeflow.config import objective, search_space
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_ID_ENV
 from sporeflow.core.errors import ConfigError, SporeflowError
 from sporeflow.core.processes import signal_children
@@ -95,8 +96,7 @@ def app_direction(config: DictConfig) -> str:
     chosen = OmegaConf.select(config, "sweep.objective", default=None)
     if chosen is None:
         return "minimize"  # not a sporeflow app: Optuna's own default
-    boost = OmegaConf.select(config, "boost.name", default=None)
-    dim_reduce = str(getattr(boost, "value", boost)) == "dim_reduce"
+    dim_reduce = is_dim_reduce(config)
     return "maximize" if objective.maximize(objective.name(str(chosen), dim_reduce)) else "minimize"
 
 
@@ -280,7 +280,7 @@ class OptunaSweeper(Sweeper):
                         initial_job_idx=run[0].number,
                     )
                     trials.batches.append(returns)
-                    for trial, ret in zip(run, returns):
+                    for trial, ret in zip(run, returns, strict=False):
                         trials.told(trial, ret)
                     batch = batch[len(run) :]
             except BaseException:

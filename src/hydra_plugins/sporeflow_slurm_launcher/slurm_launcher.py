@@ -83,7 +83,7 @@ class SlurmLauncher(HydraSlurm):
                     Singleton.get_state(),
                 )
             )
-        jobs = self._executor().map_array(self, *zip(*jobs_args))
+        jobs = self._executor().map_array(self, *zip(*jobs_args, strict=False))
         print(
             f"[sporeflow] submitted {len(jobs)} SLURM jobs: {', '.join(j.job_id for j in jobs)}; "
             f"their logs in {self.params['submitit_folder']}",

@@ -39,9 +39,22 @@ def build_loss(cfg: DictConfig):
     return _build(cfg.loss)
 
 
-def build_optimizer(cfg: DictConfig, params: list, steps_per_epoch: int | None = None):
-    """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count."""
-    factory = _build(cfg.optimizer)
+def build_optimizer(
+    cfg: DictConfig,
+    params: list,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+    lr: float | None = None,
+):
+    """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count
+    (`epochs`, default the config's), `lr` replaces optimizer.lr (a stage's own rate)."""
+    factory = _build(cfg.optimizer, **({} if lr is None else {"lr": lr}))
     if not (callable(factory) and cfg.optimizer.get("_partial_", False)):
         return factory
-    return factory(params, steps_per_epoch=steps_per_epoch, epochs=cfg.epochs)
+    epochs = cfg.epochs if epochs is None else epochs
+    return factory(params, steps_per_epoch=steps_per_epoch, epochs=epochs)
+
+
+def build_hook(node: DictConfig):
+    """One of `callbacks.hooks` (an engine.hooks.HookBase subclass, checked by validation)."""
+    return _build(node)

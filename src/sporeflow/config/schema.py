@@ -244,6 +244,9 @@ class CallbacksConfig:
     eval_every_n_epochs: Annotated[int, Count] = 1
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
+    # your own hooks (engine.hooks.HookBase subclasses), each a `_target_` node, run after
+    # sporeflow's measuring hooks: e.g. [{_target_: sporeflow.engine.hooks.EarlyStopping, patience: 3}]
+    hooks: List[Any] = field(default_factory=list)
 
 
 @dataclass

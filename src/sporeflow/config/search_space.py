@@ -164,7 +164,7 @@ def grid(distributions: Mapping[str, Any]) -> list[dict[str, Any]]:
                 f"hydra.sweeper.sampler=grid: {key} is continuous; a grid takes choice(...), "
                 "x,y,... or range(a, b) (or use sampler=tpe / random)"
             )
-    return [dict(zip(values, point)) for point in itertools.product(*values.values())]
+    return [dict(zip(values, point, strict=False)) for point in itertools.product(*values.values())]
 
 
 def distribution(key: str, spec: str) -> Any:

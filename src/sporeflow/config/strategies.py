@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from sporeflow.config.facts import worker_batch_size
 from sporeflow.config.schema import DeviceTarget, ParallelMode
-from sporeflow.core.context import worker_batch_size
 from sporeflow.core.errors import ConfigError
 
 

@@ -31,7 +31,9 @@ _KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: 
 
 
 def validate(cfg: DictConfig) -> DictConfig:
-    """Check a composed config completely; returns it resolved (no interpolations left).
+    """Check a composed config completely; returns it resolved (no interpolations left), typed
+    by the schema and read-only: no stage can rewrite it (a stage's own epochs or rate are its
+    spec's, stages.spec). Derived facts are read from config.facts.
 
     Raises ConfigError with one line per problem, each naming the full key and what is allowed.
     """
@@ -45,9 +47,11 @@ def validate(cfg: DictConfig) -> DictConfig:
     plain = OmegaConf.merge(OmegaConf.structured(RunConfig), resolved)
     found = [line for group in COMPONENT_GROUPS for line in component_problems(group, plain[group])]
     found += schedule_problems(plain.optimizer)
+    found += hook_problems(plain.callbacks.hooks)
     found += node_problems(OmegaConf.to_object(plain))
     if found:
         raise ConfigError("\n".join(found))
+    OmegaConf.set_readonly(plain, True)
     return plain
 
 
@@ -164,6 +168,25 @@ def component_problems(group: str, node: DictConfig) -> Iterator[str]:
             )
             if required and name not in keys and name not in supplied:
                 yield f"{group}.{name} is required by {target} but not set"
+
+
+def hook_problems(hooks) -> list[str]:
+    """callbacks.hooks: each a `_target_` node of a HookBase subclass, its keys checked like a
+    component's (hooks get the stage's record when the stage starts, not from the config)."""
+    found = []
+    for i, node in enumerate(hooks):
+        key = f"callbacks.hooks[{i}]"
+        if not isinstance(node, DictConfig):
+            found.append(f"{key}={node!r}: must be a node with a _target_ (a HookBase subclass)")
+            continue
+        problems = list(component_problems(key, node))
+        if not problems and not hasattr(_import_target(node["_target_"], key), "bind"):
+            problems.append(
+                f"{key}._target_={node['_target_']}: not a hook; allowed: a subclass of "
+                "sporeflow.engine.hooks.HookBase"
+            )
+        found += problems
+    return found
 
 
 def schedule_problems(node: DictConfig) -> list[str]:

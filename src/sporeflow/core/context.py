@@ -59,7 +59,7 @@ class SweepJob:
                 values[key] = value
         lasts = [k.rsplit(".", 1)[-1] for k in self.keys]
         parts = []
-        for key, last in zip(self.keys, lasts):
+        for key, last in zip(self.keys, lasts, strict=False):
             if key in values:
                 parts.append(
                     f"{last if lasts.count(last) == 1 else key}={short_value(values[key])}"
@@ -104,16 +104,3 @@ def short_value(value: str) -> str:
     except ValueError:
         return value
     return f"{number:.4g}" if "." in value or "e" in value.lower() else value
-
-
-def worker_batch_size(cfg) -> int:
-    """The batch one worker feeds per step. `dataset.batch_size` is the global batch, split
-    evenly across `parallel.workers`, so adding parallel=dataN runs the same experiment;
-    `parallel.per_worker_batch=true` makes it per worker instead (the seeds' recipes)."""
-    if cfg.parallel.per_worker_batch:
-        return cfg.dataset.batch_size
-    return cfg.dataset.batch_size // cfg.parallel.workers
-
-
-def global_batch_size(cfg) -> int:
-    return worker_batch_size(cfg) * cfg.parallel.workers

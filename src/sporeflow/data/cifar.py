@@ -69,7 +69,7 @@ class Cifar10(ImageDataset):
     def num_rows(self, split):
         files = self._files(split)
         sizes = [f.stat().st_size for f in files]
-        bad = [f.name for f, size in zip(files, sizes) if size % RECORD]
+        bad = [f.name for f, size in zip(files, sizes, strict=False) if size % RECORD]
         if bad:
             raise DataError(
                 f"{', '.join(bad)} in {self.root}: size is not a multiple of {RECORD}-byte records"

@@ -57,7 +57,7 @@ def check_npy_layout(directory: Path, layout: Layout) -> None:
     if recorded is None:
         raise DimReduceError(f"{directory} has .npy snapshots but no {LAYOUT_FILE}")
     names, shapes = recorded["names"], [tuple(s) for s in recorded["shapes"]]
-    for name, shape in zip(layout.names, layout.shapes):
+    for name, shape in zip(layout.names, layout.shapes, strict=False):
         if name not in names:
             raise DimReduceError(
                 f"snapshots in {directory} have no parameter {name!r}: "
@@ -120,7 +120,10 @@ def read_flat_into(path: Path, layout: Layout, start: int, out: np.ndarray) -> b
 def read_all(path: Path, layout: Layout) -> dict[str, np.ndarray]:
     """Every weight of one snapshot, by name."""
     parts = read_segments(path, layout, [(i, 0, s) for i, s in enumerate(layout.sizes)])
-    return {n: part.reshape(shape) for n, shape, part in zip(layout.names, layout.shapes, parts)}
+    return {
+        n: part.reshape(shape)
+        for n, shape, part in zip(layout.names, layout.shapes, parts, strict=False)
+    }
 
 
 def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray]:
@@ -133,7 +136,7 @@ def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray
             state = {}
         else:
             raise DimReduceError(f"cannot read snapshot {path}: {ex}") from ex
-    shapes = dict(zip(layout.names, layout.shapes))
+    shapes = dict(zip(layout.names, layout.shapes, strict=False))
     out = {}
     for name in (n for n in layout.names if n in wanted):
         if name not in state:
@@ -153,7 +156,10 @@ def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray
 def snapshot_mean(paths, layout: Layout) -> dict[str, np.ndarray]:
     """The mean of the snapshots by weight name (float64; one snapshot in memory at a time):
     the centre the PCA's directions start from."""
-    total = {name: np.zeros(shape, np.float64) for name, shape in zip(layout.names, layout.shapes)}
+    total = {
+        name: np.zeros(shape, np.float64)
+        for name, shape in zip(layout.names, layout.shapes, strict=False)
+    }
     for path in paths:
         for name, value in read_all(Path(path), layout).items():
             total[name] += value

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
@@ -20,6 +20,7 @@ from mindspore.train import Callback
 from tqdm.auto import tqdm
 
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase, save_hooks_state
 from sporeflow.storage.checkpoints import prune, save_atomic
 
 
@@ -231,7 +232,9 @@ class BestCheckpoints(Callback):
 class CheckpointEachEpoch(Callback):
     """Full train-network checkpoints (weights + optimizer state) every n epochs, last k kept.
 
-    Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`.
+    Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`; the stage's
+    hooks' state beside it (`epoch_0003.hooks.json`, written first), so a resume from that
+    checkpoint gives every hook back what it knew then.
     """
 
     def __init__(
@@ -241,6 +244,7 @@ class CheckpointEachEpoch(Callback):
         every_n_epochs: int = 1,
         keep_last: int = 2,
         integrated_save: bool = True,
+        hooks: Sequence[HookBase] = (),
     ):
         super().__init__()
         self.record = record
@@ -248,12 +252,15 @@ class CheckpointEachEpoch(Callback):
         self.every = every_n_epochs
         self.keep = keep_last
         self.integrated_save = integrated_save
+        self.hooks = list(hooks)
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         if cb.cur_epoch_num % self.every:
             return
         path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
+        if self.hooks:
+            save_hooks_state(path, self.hooks)
         save_atomic(
             cb.train_network,
             path,
@@ -261,3 +268,4 @@ class CheckpointEachEpoch(Callback):
             integrated_save=self.integrated_save,
         )
         prune(self.directory, "epoch_*.ckpt", self.keep)
+        prune(self.directory, "epoch_*.hooks.json", self.keep)

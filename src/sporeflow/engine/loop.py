@@ -3,9 +3,9 @@ build for a stage, and what to do with the record afterwards, is decided in `sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable
 
 from mindspore import Model, nn
 from mindspore.train import Callback

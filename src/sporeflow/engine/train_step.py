@@ -180,10 +180,10 @@ class TrainStep(nn.Cell):
 def ema_weights_in(train_step: TrainStep):
     """Temporarily put the EMA shadow weights into the network (for eval and export)."""
     raw = [Tensor(p.asnumpy()) for p in train_step.weights]
-    for param, shadow in zip(train_step.weights, train_step.ema_weights):
+    for param, shadow in zip(train_step.weights, train_step.ema_weights, strict=False):
         param.set_data(Tensor(shadow.asnumpy()))
     try:
         yield
     finally:
-        for param, value in zip(train_step.weights, raw):
+        for param, value in zip(train_step.weights, raw, strict=False):
             param.set_data(value)

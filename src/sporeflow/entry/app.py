@@ -15,13 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_model
-from sporeflow.config.schema import BoostName
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
@@ -94,7 +94,7 @@ def entry_script(hc) -> Path:
 def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     """What to run after an interruption: the same command again (pipelines reuse a finished
     stage 1), or resume= from the newest checkpoint."""
-    if cfg.boost.name is BoostName.dim_reduce:
+    if is_dim_reduce(cfg):
         return "start the same command again: a finished stage 1 is reused"
     saved = sorted(ctx.run_dir.rglob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not saved:

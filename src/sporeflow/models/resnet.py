@@ -84,7 +84,7 @@ class ResNet(nn.Cell):
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
         in_ch, stages = 64, []
-        for i, (channels, count) in enumerate(zip((64, 128, 256, 512), layers)):
+        for i, (channels, count) in enumerate(zip((64, 128, 256, 512), layers, strict=False)):
             blocks = []
             for j in range(count):
                 blocks.append(block(in_ch, channels, 2 if (j == 0 and i > 0) else 1))

@@ -129,3 +129,44 @@ def seeds_plot(groups: dict[str, dict[str, list[float]]], path: Path) -> Path | 
     except Exception as ex:  # noqa: BLE001 - a plot must not fail the command
         log.warning("seeds plot failed: %s", ex)
         return None
+
+
+def _paired_metrics(prefix: str, cmp) -> dict[str, float]:
+    low, high = cmp.ci95
+    return {
+        f"{prefix}images": cmp.images,
+        f"{prefix}ci_low": low,
+        f"{prefix}ci_high": high,
+        f"{prefix}p_value": cmp.p_value,
+    }
+
+
+def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dict, object]:
+    """A pipeline's comparison: (metrics as its run records them, stage 2's paired comparison
+    with every other stage, the one with the best baseline or None).
+
+    Metrics: `stage2/acc` and `gain` first (MLflow's compare page plots the first metric a run
+    logged), every stage's acc and loss, `vs_<stage>/images|ci_low|ci_high|p_value` and the
+    same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...."""
+    from sporeflow.report.paired import compare_paired
+
+    ordered = sorted(results, key=lambda stage: stage != "stage2")
+    metrics = {
+        f"{stage}/{k}": v
+        for stage in ordered
+        for k, v in results[stage].items()
+        if k in ("acc", "loss")
+    }
+    first = {"stage2/acc": metrics.pop("stage2/acc")} if "stage2/acc" in metrics else {}
+    metrics = {**first, "gain": gain(results), **metrics}
+    paired = {
+        other: compare_paired(correct["stage2"], right)
+        for other, right in correct.items()
+        if other != "stage2" and "stage2" in correct
+    }
+    for other, cmp in paired.items():
+        metrics.update(_paired_metrics(f"vs_{other}/", cmp))
+    gain_cmp = paired.get(best_baseline(results))
+    if gain_cmp is not None:
+        metrics.update(_paired_metrics("gain_", gain_cmp))
+    return metrics, paired, gain_cmp

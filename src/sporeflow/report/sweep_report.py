@@ -120,10 +120,11 @@ def render(header: list[str], rows: list[list[str]], fmt: str = "text") -> str:
     if fmt == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
     return (
         "\n".join(
-            "  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in [header, *rows]
+            "  ".join(str(c).rjust(w) for c, w in zip(line, widths, strict=False))
+            for line in [header, *rows]
         )
         + "\n"
     )
@@ -153,13 +154,13 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
         fig, axes = plt.subplots(
             1, len(keys), figsize=(3.6 * len(keys) + 0.6, 3.4), squeeze=False, sharey=True
         )
-        for ax, swept in zip(axes[0], keys):
+        for ax, swept in zip(axes[0], keys, strict=False):
             xs, numeric = _axis([j.values.get(swept, "") for j in done])
             ys = [j.metrics[y_key] for j in done]
             if y_key == "gain" and all("gain_ci_low" in j.metrics for j in done):
                 err = [
-                    [y - j.metrics["gain_ci_low"] for y, j in zip(ys, done)],
-                    [j.metrics["gain_ci_high"] - y for y, j in zip(ys, done)],
+                    [y - j.metrics["gain_ci_low"] for y, j in zip(ys, done, strict=False)],
+                    [j.metrics["gain_ci_high"] - y for y, j in zip(ys, done, strict=False)],
                 ]
                 ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=3, color="#2a7")
             else:

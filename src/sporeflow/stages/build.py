@@ -4,9 +4,7 @@ DimReduceStep. The engine receives the result (`StageParts`) and only fits it.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 from mindspore import Model, nn
 from omegaconf import DictConfig
@@ -18,16 +16,8 @@ from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
+from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import load_weights
-
-
-@dataclass(frozen=True)
-class StagePlan:
-    """What distinguishes one stage of a pipeline from plain training."""
-
-    init_weights: Path | None = None  # network weights to start from (stage 1's final.ckpt)
-    basis: object = None  # k x M PCA basis: train with DimReduceStep
-    snapshot_dir: Path | None = None  # keep stage-1 weight snapshots here (boost.snapshot)
 
 
 def eval_metrics() -> dict:
@@ -74,22 +64,22 @@ def _model_around(cell: nn.Cell, network: nn.Cell, loss_fn: nn.Cell) -> Model:
     )
 
 
-def build_stage_parts(
-    cfg: DictConfig, plan: StagePlan = StagePlan(), steps_per_epoch: int | None = None
-) -> StageParts:
+def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
+    """The network (shard strategies, start weights, AMP), loss, optimizer (the spec's epochs
+    and rate) and train cell of one stage."""
     network = build_model(cfg)
     if cfg.parallel.mode is ParallelMode.semi_auto:
         apply_strategies(network, cfg.parallel.shard)
-    if plan.init_weights is not None:
-        load_weights(network, plan.init_weights)
+    if spec.init_weights is not None:
+        load_weights(network, spec.init_weights)
     network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
     loss_fn = build_loss(cfg)
-    if plan.basis is not None:
+    if spec.basis is not None:
         b = cfg.boost
         step = DimReduceStep(
             nn.WithLossCell(network, loss_fn),
             network.trainable_params(),
-            plan.basis,
+            spec.basis,
             rho=b.rho,
             gamma=b.gamma,
             alpha=b.alpha,
@@ -97,7 +87,9 @@ def build_stage_parts(
             weight_decay=b.weight_decay,
         )
         return StageParts(network, _model_around(step, network, loss_fn), (step,))
-    optimizer = build_optimizer(cfg, network.trainable_params(), steps_per_epoch)
+    optimizer = build_optimizer(
+        cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr
+    )
     if not needs_train_step(cfg.train):
         return StageParts(
             network,

@@ -1,8 +1,9 @@
 """What `python train.py` runs once the config is valid and this process is a worker.
 
-boost=none:       one stage of plain training, one MLflow run.
+boost=none:       one spec, `train`, in its own MLflow run.
 boost=dim_reduce: the dim-reduce pipeline (stages.dim_reduce_pipeline): stage 1, PCA,
                   stage 2 and the baselines under one parent MLflow run.
+Both go through one StageRunner (stages.runner), which owns each stage's life.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import sys
 from omegaconf import DictConfig
 
 from sporeflow.config import objective
-from sporeflow.config.schema import BoostName
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
-from sporeflow.stages.stage import tracked_stage
+from sporeflow.stages.runner import StageRunner
+from sporeflow.stages.spec import plain_spec
 from sporeflow.storage.run_marker import find_resume_dir
 from sporeflow.tracking.tracker import Tracker
 
@@ -29,20 +31,27 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
         cfg.tracking, ctx.launch_dir, read_only=not worker.is_main, journal_dir=ctx.run_dir
     )
     with tracker:
-        if cfg.boost.name is BoostName.dim_reduce:
-            return objective_value(cfg, DimReducePipeline(cfg, ctx, tracker, worker).run())
-        resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
-        result = tracked_stage(tracker, "train", cfg, ctx, resume_dir, worker=worker)
-        if worker.is_main:
-            summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
-            print(
-                f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s "
-                f"({result.batching}); weights {result.checkpoint}; {tracker.describe()}",
-                file=sys.stderr,
-            )
-        return objective_value(cfg, result.metrics)
+        runner = StageRunner(cfg, ctx, tracker, worker)
+        if is_dim_reduce(cfg):
+            return objective_value(cfg, DimReducePipeline(runner).run())
+        return objective_value(cfg, run_plain(runner))
+
+
+def run_plain(runner: StageRunner) -> dict:
+    """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run)."""
+    cfg, ctx = runner.cfg, runner.ctx
+    resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+    spec = plain_spec(cfg, resume_dir or ctx.run_dir)
+    result = runner.run(spec, resume=resume_dir is not None)
+    if runner.worker.is_main:
+        summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+        print(
+            f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s "
+            f"({result.batching}); weights {result.checkpoint}; {runner.tracker.describe()}",
+            file=sys.stderr,
+        )
+    return result.metrics
 
 
 def objective_value(cfg: DictConfig, metrics: dict) -> float:
-    dim_reduce = cfg.boost.name is BoostName.dim_reduce
-    return float(metrics.get(objective.name(cfg.sweep.objective, dim_reduce), float("nan")))
+    return float(metrics.get(objective.name(cfg.sweep.objective, is_dim_reduce(cfg)), float("nan")))

@@ -11,7 +11,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_model
-from sporeflow.config.schema import BoostName
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
@@ -31,7 +31,7 @@ def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
     check_store(cfg.tracking)
     build_dataset(cfg).check()
     check_resume(cfg, ctx)
-    if cfg.boost.name is BoostName.dim_reduce and cfg.boost.pca_mat_path:
+    if is_dim_reduce(cfg) and cfg.boost.pca_mat_path:
         check_basis(cfg)
 
 

@@ -90,12 +90,13 @@ def for_stage(cfg: Any, stage: str, record: EventRecord, worker: Worker) -> Repo
     """The reporter for `stage` when this job belongs to a pruning sweep and the stage shows its
     objective while it trains; None otherwise."""
     from sporeflow.config import objective
-    from sporeflow.config.schema import BoostName, EvalWith
+    from sporeflow.config.facts import is_dim_reduce
+    from sporeflow.config.schema import EvalWith
 
     link = TrialLink.from_environ()
     if link is None:
         return None
-    shown = objective.progress(cfg.sweep.objective, cfg.boost.name is BoostName.dim_reduce)
+    shown = objective.progress(cfg.sweep.objective, is_dim_reduce(cfg))
     if shown is None or shown[0] != stage:
         return None
     ema = cfg.train.ema.eval_with is EvalWith.ema  # the weights the stage exports are ranked

@@ -18,12 +18,13 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.core.context import global_batch_size
+from sporeflow.config.facts import global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -72,12 +73,40 @@ def final_metrics(run) -> dict:
     return {k[len("final/") :]: v for k, v in run.data.metrics.items() if k.startswith("final/")}
 
 
-def eval_curve(tracker: Tracker, run_id: str) -> list[tuple[int, dict]]:
-    """A finished run's per-epoch eval accuracy as [(epoch, {"acc": value})] (one eval per epoch)."""
-    return [
-        (epoch, {"acc": value})
-        for epoch, (_, value) in enumerate(tracker.metric_history(run_id, "eval/acc"), start=1)
-    ]
+def eval_curve(tracker: Tracker, run) -> list[tuple[int, dict]]:
+    """A finished run's eval accuracy by epoch as [(epoch, {"acc": value})]: each evaluation's
+    step over the run's steps per epoch, so `callbacks.eval_every_n_epochs=2` gives epochs 2,
+    4, ... (its tag `batch.steps_per_epoch`; for runs without it, the last evaluation's step
+    over the run's `epochs`: a stage always evaluates after its last epoch)."""
+    history = tracker.metric_history(run.info.run_id, "eval/acc")
+    if not history:
+        return []
+    per_epoch = _steps_per_epoch(run, history[-1][0])
+    return [(step // per_epoch, {"acc": value}) for step, value in history]
+
+
+def _steps_per_epoch(run, last_step: int) -> int:
+    tagged = run.data.tags.get("batch.steps_per_epoch")
+    if tagged:
+        return max(1, int(tagged))
+    epochs = int(run.data.params.get("epochs", 0) or 0)
+    return max(1, last_step // epochs) if epochs > 0 else max(1, last_step)
+
+
+def usable_runs(tracker: Tracker, tag: str, fingerprint: str, launch_dir: Path) -> Iterator:
+    """(run, its dir on this disk) of each finished run tagged `tag` = fingerprint, newest
+    first; on a store other machines reach a run whose files are elsewhere is fetched."""
+    for run in finished_runs(tracker, tag, fingerprint):
+        yield run, local_or_fetched(tracker, run, launch_dir)
+
+
+def local_or_fetched(tracker: Tracker, run, launch_dir: Path) -> Path:
+    """A reusable run's dir: where it ran when that is on this disk, else (a store other
+    machines reach) a copy of its files from the store; the run's own dir if neither."""
+    run_dir = Path(run.data.tags.get("run_dir", ""))
+    if (run_dir / "predictions.npy").is_file() or not tracker.shared:
+        return run_dir
+    return fetch(tracker, run.info.run_id, launch_dir) or run_dir
 
 
 @contextmanager

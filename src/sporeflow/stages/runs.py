@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config.schema import BoostName
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
 from sporeflow.storage.run_marker import read_run_marker
@@ -32,7 +33,7 @@ def base_name(cfg: DictConfig) -> str:
 def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
     """`tracking.run_name`, else "<model>-<dataset>", "-dim_reduce" added for a pipeline; in a
     sweep, what differs between its jobs: "dim_reduce rho=0.4 sigma=0.2"."""
-    dim_reduce = cfg.boost.name is BoostName.dim_reduce
+    dim_reduce = is_dim_reduce(cfg)
     base = cfg.tracking.run_name or base_name(cfg)
     if ctx is not None and ctx.sweep is not None:
         base = "dim_reduce" if dim_reduce and not cfg.tracking.run_name else base
@@ -53,10 +54,14 @@ def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str
     return run
 
 
-def record_config(run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str) -> None:
-    """Params (the config flattened), tags, and the composed YAML + Hydra files as artifacts."""
+def record_config(
+    run: TrackedRun, cfg: DictConfig, ctx: RunContext, stage: str, changed: dict | None = None
+) -> None:
+    """Params (the config flattened; `changed` holds the flat keys where this stage differs
+    from the config, e.g. stage 2's epochs), tags, and the composed YAML + Hydra files as
+    artifacts."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    run.log_params(flatten(container))
+    run.log_params({**flatten(container), **(changed or {})})
     run.set_tags(
         {
             "stage": stage,

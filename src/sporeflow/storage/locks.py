@@ -4,10 +4,9 @@ first runs against a fresh store) take turns at something only one of them shoul
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 
 @contextmanager

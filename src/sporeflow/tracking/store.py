@@ -20,11 +20,11 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from sporeflow.core.uris import database_lock, database_problem, is_database, redacted
 from sporeflow.storage.locks import exclusive

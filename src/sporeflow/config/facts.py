@@ -1,0 +1,29 @@
+"""Facts derived from a run's config, each derived in this one place: whether the run is a
+dim-reduce pipeline, and the batch one worker feeds versus the job's global batch. Every
+layer above reads them here instead of comparing enums or redoing the arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sporeflow.config.schema import BoostName
+
+
+def is_dim_reduce(cfg: Any) -> bool:
+    """Whether `boost` asks for the dim-reduce pipeline. Takes a validated config (an enum)
+    or a composed one still holding the option's name (the Optuna sweeper's view)."""
+    name = getattr(getattr(cfg, "boost", None), "name", None)
+    return str(getattr(name, "value", name)) == BoostName.dim_reduce.value
+
+
+def worker_batch_size(cfg: Any) -> int:
+    """The batch one worker feeds per step. `dataset.batch_size` is the global batch, split
+    evenly across `parallel.workers`, so adding parallel=dataN runs the same experiment;
+    `parallel.per_worker_batch=true` makes it per worker instead (the seeds' recipes)."""
+    if cfg.parallel.per_worker_batch:
+        return cfg.dataset.batch_size
+    return cfg.dataset.batch_size // cfg.parallel.workers
+
+
+def global_batch_size(cfg: Any) -> int:
+    return worker_batch_size(cfg) * cfg.parallel.workers

@@ -1,0 +1,144 @@
+"""Hooks: a stage's own extensions, with their own state (detectron2's `HookBase` shape on
+MindSpore's callback protocol). A hook is told before/after training, before/after each
+epoch and after each step; it reads the stage's `EventRecord` (what was measured) and may
+ask the stage to stop. `state_dict` / `load_state_dict` carry what it must remember across a
+resume: the stage saves every hook's state beside each epoch checkpoint and gives it back
+when the stage resumes from that checkpoint.
+
+A user adds one with a class and a yaml entry under `callbacks.hooks` (a `_target_` node):
+no edit of sporeflow. `EarlyStopping` below is the example.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+from mindspore.train import Callback
+
+from sporeflow.core.ranges import Count, NonNegative
+from sporeflow.engine.events import EventRecord
+from sporeflow.storage.files import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+class HookBase(Callback):
+    """Override what you need; `self.record` is the stage's record, `self.stop()` ends training
+    after the current step or epoch (the stage then exports what it has)."""
+
+    record: EventRecord
+
+    def bind(self, record: EventRecord) -> HookBase:
+        self.record = record
+        self._stop_requested = False
+        return self
+
+    def stop(self) -> None:
+        self._stop_requested = True
+
+    def before_train(self) -> None: ...
+
+    def after_train(self) -> None: ...
+
+    def before_epoch(self, epoch: int) -> None: ...
+
+    def after_epoch(self, epoch: int) -> None: ...
+
+    def after_step(self, step: int) -> None: ...
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    # MindSpore's callback protocol, mapped onto the hook's methods
+    def on_train_begin(self, run_context):
+        self.before_train()
+
+    def on_train_end(self, run_context):
+        self.after_train()
+
+    def on_train_epoch_begin(self, run_context):
+        self.before_epoch(run_context.original_args().cur_epoch_num + 1)
+
+    def on_train_epoch_end(self, run_context):
+        self.after_epoch(run_context.original_args().cur_epoch_num)
+        self._stop_if_asked(run_context)
+
+    def on_train_step_end(self, run_context):
+        self.after_step(self.record.global_step(run_context.original_args()))
+        self._stop_if_asked(run_context)
+
+    def _stop_if_asked(self, run_context) -> None:
+        if self._stop_requested:
+            run_context.request_stop()
+
+
+class EarlyStopping(HookBase):
+    """Stop a stage when `monitor` has not improved by more than `min_delta` for `patience`
+    evaluations in a row (mode max: higher is better)."""
+
+    def __init__(
+        self,
+        monitor: str = "acc",
+        patience: Annotated[int, Count] = 3,
+        mode: str = "max",
+        min_delta: Annotated[float, NonNegative] = 0.0,
+    ):
+        super().__init__()
+        self.monitor, self.patience, self.min_delta = monitor, patience, min_delta
+        self.sign = 1.0 if mode == "max" else -1.0
+        self.best: float | None = None
+        self.bad_evals = 0
+        self.last_seen = 0  # the epoch of the last evaluation counted
+
+    def after_epoch(self, epoch: int) -> None:
+        latest = self.record.latest_eval()
+        if latest is None or latest[0] != epoch or self.monitor not in latest[1]:
+            return
+        value = self.sign * float(latest[1][self.monitor])
+        self.last_seen = epoch
+        if self.best is None or value > self.best + self.min_delta:
+            self.best, self.bad_evals = value, 0
+            return
+        self.bad_evals += 1
+        if self.bad_evals >= self.patience:
+            log.info(
+                "early stopping after epoch %d: eval %s did not improve for %d evaluations",
+                epoch,
+                self.monitor,
+                self.bad_evals,
+            )
+            self.stop()
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "bad_evals": self.bad_evals, "last_seen": self.last_seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best = state.get("best")
+        self.bad_evals = int(state.get("bad_evals", 0))
+        self.last_seen = int(state.get("last_seen", 0))
+
+
+def hooks_state_path(checkpoint: Path) -> Path:
+    """`epoch_0003.ckpt` -> `epoch_0003.hooks.json`: the hooks' state at that checkpoint."""
+    return Path(checkpoint).with_suffix(".hooks.json")
+
+
+def save_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
+    """Written before the checkpoint itself: a checkpoint never exists without its hooks' state."""
+    state = {f"{i}:{type(h).__qualname__}": h.state_dict() for i, h in enumerate(hooks)}
+    write_text_atomic(hooks_state_path(checkpoint), json.dumps(state, sort_keys=True))
+
+
+def load_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
+    """Give each hook the state saved with `checkpoint` (none saved: hooks start fresh)."""
+    path = hooks_state_path(checkpoint)
+    saved: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    for i, hook in enumerate(hooks):
+        state = saved.get(f"{i}:{type(hook).__qualname__}")
+        if state is not None:
+            hook.load_state_dict(state)

@@ -1,0 +1,63 @@
+"""A stage with no training: given weights evaluated (the snapshot-mean baseline), with
+BatchNorm statistics recomputed on training batches when the network has BatchNorm."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from mindspore import Model, Tensor
+from omegaconf import DictConfig
+
+from sporeflow.config.components import build_loss, build_model
+from sporeflow.engine.batchnorm import recompute_batchnorm
+from sporeflow.engine.predictions import correct_per_example
+from sporeflow.stages.build import eval_metrics
+from sporeflow.stages.outputs import record_data, record_model
+from sporeflow.stages.results import StageResult, save_predictions
+from sporeflow.stages.spec import StageSpec
+from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
+from sporeflow.tracking.tracker import TrackedRun
+
+log = logging.getLogger(__name__)
+
+
+def network_with(cfg: DictConfig, base: Path, weights: dict):
+    """The config's network holding `base`'s weights, its trainable ones replaced by `weights`
+    (name -> array): BatchNorm statistics and other non-trainables stay `base`'s."""
+    network = build_model(cfg)
+    load_weights(network, base)
+    for param in network.trainable_params():
+        param.set_data(Tensor(np.asarray(weights[param.name], dtype=np.float32)))
+    return network
+
+
+def evaluate_weights(
+    cfg: DictConfig, spec: StageSpec, weights: dict, data, run: TrackedRun
+) -> StageResult:
+    """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s test
+    split; final.ckpt, predictions and the model kept like a trained stage's."""
+    network = network_with(cfg, spec.init_weights, weights)
+    if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
+        log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
+    model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
+    eval_data = data.create("test")
+    result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
+    path = save_atomic(network, checkpoint_dir(spec.stage_dir) / "final.ckpt")
+    correct = correct_per_example(network, eval_data)
+    save_predictions(spec.stage_dir, correct)
+    record_data(run, data)
+    record_model(cfg, run, network, path, eval_data, spec.stage_dir, 0)
+    run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
+    run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
+    return StageResult(
+        spec.name,
+        result,
+        path,
+        float("nan"),
+        [(0, result)],
+        correct=correct,
+        run_id=run.run_id,
+        stage_dir=spec.stage_dir,
+    )

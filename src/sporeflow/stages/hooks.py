@@ -1,0 +1,120 @@
+"""The hooks of one stage, in the order they must run at a step and an epoch end:
+guard (stop before anything sees diverged weights) -> measure (snapshots, throughput, loss,
+eval) -> the user's hooks (`callbacks.hooks`; they read what was measured) -> write the record
+to MLflow (rank 0) -> act on it (best-k, epoch checkpoints with every user hook's state) ->
+the sweep's pruner -> show it (progress bar, rank 0).
+
+Writing before checkpointing keeps this true: when epoch e's checkpoint exists, epoch e's
+metrics are in the journal, so a resumed run continues them exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sporeflow.config.components import build_hook
+from sporeflow.config.facts import global_batch_size
+from sporeflow.config.schema import EvalWith, LossScaleManager
+from sporeflow.dim_reduce.snapshots import SnapshotCallback
+from sporeflow.engine.callbacks import (
+    BestCheckpoints,
+    CheckpointEachEpoch,
+    EvalEachEpoch,
+    ProgressBar,
+    StepLoss,
+    Throughput,
+)
+from sporeflow.engine.divergence import DivergenceGuard
+from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
+from sporeflow.stages import pruning
+from sporeflow.stages.writer import MlflowWriter
+from sporeflow.tracking.tracker import TrackedRun
+
+
+@dataclass
+class StageHooks:
+    """The ordered list `fit` runs, and the members the stage reads after training."""
+
+    ordered: list
+    throughput: Throughput
+    evaluator: EvalEachEpoch
+    user: list[HookBase]  # the configured hooks (their state is saved with each checkpoint)
+
+
+def user_hooks(cfg, record: EventRecord) -> list[HookBase]:
+    """`callbacks.hooks`, built (validated before any work) and bound to the stage's record."""
+    return [build_hook(node).bind(record) for node in cfg.callbacks.hooks]
+
+
+def _guard(stage, record: EventRecord) -> list:
+    if not stage.cfg.callbacks.stop_on_divergence:
+        return []
+    dynamic = stage.cfg.train.loss_scale_manager is LossScaleManager.dynamic
+    return [DivergenceGuard(record, stage.parts.network, tolerate_nonfinite_loss=dynamic)]
+
+
+def _snapshots(stage, record: EventRecord) -> list:
+    if stage.spec.snapshot_dir is None:
+        return []
+    snap = stage.cfg.boost.snapshot
+    return [
+        SnapshotCallback(
+            stage.parts.network,
+            stage.spec.snapshot_dir,
+            snap.start_epoch,
+            snap.per_epoch,
+            record.steps_per_epoch,
+        )
+    ]
+
+
+def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
+    cb_cfg, ema_ranked = stage.cfg.callbacks, stage.cfg.train.ema.eval_with is EvalWith.ema
+    kept = []
+    if cb_cfg.best.keep:
+        kept.append(
+            BestCheckpoints(
+                record,
+                stage.parts.network,
+                stage.ckpt_dir,
+                cb_cfg.best.monitor + ("_ema" if ema_ranked else ""),
+                cb_cfg.best.mode.value,
+                cb_cfg.best.keep,
+                stage.parts.ema_swap if ema_ranked else None,
+            )
+        )
+    every = cb_cfg.checkpoint
+    save = stage.cfg.parallel.integrated_save
+    kept.append(
+        CheckpointEachEpoch(
+            record, stage.ckpt_dir, every.every_n_epochs, every.keep_last, save, user
+        )
+    )
+    return kept
+
+
+def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
+    """The hooks of `stage` (a stages.training.PreparedStage) writing into `record` and `run`."""
+    cfg, main = stage.cfg, stage.worker.is_main
+    throughput = Throughput(record, global_batch_size(cfg))  # rank 0's rate x the global batch
+    evaluator = EvalEachEpoch(
+        record,
+        stage.parts.model,
+        stage.eval_data,
+        cfg.callbacks.eval_every_n_epochs,
+        stage.parts.ema_swap,
+    )
+    user = user_hooks(cfg, record)
+    ordered = [*_guard(stage, record), *_snapshots(stage, record), throughput]
+    if main:  # the loss is read to the host only where something shows or writes it
+        ordered.append(StepLoss(record, cfg.callbacks.log_every_n_steps))
+    ordered += [evaluator, *user]
+    if main:
+        ordered.append(MlflowWriter(record, run))
+    ordered += _checkpoints(stage, record, user)
+    reporter = pruning.for_stage(cfg, stage.spec.name, record, stage.worker)
+    if reporter is not None:  # after the epoch is saved
+        ordered.append(reporter)
+    if main and cfg.callbacks.progress_bar:
+        ordered.append(ProgressBar(record, stage.spec.name))
+    return StageHooks(ordered, throughput, evaluator, user)

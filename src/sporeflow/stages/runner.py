@@ -1,0 +1,143 @@
+"""One runner owns a stage's life: the job's data set (built once), reuse under the
+fingerprint's turn, the MLflow run (the job's own, a child of the pipeline's, or the resumed
+one), the run marker, training or evaluation, outputs and the run's end status.
+
+Every stage of a job goes through `StageRunner.run` (trained) or `.evaluate` (weights given,
+nothing trained); a pipeline only says which specs, in which order."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sporeflow.config.components import build_dataset
+from sporeflow.config.facts import worker_batch_size
+from sporeflow.core.context import RunContext
+from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stages import reuse, training
+from sporeflow.stages.evaluation import evaluate_weights
+from sporeflow.stages.results import StageResult
+from sporeflow.stages.runs import guarded, record_config, start_job_run
+from sporeflow.stages.spec import StageSpec
+from sporeflow.storage.run_marker import read_run_marker, write_run_marker
+from sporeflow.tracking.tracker import TrackedRun, Tracker
+
+log = logging.getLogger(__name__)
+
+
+class StageRunner:
+    """Runs the stages of one job (one process's share of it) against one tracker."""
+
+    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, worker: Worker):
+        self.cfg, self.ctx, self.tracker, self.worker = cfg, ctx, tracker, worker
+        self._data: dict[int, object] = {}  # batch size -> the job's data set
+
+    def data(self, batch_size: int | None = None):
+        """The job's data set at a batch size (default: this worker's share), built once."""
+        batch = worker_batch_size(self.cfg) if batch_size is None else batch_size
+        if batch not in self._data:
+            self._data[batch] = build_dataset(self.cfg, batch_size=batch)
+        return self._data[batch]
+
+    # --- the MLflow run of a stage -------------------------------------------------------------
+    def open_job_run(self, stage: str, run_dir: Path) -> TrackedRun:
+        """The job's top-level run (a plain stage or a pipeline), its marker in `run_dir`."""
+        run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
+        self._mark(run_dir, run, stage)
+        return run
+
+    def open_run(self, spec: StageSpec, parent: TrackedRun | None, resume: bool) -> TrackedRun:
+        """The stage's run: the one its marker names when resuming, else a new one (the job's
+        own without a parent, else the parent's child), tagged with the spec."""
+        marker = read_run_marker(spec.stage_dir) if resume else {}
+        interval = self.cfg.tracking.system_metrics_interval if spec.epochs else 0.0
+        if marker.get("mlflow_run_id"):
+            run = self.tracker.resume_run(marker["mlflow_run_id"], system_metrics=interval)
+            resumed = {
+                "resumed_in": str(self.ctx.run_dir),
+                "resume_overrides": " ".join(self.ctx.overrides),
+            }
+            run.set_tags(resumed)
+        elif parent is None:
+            run = start_job_run(self.tracker, self.cfg, self.ctx, spec.name)
+            run.set_tags(spec.run_tags())
+        else:
+            tags = {"stage": spec.name}
+            run = self.tracker.start_run(
+                spec.name, tags=tags, parent=parent, system_metrics=interval
+            )
+            record_config(run, self.cfg, self.ctx, spec.name, spec.params(self.cfg))
+            run.set_tags(spec.run_tags())
+        self._mark(spec.stage_dir, run, spec.name)
+        return run
+
+    def _mark(self, stage_dir: Path, run: TrackedRun, stage: str) -> None:
+        if self.worker.is_main:
+            write_run_marker(
+                stage_dir, mlflow_run_id=run.run_id, tracking_uri=self.tracker.uri, stage=stage
+            )
+
+    # --- a stage's life ------------------------------------------------------------------------
+    def run(
+        self, spec: StageSpec, parent: TrackedRun | None = None, resume: bool = False
+    ) -> StageResult:
+        """Train the stage in its own run. Prepared first: what cannot start creates no run and
+        changes none (a resumed run keeps its status)."""
+        prepared = training.prepare(self.cfg, spec, self.data(), self.worker, resume)
+        run = self.open_run(spec, parent, resume)
+        return guarded(run, lambda: training.train(prepared, run))
+
+    def evaluate(self, spec: StageSpec, weights: dict, parent: TrackedRun) -> StageResult:
+        """A stage that trains nothing: `spec.init_weights` overlaid with `weights`, evaluated
+        on the job's data set at its global batch (BatchNorm statistics are recomputed on it)."""
+        run = self.open_run(spec, parent, resume=False)
+        data = self.data(self.cfg.dataset.batch_size)
+        return guarded(run, lambda: evaluate_weights(self.cfg, spec, weights, data, run))
+
+    def reused_or_run(
+        self,
+        spec: StageSpec,
+        usable: Callable[[object, Path], StageResult | None],
+        train: Callable[[], StageResult],
+        allowed: bool = True,
+    ) -> StageResult:
+        """Under the fingerprint's turn: a finished run with the spec's fingerprint that
+        `usable(run, its dir)` accepts, else `train()`; a trained run is shared with other
+        machines (reuse.share) before the turn passes."""
+        with reuse.turn(
+            self.ctx.launch_dir,
+            self.worker,
+            spec.fingerprint,
+            spec.name,
+            self.tracker,
+            spec.reuse_tag,
+        ):
+            found = self.find_reusable(spec, usable) if allowed else None
+            if found is not None:
+                return found
+            result = train()
+            self.share(result, spec)
+            return result
+
+    def find_reusable(self, spec: StageSpec, usable) -> StageResult | None:
+        """The newest finished run with the spec's fingerprint that `usable` accepts, or None.
+        Several nodes never reuse: a run's files live on one node's disk."""
+        if self.worker.multi_node:
+            return None
+        runs = reuse.usable_runs(
+            self.tracker, spec.reuse_tag, spec.fingerprint, self.ctx.launch_dir
+        )
+        for run, run_dir in runs:
+            result = usable(run, run_dir)
+            if result is not None:
+                log.info("reusing %s from MLflow run %s (%s)", spec.name, run.info.run_id, run_dir)
+                return result
+        return None
+
+    def share(self, result: StageResult, spec: StageSpec) -> None:
+        """A reusable run on a store other machines reach: its files go with it (reuse.share)."""
+        if self.worker.is_main and self.tracker.shared and result.run_id is not None:
+            reuse.share(self.tracker.run(result.run_id), spec.stage_dir, spec.snapshot_dir)

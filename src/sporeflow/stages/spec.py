@@ -1,0 +1,106 @@
+"""A stage is a value: what to train, from which weights, for how long, at which learning
+rate, under which reuse fingerprint. A pipeline builds its specs once from the (read-only)
+config; nothing rewrites the config between stages, so `cfg.epochs` always means stage 1's
+epochs and `cfg.optimizer.lr` the configured rate, and a spec says what its stage differs in.
+
+Imports no MindSpore: specs are built and tested without a network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from sporeflow.stages import reuse
+
+STAGE1_TAG = "stage1_fingerprint"
+BASELINE_TAG = "baseline_fingerprint"
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a job: its MLflow run is named `name`, its files live in `stage_dir`."""
+
+    name: str  # train | stage1 | stage2 | baseline | annealed | snapshot_mean
+    stage_dir: Path
+    epochs: int  # epochs of this stage (0: evaluated, not trained)
+    lr: float | None = None  # None: optimizer.lr as configured
+    init_weights: Path | None = None  # network weights to start from (stage 1's final.ckpt)
+    basis: Any = None  # k x M PCA basis: train with DimReduceStep
+    snapshot_dir: Path | None = None  # keep weight snapshots here (boost.snapshot)
+    reuse_tag: str | None = None  # the tag a reusable stage's fingerprint is stored under
+    fingerprint: str | None = None
+    tags: dict = field(default_factory=dict)  # more tags on the stage's run
+
+    @property
+    def reusable(self) -> bool:
+        return self.fingerprint is not None
+
+    def params(self, cfg: DictConfig) -> dict:
+        """What this stage's run records where it differs from the config: its own epochs and
+        learning rate (stage 2 trains boost.epochs, the annealed baseline a lower rate)."""
+        changed = {}
+        if self.epochs != cfg.epochs:
+            changed["epochs"] = self.epochs
+        if self.lr is not None and self.lr != cfg.optimizer.lr:
+            changed["optimizer.lr"] = self.lr
+        return changed
+
+    def run_tags(self) -> dict:
+        reuse_tags = {self.reuse_tag: self.fingerprint} if self.reusable else {}
+        return {"run_dir": str(self.stage_dir), **reuse_tags, **self.tags}
+
+
+def plain_spec(cfg: DictConfig, run_dir: Path) -> StageSpec:
+    """A plain job: one stage, `train`, in the run dir itself."""
+    return StageSpec("train", Path(run_dir), cfg.epochs)
+
+
+def stage1_spec(cfg: DictConfig, run_dir: Path, keeps_snapshots: bool) -> StageSpec:
+    """Stage 1: plain training that keeps weight snapshots (on the worker that writes them)."""
+    stage_dir = Path(run_dir) / "stage1"
+    return StageSpec(
+        "stage1",
+        stage_dir,
+        cfg.epochs,
+        snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
+        reuse_tag=STAGE1_TAG,
+        fingerprint=reuse.stage1_fingerprint(cfg),
+    )
+
+
+def stage2_spec(
+    cfg: DictConfig, run_dir: Path, start: Path, basis: Any, basis_path: Path, n_snapshots: int
+) -> StageSpec:
+    """Stage 2: boost.epochs of dimension-reduced steps in the PCA basis, from `start`."""
+    return StageSpec(
+        "stage2",
+        Path(run_dir) / "stage2",
+        cfg.boost.epochs,
+        init_weights=start,
+        basis=basis,
+        tags={
+            "pca_basis": str(basis_path),
+            "n_snapshots": str(n_snapshots),
+            "start_from": cfg.boost.start_from.value,
+        },
+    )
+
+
+def baseline_spec(cfg: DictConfig, run_dir: Path, name: str, stage1_weights: Path) -> StageSpec:
+    """A baseline stage 2 must beat: plain continuation (`baseline`), the same at a lower rate
+    (`annealed`), or the snapshots' mean evaluated without training (`snapshot_mean`)."""
+    budget = cfg.boost.baseline_epochs or cfg.boost.epochs
+    fingerprint = reuse.baseline_fingerprint(cfg, reuse.stage1_fingerprint(cfg), name)
+    lr = cfg.optimizer.lr * cfg.boost.anneal_factor if name == "annealed" else None
+    return StageSpec(
+        name,
+        Path(run_dir) / name,
+        0 if name == "snapshot_mean" else budget,
+        lr=lr,
+        init_weights=stage1_weights,
+        reuse_tag=BASELINE_TAG,
+        fingerprint=fingerprint,
+    )

@@ -1,0 +1,218 @@
+"""One stage's training, once its run is open: the parts built and a resumed checkpoint
+loaded (`prepare`), then hooks -> fit (engine) -> final eval -> files -> the run (`train`).
+
+A resumed stage restores the newest complete checkpoint (weights, optimizer state, EMA, step,
+the hooks' state), continues at the next epoch and in the same MLflow run."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sporeflow.config.facts import global_batch_size, worker_batch_size
+from sporeflow.config.schema import EvalWith
+from sporeflow.core.errors import DataError, DivergedError
+from sporeflow.engine.divergence import TrainingDiverged
+from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import load_hooks_state
+from sporeflow.engine.loop import StageParts, fit
+from sporeflow.engine.predictions import correct_per_example
+from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stages.build import build_stage_parts
+from sporeflow.stages.hooks import StageHooks, stage_hooks
+from sporeflow.stages.outputs import record_data, record_model
+from sporeflow.stages.results import StageResult, save_predictions
+from sporeflow.stages.spec import StageSpec
+from sporeflow.storage.checkpoints import (
+    checkpoint_dir,
+    newest_complete_checkpoint,
+    restore_exact,
+    save_atomic,
+)
+from sporeflow.tracking.tracker import TrackedRun
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedStage:
+    """Everything a stage needs before it touches MLflow: data opened, parts built, a resumed
+    checkpoint loaded into them. A stage that cannot get this far leaves no trace in MLflow
+    (and a resumed run keeps the status it had)."""
+
+    spec: StageSpec
+    cfg: DictConfig
+    ckpt_dir: Path
+    worker: Worker
+    start_epoch: int
+    resumed_from: Path | None  # the checkpoint a resumed stage continues from
+    train_data: object
+    eval_data: object
+    steps_per_epoch: int
+    parts: StageParts
+    data: object  # the ImageDataset both splits come from
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def describe_batching(cfg: DictConfig, epochs: int, steps_per_epoch: int) -> str:
+    """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""
+    updates = epochs * steps_per_epoch // cfg.train.accumulation_steps
+    workers = cfg.parallel.workers
+    split = f"{workers} workers x batch {worker_batch_size(cfg)} = global " if workers > 1 else ""
+    return f"{split}batch {global_batch_size(cfg)}, {updates} optimizer updates"
+
+
+def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool) -> PreparedStage:
+    """Open the splits of `data` (the job's data set, built once) and build the stage's parts."""
+    if worker.is_main:
+        log.info("stage %s: building the network and its train step", spec.name)
+    ckpt_dir = checkpoint_dir(spec.stage_dir, worker.rank, worker.world_size)
+    start_epoch, state, path = 0, None, None
+    if resume:
+        path, state = newest_complete_checkpoint(ckpt_dir)
+        start_epoch = int(state["epoch_num"].asnumpy())
+        log.info("resuming %s from %s (epoch %d)", spec.name, path, start_epoch)
+    train_data = data.create(
+        "train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args()
+    )
+    steps_per_epoch = train_data.get_dataset_size()
+    if steps_per_epoch == 0:
+        raise DataError(
+            f"the training split of {cfg.dataset._target_} yields no batch of "
+            f"{worker_batch_size(cfg)} (drop_remainder={getattr(data, 'drop_remainder', False)})"
+        )
+    parts = build_stage_parts(cfg, spec, steps_per_epoch)
+    if state is not None:
+        restore_exact(state, *parts.state_cells)
+    return PreparedStage(
+        spec,
+        cfg,
+        ckpt_dir,
+        worker,
+        start_epoch,
+        path,
+        train_data,
+        data.create("test"),
+        steps_per_epoch,
+        parts,
+        data,
+    )
+
+
+def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir: Path) -> str:
+    finite = sorted(ckpt_dir.glob("epoch_*.ckpt"))
+    kept = (
+        f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)"
+        if finite
+        else "no checkpoint was written before it"
+    )
+    return (
+        f"stage {name} {ex}; nothing after it was saved, {kept}. Lower optimizer.lr or set "
+        "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless"
+    )
+
+
+def _tag_batching(stage: PreparedStage, run: TrackedRun) -> None:
+    cfg = stage.cfg
+    run.set_tags(
+        {
+            "batch.per_worker": worker_batch_size(cfg),
+            "batch.global": global_batch_size(cfg),
+            "batch.workers": cfg.parallel.workers,
+            "batch.steps_per_epoch": stage.steps_per_epoch,
+        }
+    )
+
+
+def _fit(stage: PreparedStage, record: EventRecord, hooks: StageHooks) -> None:
+    if stage.resumed_from is not None:
+        load_hooks_state(stage.resumed_from, hooks.user)
+    try:
+        fit(stage.parts, stage.train_data, stage.spec.epochs, hooks.ordered, stage.start_epoch)
+    except TrainingDiverged as ex:
+        spec = stage.spec
+        raise DivergedError(
+            diverged_message(spec.name, ex, stage.ckpt_dir, spec.stage_dir)
+        ) from None
+
+
+def _exported(final: dict, ema_ranked: bool) -> dict:
+    """The metrics of the weights the stage exports: the EMA ones (named without `_ema`) when
+    they are ranked, else the raw ones."""
+    if ema_ranked:
+        return {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
+    return {k: v for k, v in final.items() if not k.endswith("_ema")}
+
+
+def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
+    """Train up to the spec's epochs (or until a hook stops it), evaluate, export `final.ckpt`,
+    report to the run."""
+    cfg, spec = stage.cfg, stage.spec
+    batching = describe_batching(cfg, spec.epochs, stage.steps_per_epoch)
+    log.info(
+        "stage %s: epochs %d..%d x %d steps; %s",
+        spec.name,
+        stage.start_epoch + 1,
+        spec.epochs,
+        stage.steps_per_epoch,
+        batching,
+    )
+    if stage.worker.is_main:
+        _tag_batching(stage, run)
+        record_data(run, stage.data)
+    record = EventRecord(spec.epochs, stage.steps_per_epoch, stage.start_epoch)
+    hooks = stage_hooks(stage, record, run)
+    _fit(stage, record, hooks)
+    latest = record.latest_eval()
+    final = latest[1] if latest is not None else hooks.evaluator.evaluate()
+    last_epoch = latest[0] if latest is not None else spec.epochs  # a hook may stop early
+    ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
+    exported = _exported(final, ema_ranked)
+    last_step = last_epoch * stage.steps_per_epoch
+    weights, correct = _export(stage, run, ema_ranked, last_step)
+    if stage.worker.is_main:
+        save_predictions(spec.stage_dir, correct)
+        run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
+        run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
+        run.log_artifact(weights, "checkpoints")
+    return StageResult(
+        spec.name,
+        exported,
+        weights,
+        hooks.throughput.mean,
+        record.evals,
+        batching,
+        correct,
+        run.run_id,
+        spec.stage_dir,
+    )
+
+
+def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: int):
+    """`final.ckpt` (and `final_ema.ckpt` when EMA is kept but not ranked), the per-image
+    predictions of the exported weights, and (rank 0) the packaged model on the run."""
+    parts = stage.parts
+    with (parts.ema_swap if ema_ranked else nullcontext)():
+        weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
+        correct = correct_per_example(parts.network, stage.eval_data)
+        if stage.worker.is_main:
+            record_model(
+                stage.cfg,
+                run,
+                parts.network,
+                weights,
+                stage.eval_data,
+                stage.spec.stage_dir,
+                last_step,
+            )
+    if parts.ema_swap is not None and not ema_ranked:
+        with parts.ema_swap():
+            save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
+    return weights, correct

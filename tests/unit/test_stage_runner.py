@@ -1,0 +1,137 @@
+"""The stage runner, the specs and reuse, in this process: tiny real jobs (MindSpore on the
+CPU, Hydra's compose, a real sqlite MLflow store written by the real journal writer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf.errors import ReadonlyConfigError
+
+from helpers.inprocess import TINY, TINY_PIPELINE, run_job
+from helpers.store import by_stage, runs_of
+from helpers.train import CONF
+from sporeflow.entry.hydra_setup import register_configs
+from sporeflow.stages import reuse
+
+
+def compose_job(overrides):
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="train", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """One launch dir for the module's jobs (they share its store, like a user's runs do)."""
+    import os
+
+    old = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield tmp_path_factory.mktemp("inprocess")
+    if old is not None:
+        os.environ["MLFLOW_TRACKING_URI"] = old
+
+
+@pytest.fixture(scope="module")
+def two_pipelines(launch):
+    """Two dim-reduce jobs that differ only in stage-2 settings: the second reuses stage 1 and
+    every baseline of the first."""
+    first = run_job(compose_job, launch, [*TINY_PIPELINE, "boost.rho=0.4"], run="a")
+    second = run_job(compose_job, launch, [*TINY_PIPELINE, "boost.rho=0.7"], run="b")
+    return first, second
+
+
+def children_of(launch, parent_id):
+    return [r for r in runs_of(launch) if r.data.tags.get("mlflow.parentRunId") == parent_id]
+
+
+def pipeline_runs(launch):
+    return sorted(by_stage(runs_of(launch))["pipeline"], key=lambda r: r.info.start_time)
+
+
+def test_a_pipeline_runs_every_stage_as_a_child_with_its_own_epochs_and_rate(launch, two_pipelines):
+    (value, cfg), _ = two_pipelines
+    first = pipeline_runs(launch)[0]
+    stages = {r.data.tags["stage"]: r for r in children_of(launch, first.info.run_id)}
+    assert set(stages) == {"stage1", "stage2", "baseline", "annealed", "snapshot_mean"}
+    assert all(r.info.status == "FINISHED" for r in stages.values())
+    assert value == pytest.approx(first.data.metrics["stage2/acc"])
+    assert value == pytest.approx(stages["stage2"].data.metrics["final/acc"])
+    # each run records what it trained with, though the config itself was never rewritten
+    assert stages["stage1"].data.params["epochs"] == str(cfg.epochs) == "3"
+    assert stages["stage2"].data.params["epochs"] == str(cfg.boost.epochs) == "1"
+    annealed = float(stages["annealed"].data.params["optimizer.lr"])
+    assert annealed == pytest.approx(cfg.optimizer.lr * cfg.boost.anneal_factor)
+    assert float(stages["baseline"].data.params["optimizer.lr"]) == pytest.approx(cfg.optimizer.lr)
+    # stage 2 trained boost.epochs: its last eval is at step 1 x steps per epoch
+    per_epoch = int(stages["stage2"].data.tags["batch.steps_per_epoch"])
+    assert per_epoch == 4  # 128 images, batch 32
+    assert stages["stage1"].data.params["boost.rho"] == "0.4"
+
+
+def test_the_validated_config_is_read_only(two_pipelines):
+    (_, cfg), _ = two_pipelines
+    with pytest.raises(ReadonlyConfigError):
+        cfg.epochs = 7
+
+
+def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipelines):
+    first, second = pipeline_runs(launch)
+    trained = {r.data.tags["stage"]: r.info.run_id for r in children_of(launch, first.info.run_id)}
+    again = {r.data.tags["stage"] for r in children_of(launch, second.info.run_id)}
+    assert again == {"stage2"}  # nothing else trained twice
+    tags = second.data.tags
+    for stage in ("stage1", "baseline", "annealed", "snapshot_mean"):
+        assert tags[f"{stage}_reused_from"] == trained[stage]
+        assert second.data.metrics[f"{stage}/acc"] == pytest.approx(first.data.metrics[f"{stage}/acc"])
+    assert tags["pca_basis_run"] == trained["stage1"]
+    # the reused stage 1's curve is the same epochs as the first job's own
+    client_curve = curve_of(launch, first.info.run_id, "curve/stage1")
+    assert curve_of(launch, second.info.run_id, "curve/stage1") == client_curve
+    assert [step for step, _ in client_curve] == [1, 2, 3]
+
+
+def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(launch, two_pipelines):
+    from sporeflow.report.paired import compare_paired
+
+    _, second = pipeline_runs(launch)
+    run_dir = launch / "b"
+    stage2 = np.load(run_dir / "stage2" / "predictions.npy")
+    stage1 = np.load(launch / "a" / "stage1" / "predictions.npy")
+    expected = compare_paired(stage2, stage1)
+    assert second.data.metrics["vs_stage1/images"] == expected.images
+    assert second.data.metrics["vs_stage1/p_value"] == pytest.approx(expected.p_value)
+
+
+def curve_of(launch, run_id, key):
+    from helpers.store import client_of
+
+    return [(m.step, m.value) for m in client_of(launch).get_metric_history(run_id, key)]
+
+
+def test_a_plain_job_is_one_spec_in_its_own_run(launch):
+    value, cfg = run_job(compose_job, launch, [*TINY, "epochs=2"], run="plain")
+    runs = [r for r in runs_of(launch) if r.data.tags.get("run_dir") == str(launch / "plain")]
+    assert len(runs) == 1 and runs[0].data.tags["stage"] == "train"
+    assert runs[0].info.status == "FINISHED"
+    assert value == pytest.approx(runs[0].data.metrics["final/acc"])
+    assert (launch / "plain" / "checkpoints" / "final.ckpt").is_file()
+
+
+def test_eval_curve_numbers_evaluations_by_their_epoch(launch):
+    """callbacks.eval_every_n_epochs=2 over 4 epochs: evaluations after epochs 2 and 4."""
+    run_job(compose_job, launch, [*TINY, "epochs=4", "callbacks.eval_every_n_epochs=2"], run="every2")
+    run = next(r for r in runs_of(launch) if r.data.tags.get("run_dir") == str(launch / "every2"))
+    from sporeflow.tracking.tracker import Tracker
+
+    tracker = Tracker.from_config(compose_job(TINY).tracking, launch, read_only=True)
+    with tracker:
+        assert [epoch for epoch, _ in reuse.eval_curve(tracker, run)] == [2, 4]
+        # a run recorded before the steps-per-epoch tag: the same from its epochs and last step
+        del run.data.tags["batch.steps_per_epoch"]
+        assert [epoch for epoch, _ in reuse.eval_curve(tracker, run)] == [2, 4]

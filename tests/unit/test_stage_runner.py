@@ -88,7 +88,9 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     tags = second.data.tags
     for stage in ("stage1", "baseline", "annealed", "snapshot_mean"):
         assert tags[f"{stage}_reused_from"] == trained[stage]
-        assert second.data.metrics[f"{stage}/acc"] == pytest.approx(first.data.metrics[f"{stage}/acc"])
+        assert second.data.metrics[f"{stage}/acc"] == pytest.approx(
+            first.data.metrics[f"{stage}/acc"]
+        )
     assert tags["pca_basis_run"] == trained["stage1"]
     # the reused stage 1's curve is the same epochs as the first job's own
     client_curve = curve_of(launch, first.info.run_id, "curve/stage1")
@@ -96,7 +98,9 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     assert [step for step, _ in client_curve] == [1, 2, 3]
 
 
-def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(launch, two_pipelines):
+def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(
+    launch, two_pipelines
+):
     from sporeflow.report.paired import compare_paired
 
     _, second = pipeline_runs(launch)
@@ -125,7 +129,9 @@ def test_a_plain_job_is_one_spec_in_its_own_run(launch):
 
 def test_eval_curve_numbers_evaluations_by_their_epoch(launch):
     """callbacks.eval_every_n_epochs=2 over 4 epochs: evaluations after epochs 2 and 4."""
-    run_job(compose_job, launch, [*TINY, "epochs=4", "callbacks.eval_every_n_epochs=2"], run="every2")
+    run_job(
+        compose_job, launch, [*TINY, "epochs=4", "callbacks.eval_every_n_epochs=2"], run="every2"
+    )
     run = next(r for r in runs_of(launch) if r.data.tags.get("run_dir") == str(launch / "every2"))
     from sporeflow.tracking.tracker import Tracker
 

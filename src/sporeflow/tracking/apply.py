@@ -12,11 +12,11 @@ writer's log, never retried forever.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sporeflow.tracking.journal import AppliedState, JournalTail, header_of, is_key
+from sporeflow.tracking.journal import AppliedState, JournalTail, Op, header_of, is_key
 from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
 from sporeflow.tracking.system_metrics import SystemMetrics
 
@@ -34,8 +34,8 @@ def _groups(records: list[dict]) -> Iterator[list[dict]]:
     group: list[dict] = []
     for record in records:
         if group and (
-            record["op"] != "metrics"
-            or group[0]["op"] != "metrics"
+            record["op"] != Op.metrics
+            or group[0]["op"] != Op.metrics
             or record["run"] != group[0]["run"]
         ):
             yield group
@@ -60,6 +60,7 @@ class Applier:
         self.state = AppliedState.load(self.journal)
         self.closed = False  # the owner's "close" record has been applied
         self._tail = JournalTail(self.journal)
+        self._per_run = self._handlers()  # record kind -> how it is applied to its run
 
     def pending(self) -> list[dict]:
         return self._tail.records_after(self.state.seq)
@@ -108,61 +109,73 @@ class Applier:
     def _apply(self, group: list[dict], uncertain: bool) -> None:
         record = group[0]
         op = record["op"]
-        if op in ("header", "close"):
-            self.closed = self.closed or op == "close"
+        if op in (Op.header, Op.close):
+            self.closed = self.closed or op == Op.close
             return
-        if op == "create_run":
+        if op == Op.create_run:
             self._create(record, uncertain)
             return
-        if op == "experiment_tag":
+        if op == Op.experiment_tag:
             self.store.set_experiment_tag(record["key"], record["value"])
             return
-        run_id = self.resolve(record["run"])
-        if op == "metrics":
-            points = [tuple(p) for r in group for p in r["points"]]
-            if uncertain:
-                stored: set = set()
-                for key in {p[0] for p in points}:
-                    stored |= self.store.metric_points(run_id, key)
-                points = [
-                    p for p in points if (p[0], float(p[1]), int(p[2]), int(p[3])) not in stored
-                ]
-            self.store.log_batch(run_id, metrics=points)
-        elif op == "params":
-            self.store.log_batch(run_id, params=list(record["params"].items()))
-        elif op == "tags":
-            self.store.log_batch(
-                run_id, tags=[(k, self._value(v)) for k, v in record["tags"].items()]
-            )
-        elif op == "artifact":
-            if not Path(record["path"]).exists():
-                raise Rejected(f"{record['path']} no longer exists")
-            self.store.log_artifact(run_id, record["path"], record.get("dir"))
-        elif op == "dataset":
-            self.store.log_dataset(run_id, record)
-        elif op == "model":
-            self.store.log_model(run_id, record, uncertain)
-        elif op == "link_model":
-            self.store.link_model(run_id, self.resolve(record["source"]), record["name"])
-        elif op == "register":
-            self.store.register_model(run_id, record)
-        elif op == "text":
-            self.store.log_text(run_id, record["text"], record["file"])
-        elif op == "resume":
-            self.store.set_status(run_id, "RUNNING")
-            self.store.log_batch(run_id, tags=list(process_tags(record["process"]).items()))
-            self._opened(record["run"])
-            self._monitor(run_id, record, resume=True)
-        elif op == "end":
-            if self.monitors is not None:
-                self.monitors.stop(run_id)
-            self.store.set_status(run_id, record["status"], record["t"])
-            if record["run"] in self.state.open:
-                self.state.open.remove(record["run"])
-        elif op == "delete":
-            self.store.delete_run(run_id)
-        else:
+        handler = self._per_run.get(op)
+        if handler is None:
             raise Rejected(f"unknown journal record {op!r} (written by a newer sporeflow?)")
+        handler(self.resolve(record["run"]), group, uncertain)
+
+    def _handlers(self) -> dict[str, Callable[[str, list[dict], bool], None]]:
+        """Record kind -> how it is applied to its run: (MLflow id, the group, uncertain)."""
+        return {
+            Op.metrics: self._metrics,
+            Op.params: lambda run_id, g, _: self.store.log_batch(
+                run_id, params=list(g[0]["params"].items())
+            ),
+            Op.tags: lambda run_id, g, _: self.store.log_batch(
+                run_id, tags=[(k, self._value(v)) for k, v in g[0]["tags"].items()]
+            ),
+            Op.artifact: self._artifact,
+            Op.dataset: lambda run_id, g, _: self.store.log_dataset(run_id, g[0]),
+            Op.model: lambda run_id, g, uncertain: self.store.log_model(run_id, g[0], uncertain),
+            Op.link_model: lambda run_id, g, _: self.store.link_model(
+                run_id, self.resolve(g[0]["source"]), g[0]["name"]
+            ),
+            Op.register: lambda run_id, g, _: self.store.register_model(run_id, g[0]),
+            Op.text: lambda run_id, g, _: self.store.log_text(run_id, g[0]["text"], g[0]["file"]),
+            Op.resume: self._resume,
+            Op.end: self._end,
+            Op.delete: lambda run_id, g, _: self.store.delete_run(run_id),
+        }
+
+    def _metrics(self, run_id: str, group: list[dict], uncertain: bool) -> None:
+        """One batch; points an interrupted earlier try already stored are not sent again."""
+        points = [tuple(p) for r in group for p in r["points"]]
+        if uncertain:
+            stored: set = set()
+            for key in {p[0] for p in points}:
+                stored |= self.store.metric_points(run_id, key)
+            points = [p for p in points if (p[0], float(p[1]), int(p[2]), int(p[3])) not in stored]
+        self.store.log_batch(run_id, metrics=points)
+
+    def _artifact(self, run_id: str, group: list[dict], uncertain: bool) -> None:
+        record = group[0]
+        if not Path(record["path"]).exists():
+            raise Rejected(f"{record['path']} no longer exists")
+        self.store.log_artifact(run_id, record["path"], record.get("dir"))
+
+    def _resume(self, run_id: str, group: list[dict], uncertain: bool) -> None:
+        record = group[0]
+        self.store.set_status(run_id, "RUNNING")
+        self.store.log_batch(run_id, tags=list(process_tags(record["process"]).items()))
+        self._opened(record["run"])
+        self._monitor(run_id, record, resume=True)
+
+    def _end(self, run_id: str, group: list[dict], uncertain: bool) -> None:
+        record = group[0]
+        if self.monitors is not None:
+            self.monitors.stop(run_id)
+        self.store.set_status(run_id, record["status"], record["t"])
+        if record["run"] in self.state.open:
+            self.state.open.remove(record["run"])
 
     def _create(self, record: dict, uncertain: bool) -> None:
         key = record["run"]

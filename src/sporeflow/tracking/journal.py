@@ -23,10 +23,34 @@ import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from sporeflow.storage.files import write_text_atomic
+
+
+class Op(str, Enum):
+    """The kinds of journal record: the tracker writes them, the applier dispatches on them
+    (a str enum: a record's `op` is its plain value in the JSON line)."""
+
+    header = "header"  # seq 0: the store, experiment, artifact root and owner
+    create_run = "create_run"
+    resume = "resume"
+    params = "params"
+    tags = "tags"
+    metrics = "metrics"
+    artifact = "artifact"
+    text = "text"
+    dataset = "dataset"  # a split as an MLflow dataset input
+    model = "model"  # a serving.package directory, logged as a python_function model
+    link_model = "link_model"  # a pipeline's run lists stage 2's model
+    register = "register"  # a sweep's best model, a new registry version
+    experiment_tag = "experiment_tag"  # a sweep's saved view
+    end = "end"
+    delete = "delete"
+    close = "close"  # the owner is done: the writer drains and exits
+
 
 KEY_PREFIX = "sf-"
 DIR_NAME = "tracking"
@@ -55,7 +79,7 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         self.seq = 0
-        self._write({"seq": 0, "op": "header", **header})
+        self._write({"seq": 0, "op": Op.header.value, **header})
 
     @classmethod
     def create(cls, owner_dir: Path, header: dict[str, Any]) -> Journal:
@@ -66,9 +90,9 @@ class Journal:
         self._file.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
         self._file.flush()  # in the OS now: survives the death of this process
 
-    def append(self, op: str, **fields: Any) -> int:
+    def append(self, op: Op, **fields: Any) -> int:
         self.seq += 1
-        self._write({"seq": self.seq, "op": op, "t": int(time.time() * 1000), **fields})
+        self._write({"seq": self.seq, "op": Op(op).value, "t": int(time.time() * 1000), **fields})
         return self.seq
 
     def sync(self) -> None:
@@ -130,7 +154,7 @@ class JournalTail:
 
 def header_of(path: Path) -> dict:
     first = read_records(path)[:1]
-    if not first or first[0]["op"] != "header":
+    if not first or first[0]["op"] != Op.header:
         raise ValueError(f"{path} is not a sporeflow tracking journal (no header line)")
     return first[0]
 

@@ -27,6 +27,7 @@ from sporeflow.core.uris import redact_text
 from sporeflow.tracking.journal import (
     AppliedState,
     Journal,
+    Op,
     is_key,
     new_run_key,
     pending,
@@ -104,7 +105,7 @@ class Tracker:
     def journal(self) -> Path | None:
         return self._journal.path if self._journal is not None else None
 
-    def _append(self, op: str, **fields: Any) -> int:
+    def _append(self, op: Op, **fields: Any) -> int:
         if self._journal is None:
             self._journal = Journal.create(
                 self.journal_dir,
@@ -176,7 +177,7 @@ class Tracker:
         (one console line) and stop the writer. Returns the records left in the journal."""
         if self._journal is None:
             return 0
-        self._append("close")
+        self._append(Op.close)
         self._journal.close()
         writer = self._writer
         if writer is not None:
@@ -225,7 +226,7 @@ class Tracker:
         key = new_run_key()
         self._names[key] = run_name
         self._append(
-            "create_run",
+            Op.create_run,
             run=key,
             name=run_name,
             tags={k: _tag_value(v) for k, v in {**process_tags(), **(tags or {})}.items()},
@@ -243,19 +244,19 @@ class Tracker:
         run = self.run(run_id)
         if run.run_id is not None:
             self._append(
-                "resume", run=run_id, process=this_process(), system_metrics=system_metrics
+                Op.resume, run=run_id, process=this_process(), system_metrics=system_metrics
             )
         return run
 
     def delete_run(self, run_id: str | None) -> None:
         """Move a run to MLflow's trash (`mlflow gc` removes it for good)."""
         if self.writes and run_id:
-            self._append("delete", run=run_id)
+            self._append(Op.delete, run=run_id)
 
     def set_experiment_tag(self, key: str, value: str) -> None:
         """A tag of the experiment (a saved view of MLflow's UI, report.views)."""
         if self.writes:
-            self._append("experiment_tag", key=key, value=value)
+            self._append(Op.experiment_tag, key=key, value=value)
 
     # -- reads -------------------------------------------------------------------------------
     def store(self) -> Store:
@@ -341,15 +342,15 @@ class TrackedRun:
         self.run_id = run_id
         self._pending: list[list] = []
 
-    def _append(self, op: str, **fields: Any) -> None:
+    def _append(self, op: Op, **fields: Any) -> None:
         if self.run_id is not None:
             self.tracker._append(op, run=self.run_id, **fields)  # noqa: SLF001 - one module's pair
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        self._append("params", params={k: redact_text(str(v)) for k, v in params.items()})
+        self._append(Op.params, params={k: redact_text(str(v)) for k, v in params.items()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        self._append("tags", tags={k: _tag_value(v) for k, v in tags.items()})
+        self._append(Op.tags, tags={k: _tag_value(v) for k, v in tags.items()})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
         if self.run_id is None:
@@ -363,15 +364,15 @@ class TrackedRun:
         """Journal the buffered metrics and make the journal durable."""
         pending, self._pending = self._pending, []
         if pending:
-            self._append("metrics", points=pending)
+            self._append(Op.metrics, points=pending)
         if self.run_id is not None:
             self.tracker.sync()
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        self._append("artifact", path=str(Path(path).resolve()), dir=artifact_path)
+        self._append(Op.artifact, path=str(Path(path).resolve()), dir=artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._append("text", text=redact_text(text), file=artifact_file)
+        self._append(Op.text, text=redact_text(text), file=artifact_file)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
         for p in paths:
@@ -384,7 +385,7 @@ class TrackedRun:
         """An MLflow dataset input (`context`: training or evaluation); the writer hashes
         `files` into its digest, off the training process."""
         self._append(
-            "dataset",
+            Op.dataset,
             name=name,
             location=location,
             files=[str(Path(f).resolve()) for f in files],
@@ -406,7 +407,7 @@ class TrackedRun:
         """A packaged network directory (sporeflow.serving.package), to become an MLflow
         python_function model of this run."""
         self._append(
-            "model",
+            Op.model,
             name=name,
             dir=str(Path(directory).resolve()),
             example=str(Path(example).resolve()),
@@ -418,19 +419,19 @@ class TrackedRun:
 
     def link_model(self, source_run: str, name: str = "model") -> None:
         """Show the model `source_run` logged (a pipeline's stage 2) among this run's outputs."""
-        self._append("link_model", source=source_run, name=name)
+        self._append(Op.link_model, source=source_run, name=name)
 
     def register_model(
         self, source_run: str, stage: str, name: str, tags: Mapping[str, str]
     ) -> None:
         """Register the model that `source_run` (or its child run of `stage`) logged as a new
         version of registered model `name`, tagged with this run and `tags`."""
-        self._append("register", source=source_run, stage=stage, name=name, tags=dict(tags))
+        self._append(Op.register, source=source_run, stage=stage, name=name, tags=dict(tags))
 
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""
         self.flush()
-        self._append("end", status=status)
+        self._append(Op.end, status=status)
         if self.run_id is not None:
             self.tracker.sync()
 

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from sporeflow.core.errors import TrialPruned
-from sporeflow.entry.sweep_run import JOB_FILE, RESULTS_FILE, TRIALS_FILE
+from sporeflow.entry.sweep_jobs import JOB_FILE, RESULTS_FILE, TRIALS_FILE
 
 
 @dataclass

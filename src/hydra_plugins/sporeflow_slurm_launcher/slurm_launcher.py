@@ -126,7 +126,7 @@ class SlurmLauncher(HydraSlurm):
     ) -> list[JobReturn]:
         """Each job's JobReturn; a job SLURM ended (or that was `cancelled` because the sweep
         was stopped) gets its outcome written into its dir, for the sweep's parent run."""
-        from sporeflow.entry.sweep_run import record_scheduler_end  # the plugin scan stays light
+        from sporeflow.entry.sweep_jobs import record_scheduler_end  # the plugin scan stays light
 
         results = []
         for num, (job, overrides) in enumerate(

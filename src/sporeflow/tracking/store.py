@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -397,9 +397,11 @@ class Store:
 
         self.connect()
         experiment_id = str(self.experiment_id)
-        self.call(
-            "register_model", lambda: register(self._client, experiment_id, run_id, dict(record))
-        )
+        with _global_tracking_uri(self.uri):  # MLflow's registry looks up models:/m-... there
+            self.call(
+                "register_model",
+                lambda: register(self._client, experiment_id, run_id, dict(record)),
+            )
 
     def set_status(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.connect()
@@ -422,3 +424,18 @@ class Store:
     def delete_run(self, run_id: str) -> None:
         self.connect()
         self.call("delete_run", lambda: self._client.delete_run(run_id))
+
+
+@contextmanager
+def _global_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's model registry resolves a `models:/<model id>` source through the process's
+    global tracking URI, not the client's: without this a version is registered against the
+    `mlflow.db` of whatever folder the writer runs in (found registering from another folder)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)

@@ -1,0 +1,81 @@
+"""What a sweep's config says about its jobs and its Optuna study: the swept keys, the study's
+tags (how every process of one study finds its one parent run), a job's trial link for the
+pruner, and which model a sweep registers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.config import search_space
+from sporeflow.core.context import TRIAL_ID_ENV, TrialLink
+from sporeflow.core.uris import redacted
+from sporeflow.tracking.tracker import Tracker
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys a sweep varies: command-line sweep overrides (a=1,2 / range / choice) and the
+    sweeper's `params` (Optuna's search space, or BasicSweeper's), less those the command line
+    fixes (config.search_space's rules, which the Optuna sweeper follows)."""
+    task = OmegaConf.to_container(config.hydra.overrides.task)
+    params = OmegaConf.to_container(config.hydra.sweeper.get("params") or OmegaConf.create({}))
+    return [key.lstrip("+~") for key in search_space.build(params, task).keys]
+
+
+def study_tags(config: DictConfig) -> dict:
+    """An Optuna sweep with a storage: the tags naming its study. Every process of the study
+    (another machine, a restart) finds the one parent run by them; {} for any other sweep."""
+    sweeper = config.hydra.sweeper
+    if sweeper.get("_target_") != search_space.OPTUNA_SWEEPER or not sweeper.get("storage"):
+        return {}
+    url = search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))
+    return {"optuna.study": str(sweeper.study_name), "optuna.storage": redacted(str(url))}
+
+
+def study_parent(tracker: Tracker, study: dict) -> Any:
+    """The study's parent run: the first created (start time, then id), so processes that
+    created one each at the same moment agree on it; None when there is none yet."""
+    quoted = {k: v.replace("'", "\\'") for k, v in study.items()}
+    runs = tracker.search_runs(
+        "tags.stage = 'sweep' and "
+        + " and ".join(f"tags.`{k}` = '{v}'" for k, v in quoted.items()),
+        max_results=100,
+    )
+    return min(runs, key=lambda r: (r.info.start_time, r.info.run_id), default=None)
+
+
+def trial_link(config: DictConfig) -> TrialLink | None:
+    """A job of an Optuna sweep with a pruner: where its trial is (the sweeper put the trial's
+    id in the job's environment, hydra.job.env_set); None for any other job."""
+    trial_id = os.environ.get(TRIAL_ID_ENV)
+    sweeper = config.hydra.sweeper
+    if not trial_id or sweeper.get("_target_") != search_space.OPTUNA_SWEEPER:
+        return None
+    if sweeper.get("pruner", "none") == "none":
+        return None
+    return TrialLink(
+        storage=str(search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))),
+        study=sweeper.study_name,
+        trial_id=int(trial_id),
+        pruner=sweeper.pruner,
+        min_epochs=int(sweeper.pruner_min_epochs),
+        startup_trials=int(sweeper.n_startup_trials),
+    )
+
+
+def registered_model_name(config: DictConfig) -> str:
+    """`sweep.registered_model`, else "<model>-<dataset>" (a plain job run's name)."""
+    from sporeflow.stages.runs import base_name
+
+    chosen = config.sweep.registered_model
+    return base_name(config) if chosen is None else chosen
+
+
+def model_stage(key: str) -> str:
+    """The stage whose model the objective (a metric key of the job's run) ranks: stage1/acc ->
+    stage1, gain -> stage2 (the pipeline's result), final/acc -> train (a plain job)."""
+    stage = key.split("/", 1)[0] if "/" in key else "stage2"
+    return "train" if stage == "final" else stage

@@ -1,0 +1,200 @@
+"""The end of a sweep, as its parent run and the console show it: the table (best first) and
+plots in the sweep dir and on the parent, the saved MLflow view, the best job (tagged, its
+model registered), the Optuna trials, and the runs of jobs the cluster's scheduler ended.
+
+Reads only the MLflow store and the files the jobs left (sweep_jobs), so `sporeflow compare
+--sweep` and the sweep's parent show the same thing."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from sporeflow.config import objective
+from sporeflow.core.context import SweepJob
+from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
+from sporeflow.entry.sweep_study import model_stage
+from sporeflow.report import sweep_report as report
+from sporeflow.report import views
+from sporeflow.storage.files import write_text_atomic
+from sporeflow.tracking.sync import sync
+from sporeflow.tracking.tracker import TrackedRun, Tracker
+
+log = logging.getLogger(__name__)
+TABLES = (("text", "comparison.txt"), ("markdown", "comparison.md"), ("csv", "comparison.csv"))
+
+
+@dataclass
+class Sweep:
+    """What a sweep's parent run is about (kept by the sweep callback, pickled to its jobs)."""
+
+    run_id: str | None = None
+    keys: list[str] = field(default_factory=list)
+    sweep_dir: Path | None = None
+    objective: str = "auto"
+    registered_model: str = ""  # "" = the best job's model is not registered
+    started: float = 0.0  # when this sweep started: older job dirs in its sweep dir are not its own
+
+
+def status_line(status: str, count: Counter, run_id: str, uri: str) -> str:
+    """ "[sporeflow] sweep FINISHED: 6 jobs finished, 0 failed; MLflow run ... (uri)"."""
+    killed = f", {count['KILLED']} stopped with it" if count["KILLED"] else ""
+    pruned = f", {count['PRUNED']} pruned by the Optuna pruner" if count["PRUNED"] else ""
+    return (
+        f"[sporeflow] sweep {status}: {count['COMPLETED']} jobs finished, {count['FAILED']} "
+        f"failed{killed}{pruned}; MLflow run {run_id} ({uri})"
+    )
+
+
+def end_job_runs(tracker: Tracker, sweep_run_id: str, outcome: dict) -> None:
+    """A job the scheduler ended: what its journals still hold is sent first (SLURM kills
+    what a SIGTERM did not end within its KillWait), then its runs (the job's and its
+    stages') that did not finish say why in `sporeflow.failure`, and one still RUNNING ends
+    KILLED."""
+    try:
+        sync(Path(outcome["dir"]))
+        top = tracker.search_runs(
+            f"tags.`sweep.run_id` = '{sweep_run_id}' and tags.`sweep.job` = '{outcome['job']}'"
+        )
+        children = [
+            child
+            for run in top
+            for child in tracker.search_runs(f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        ]
+        for run in top + children:
+            if run.info.status == "FINISHED":
+                continue
+            tracker.run(run.info.run_id).set_tags({"sporeflow.failure": outcome["error"]})
+            if run.info.status == "RUNNING":
+                tracker.run(run.info.run_id).end("KILLED")
+    except Exception as ex:  # noqa: BLE001 - the parent must still end
+        log.warning("could not mark job %s's runs: %s", outcome["job"], ex)
+
+
+class Summary:
+    """Writes one sweep's summary into its dir and its parent run; `lines()` for the console."""
+
+    def __init__(self, tracker: Tracker, parent: TrackedRun, sweep: Sweep):
+        self.tracker, self.parent, self.sweep = tracker, parent, sweep
+
+    def lines(self, failed: list[dict], count: Counter) -> list[str]:
+        sweep = self.sweep
+        jobs = report.sweep_jobs(self.tracker, sweep.run_id, sweep.keys)
+        key = report.objective_key(jobs, sweep.objective)
+        ranked = report.ranked(jobs, key)
+        header, rows = report.table_rows(ranked, sweep.keys)
+        self._tables(header, rows)
+        best = ranked[0] if ranked and key in ranked[0].metrics else None
+        plots = self._plots(ranked, key, best)
+        self.parent.log_metrics(
+            {
+                "jobs_finished": count["COMPLETED"],
+                "jobs_pruned": count["PRUNED"],
+                "jobs_failed": count["FAILED"],
+            },
+            0,
+        )
+        lines = [report.render(header, rows).rstrip()]
+        if key:
+            self._view(key, sorted({m for j in jobs for m in j.metrics}))
+        if best is not None:
+            lines += self._best(best, key)
+        lines += self._trials(jobs)
+        lines += [f"failed: job {o['job']} ({self._label(o)}): {o['error']}" for o in failed]
+        written = ", ".join(p.name for p in plots)
+        where = f"{sweep.sweep_dir}/comparison.txt" + (f", {written}" if written else "")
+        lines.append(f"table{' and plots' if written else ''}: {where}")
+        self.parent.flush()
+        return lines
+
+    def _label(self, outcome: dict) -> str:
+        job = SweepJob(self.sweep.run_id, tuple(self.sweep.keys), outcome["job"])
+        return job.label(outcome["overrides"])
+
+    def _tables(self, header, rows) -> None:
+        for fmt, name in TABLES:
+            path = write_text_atomic(self.sweep.sweep_dir / name, report.render(header, rows, fmt))
+            self.parent.log_artifact(path)
+
+    def _plots(self, ranked, key, best) -> list[Path]:
+        sweep_dir, keys = self.sweep.sweep_dir, self.sweep.keys
+        plots = [report.gain_plot(ranked, keys, key, sweep_dir / "gain_vs_params.png")]
+        if best is not None:
+            plots.append(report.curves_plot(self.tracker, best, sweep_dir / "best_job_curves.png"))
+        plots = [p for p in plots if p is not None]
+        for plot in plots:
+            self.parent.log_artifact(plot)
+        return plots
+
+    def _view(self, key: str, metrics: list[str]) -> None:
+        """The sweep's saved view of MLflow's UI (columns, sort, charts) on the experiment."""
+        run_id = self.sweep.run_id
+        view = views.sweep_view(run_id, self.sweep.keys, key, metrics)
+        self.tracker.set_experiment_tag(
+            views.TAG_PREFIX + views.share_key(run_id), views.encode(view)
+        )
+        self.parent.set_tags({"sweep.view": views.share_key(run_id)})
+
+    def _best(self, best, key: str) -> list[str]:
+        """The best job: its params and objective on the parent, its run tagged, its model
+        registered (a new version of `sweep.registered_model`)."""
+        self.parent.log_params({f"best.{k}": v for k, v in best.values.items()})
+        self.parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
+        self.parent.set_tags({"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number)})
+        self.tracker.run(best.run_id).set_tags({"sporeflow.best_in_sweep": "true"})
+        lines = [f"best: job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"]
+        name = self.sweep.registered_model
+        if name:
+            value = f"{best.metrics[key]:.6g}"
+            tags = {"objective": key, "value": value, "sweep": self.sweep.run_id}
+            self.parent.register_model(best.run_id, model_stage(key), name, tags)
+            lines.append(f"its model: registered model {name!r}, a new version")
+        return lines
+
+    def _trials(self, jobs: list) -> list[str]:
+        """An Optuna sweep: each trial's value on the parent (step = trial number), the trial
+        number on each job's run, the best trial tagged."""
+        path = self.sweep.sweep_dir / TRIALS_FILE
+        if not path.is_file():
+            return []
+        with open(path, newline="") as f:
+            trials = list(csv.DictReader(f))
+        run_of_job = {j.number: j.run_id for j in jobs}
+        for trial in trials:
+            if trial["value"]:
+                self.parent.log_metrics({"trial/value": float(trial["value"])}, int(trial["trial"]))
+            if int(trial["job"]) in run_of_job:
+                self.tracker.run(run_of_job[int(trial["job"])]).set_tags(
+                    {"optuna.trial": trial["trial"]}
+                )
+        self.parent.log_artifact(path)
+        best = best_trial(self.sweep, trials)
+        if best is None:
+            return []
+        self.parent.set_tags({"optuna.best_trial": str(best["trial"])})
+        return [
+            f"Optuna: {len(trials)} trials this run, best trial of the study {best['trial']} "
+            f"value {float(best['value']):.4f}"
+        ]
+
+
+def best_trial(sweep: Sweep, trials: list[dict]) -> dict | None:
+    """The study's best trial (the sweeper's RESULTS_FILE: other processes' trials count
+    too), else the best of this process's."""
+    path = sweep.sweep_dir / RESULTS_FILE
+    try:
+        if path.stat().st_mtime >= sweep.started:  # not an earlier sweep's in this dir
+            found = OmegaConf.load(path)
+            return {"trial": int(found.best_trial), "value": float(found.best_value)}
+    except (OSError, ValueError, AttributeError):
+        pass
+    complete = [t for t in trials if t["state"] == "COMPLETE"]
+    if not complete:
+        return None
+    sign = 1.0 if objective.maximize(sweep.objective) else -1.0  # "auto" is an accuracy
+    return max(complete, key=lambda t: sign * float(t["value"]))

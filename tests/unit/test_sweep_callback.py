@@ -1,0 +1,146 @@
+"""The sweep's Hydra callback in this process: real tiny jobs run between its on_job_start
+and on_job_end the way Hydra's basic launcher runs them, against a real sqlite store; the
+parent run, the job-outcome files, the summary and the best job are read back."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import open_dict
+
+from helpers.inprocess import TINY, context
+from helpers.store import client_of, runs_of
+from helpers.train import CONF
+from sporeflow.config.validation import validate
+from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob
+from sporeflow.entry.hydra_setup import register_configs
+from sporeflow.entry.sweep_jobs import JOB_FILE
+from sporeflow.entry.sweep_run import SweepRun
+
+LRS = ("0.05", "0.2")
+
+
+def composed(launch, overrides, task, job=None):
+    """What Hydra hands the callback: the config with its hydra node, as in a multirun."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.hydra.runtime.cwd = str(launch)
+        cfg.hydra.sweep.dir = str(launch / "multirun")
+        cfg.hydra.overrides.task = list(task)
+        if job is not None:
+            cfg.hydra.job.num = job
+            cfg.hydra.runtime.output_dir = str(launch / "multirun" / str(job))
+    return cfg
+
+
+def without_hydra(config):
+    """The job's own config, as Hydra hands it to the task function."""
+    job = config.copy()
+    with open_dict(job):
+        del job["hydra"]
+    return job
+
+
+def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str]):
+    """on_multirun_start, then each job (on_job_start -> the job in process -> on_job_end),
+    then on_multirun_end; returns the callback."""
+    from sporeflow.stages.pipeline import run_pipeline
+
+    callback = SweepRun()
+    callback.on_multirun_start(composed(launch, [*TINY, *jobs[0]], sweep_task))
+    for number, overrides in enumerate(jobs):
+        config = composed(launch, [*TINY, *overrides], overrides, job=number)
+        callback.on_job_start(config)
+        ctx = context(launch, overrides, run=f"multirun/{number}")
+        ctx.sweep = SweepJob.from_environ()
+        try:
+            value = run_pipeline(validate(without_hydra(config)), ctx)
+            result = JobReturn(status=JobStatus.COMPLETED, _return_value=value)
+        except Exception as ex:  # noqa: BLE001 - what Hydra's run_job catches
+            result = JobReturn(status=JobStatus.FAILED, _return_value=ex)
+        callback.on_job_end(config, result)
+    callback.on_multirun_end(composed(launch, [*TINY, *jobs[0]], sweep_task))
+    os.environ.pop(SWEEP_RUN_ENV, None)
+    return callback
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    launch = tmp_path_factory.mktemp("sweep")
+    jobs = [[f"optimizer.lr={lr}", "epochs=1"] for lr in LRS]
+    callback = run_sweep(launch, jobs, [f"optimizer.lr={','.join(LRS)}", "epochs=1"])
+    return launch, callback
+
+
+def test_the_sweep_is_one_parent_with_a_child_per_job(sweep):
+    launch, callback = sweep
+    runs = {r.info.run_id: r for r in runs_of(launch)}
+    parent = runs[callback.run_id]
+    assert parent.info.status == "FINISHED" and parent.data.tags["stage"] == "sweep"
+    assert parent.data.tags["sweep.keys"] == "optimizer.lr"
+    children = [
+        r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") == callback.run_id
+    ]
+    assert sorted(r.data.tags["sweep.job"] for r in children) == ["0", "1"]
+    assert sorted(r.data.params["optimizer.lr"] for r in children) == sorted(LRS)
+    assert parent.data.metrics["jobs_finished"] == 2 and parent.data.metrics["jobs_failed"] == 0
+
+
+def test_each_job_leaves_its_outcome_with_the_value_its_run_recorded(sweep):
+    launch, callback = sweep
+    finals = {
+        r.data.tags["sweep.job"]: r.data.metrics["final/acc"]
+        for r in runs_of(launch)
+        if r.data.tags.get("sweep.run_id") == callback.run_id
+    }
+    for job in ("0", "1"):
+        outcome = json.loads((launch / "multirun" / job / JOB_FILE).read_text())
+        assert outcome["status"] == "COMPLETED"
+        assert outcome["value"] == pytest.approx(finals[job])
+        assert outcome["overrides"] == [f"optimizer.lr={LRS[int(job)]}", "epochs=1"]
+
+
+def test_the_summary_ranks_the_jobs_and_tags_the_best(sweep):
+    launch, callback = sweep
+    runs = {r.info.run_id: r for r in runs_of(launch)}
+    parent = runs[callback.run_id]
+    best = runs[parent.data.tags["sweep.best_run_id"]]
+    others = [
+        r
+        for r in runs.values()
+        if r.data.tags.get("sweep.run_id") == callback.run_id and r.info.run_id != best.info.run_id
+    ]
+    assert all(best.data.metrics["final/acc"] >= r.data.metrics["final/acc"] for r in others)
+    assert best.data.tags["sporeflow.best_in_sweep"] == "true"
+    assert parent.data.metrics["best/final/acc"] == best.data.metrics["final/acc"]
+    for name in ("comparison.txt", "comparison.md", "comparison.csv"):
+        assert (launch / "multirun" / name).is_file()
+    csv_lines = (launch / "multirun" / "comparison.csv").read_text().splitlines()
+    assert len(csv_lines) == 3 and csv_lines[1].startswith(best.data.tags["sweep.job"] + ",")
+    versions = client_of(launch).search_model_versions(f"run_id = '{best.info.run_id}'")
+    assert len(versions) == 1 and versions[0].tags["objective"] == "final/acc"
+
+
+def test_a_failed_job_fails_the_sweep_and_is_named_on_its_parent(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    too_few = ["dataset.num_samples=16", "+dataset.drop_remainder=true"]  # no whole batch of 32
+    jobs = [["epochs=1"], ["epochs=1", *too_few]]
+    callback = run_sweep(tmp_path, jobs, ["epochs=1", "dataset.num_samples=128,16"])
+    parent = next(r for r in runs_of(tmp_path) if r.info.run_id == callback.run_id)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["sporeflow.failure"].startswith("job 1: DataError: the training split")
+    outcome = json.loads((tmp_path / "multirun" / "1" / JOB_FILE).read_text())
+    assert outcome["status"] == "FAILED" and "yields no batch of 32" in outcome["error"]
+    assert "Traceback" in outcome["traceback"]

@@ -50,7 +50,7 @@ MAY_IMPORT = {
         "storage",
         "core",
     },
-    "launch": {"launch", "config", "core"},
+    "launch": {"launch", "config", "storage", "core"},
     "stages": {
         "stages",
         "serving",

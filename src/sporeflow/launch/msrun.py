@@ -3,8 +3,8 @@ MindSpore's `msrun` when it asks for more than one.
 
 The launcher (the process the user started) does no training: it re-runs the same job
 (same overrides, same Hydra run dir) as `msrun --worker_num=N ... train.py`, waits, and on a
-worker failure calls the caller's `on_failure` (the entry marks the MLflow run FAILED) and
-shows the failing rank's last log lines. Nothing here knows about tracking.
+worker failure calls the caller's `on_end("FAILED")` (the entry marks the MLflow run FAILED)
+and shows the failing rank's last log lines. Nothing here knows about tracking.
 Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
 process, MS_SCHED, runs the script up to `init()` too).
 """
@@ -31,6 +31,7 @@ from sporeflow.core.errors import SporeflowError, TrialPruned
 from sporeflow.core.processes import is_running, start_group, stop_group
 from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
+from sporeflow.storage.files import write_text_atomic
 
 RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
@@ -104,7 +105,7 @@ def record_worker_pid(ctx: RunContext, workers: int) -> None:
         log.info("worker rank %s of %d, pid %d", rank, workers, os.getpid())
         log_dir = ctx.run_dir / LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / f"worker_{rank}.pid").write_text(str(os.getpid()))
+        write_text_atomic(log_dir / f"worker_{rank}.pid", str(os.getpid()))
 
 
 def dead_worker(log_dir: Path) -> str | None:
@@ -145,57 +146,102 @@ def launch(
     `on_end("KILLED")` when this launcher was interrupted (SIGINT/SIGTERM: passed on to every
     process of the job). msrun runs in its own process group and dies with this process (a
     parent-death signal); each worker in turn dies with msrun (`signals.die_with_parent`)."""
-    # msrun is installed beside this Python (the virtualenv's bin/), whether or not it is on PATH
-    msrun = shutil.which(
-        "msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    )
-    if msrun is None:
-        raise LaunchError(
-            f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
-            "into this Python's environment"
-        )
+    executable = msrun_executable()
     par = cfg.parallel
     master_node = par.node_rank == 0  # the node whose rank 0 reports (and owns the MLflow run)
     if master_node:
         before_start()
     port = par.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
-    cmd[0] = msrun
-    env = dict(os.environ)
-    env["PATH"] = (
-        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun runs `python`
+    cmd[0] = executable
+    first_rank = par.node_rank * (par.workers // par.nodes)  # msrun numbers ranks node by node
+    announce(cfg, port, log_dir, first_rank)
+    try:
+        proc, no_cluster = run_msrun(cmd, ctx, log_dir, first_rank, par)
+    except Interrupted:
+        if master_node:
+            on_end("KILLED")
+        raise
+    if not master_node and proc.returncode == 0 and not no_cluster:
+        print(
+            f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 "
+            f"({par.master_addr}) reports the results and the MLflow run",
+            file=sys.stderr,
+        )
+        return float("nan")
+    result_path = ctx.run_dir / RESULT_FILE
+    if no_cluster or proc.returncode != 0 or not result_path.is_file():
+        if master_node:
+            on_end("FAILED")
+        raise LaunchError(failure_message(cfg, port, log_dir, proc.returncode, no_cluster))
+    result = json.loads(result_path.read_text())
+    if result.get("pruned"):  # the workers stopped together; their runs already say why
+        raise TrialPruned(result["pruned"])
+    return float(result.get("objective", float("nan")))
+
+
+def msrun_executable() -> str:
+    """msrun, installed beside this Python (the virtualenv's bin/), on PATH or not."""
+    found = shutil.which(
+        "msrun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     )
-    env.setdefault("OMP_NUM_THREADS", cmd[-1].split("=", 1)[1])
-    env.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only
+    if found is None:
+        raise LaunchError(
+            f"msrun is neither beside {sys.executable} nor on PATH: install MindSpore "
+            "into this Python's environment"
+        )
+    return found
+
+
+def msrun_env(threads: str) -> dict:
+    """The workers' environment: this Python first on PATH (msrun runs `python`), one OpenMP
+    thread pool per worker's share of the cores, MindSpore's C++ log at errors only."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("OMP_NUM_THREADS", threads)
+    env.setdefault("GLOG_v", "3")
+    return env
+
+
+def announce(cfg: DictConfig, port: int, log_dir: Path, first_rank: int) -> None:
+    """What starts where, and a note when this node's workers outnumber its cores."""
+    par = cfg.parallel
     local, cores = par.workers // par.nodes, available_cores()
-    first_rank = par.node_rank * local  # msrun numbers ranks node by node
     where = (
         f" (node {par.node_rank} of {par.nodes}, master {par.master_addr}:{port})"
         if par.nodes > 1
         else ""
     )
     print(
-        f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: rank {first_rank}; "
-        f"every rank's log in {log_dir}",
+        f"[sporeflow] launching {local} of {par.workers} workers with msrun{where}; console: "
+        f"rank {first_rank}; every rank's log in {log_dir}",
         file=sys.stderr,
     )
-    if local > cores:
-        batch = cfg.dataset.batch_size
-        same = (
-            f"each worker takes dataset.batch_size={batch} (parallel.per_worker_batch=true): the "
-            f"global batch is {batch * par.workers}"
-            if par.per_worker_batch
-            else f"it trains the same experiment (the global batch dataset.batch_size={batch} is "
-            "split across workers)"
-        )
-        print(
-            f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns "
-            f"and this job runs slower than stand-alone; {same}",
-            file=sys.stderr,
-        )
+    if local <= cores:
+        return
+    batch = cfg.dataset.batch_size
+    same = (
+        f"each worker takes dataset.batch_size={batch} (parallel.per_worker_batch=true): the "
+        f"global batch is {batch * par.workers}"
+        if par.per_worker_batch
+        else f"it trains the same experiment (the global batch dataset.batch_size={batch} is "
+        "split across workers)"
+    )
+    print(
+        f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns "
+        f"and this job runs slower than stand-alone; {same}",
+        file=sys.stderr,
+    )
+
+
+def run_msrun(cmd: list[str], ctx: RunContext, log_dir: Path, first_rank: int, par) -> tuple:
+    """Start msrun in its own process group, show the first local rank's log, wait: (the
+    finished process, whether a multi-node cluster never formed). Interrupted: every process
+    of the job gets the signal and STOP_GRACE seconds, then Interrupted goes on."""
     log_dir.mkdir(parents=True, exist_ok=True)
     for stale in log_dir.glob("worker_*.pid"):  # an earlier launch's: its workers are gone
         stale.unlink()
+    env = msrun_env(cmd[-1].split("=", 1)[1])
     with (
         open(log_dir / "msrun.log", "w") as msrun_log,
         LogFollower(log_dir / f"worker_{first_rank}.log"),
@@ -204,42 +250,29 @@ def launch(
             cmd, cwd=ctx.launch_dir, env=env, stdout=msrun_log, stderr=subprocess.STDOUT
         )
         try:
+            local = par.workers // par.nodes
             no_cluster = wait_for_job(
-                proc, log_dir, par.nodes > 1, par.cluster_time_out + 60, par.workers // par.nodes
+                proc, log_dir, par.nodes > 1, par.cluster_time_out + 60, local
             )
         except Interrupted as ex:
             stop_group(proc, ex.signum, STOP_GRACE)
-            if master_node:
-                on_end("KILLED")
             raise
-    result_path = ctx.run_dir / RESULT_FILE
-    if not master_node and proc.returncode == 0 and not no_cluster:
-        print(
-            f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 ({par.master_addr}) "
-            "reports the results and the MLflow run",
-            file=sys.stderr,
-        )
-        return float("nan")
-    if no_cluster or proc.returncode != 0 or not result_path.is_file():
-        failed, dead = failing_rank(log_dir), dead_worker(log_dir)
-        if master_node:
-            on_end("FAILED")
-        if no_cluster:
-            raise LaunchError(cluster_not_formed(cfg, port, log_dir))
-        if failed:
-            name, tail = failed
-            raise LaunchError(
-                f"msrun exited with {proc.returncode}; {name} failed:\n" + "\n".join(tail)
-            )
-        if dead:
-            raise LaunchError(f"{dead}; msrun stopped the other workers (logs in {log_dir})")
-        raise LaunchError(
-            f"msrun exited with {proc.returncode} and no worker log shows why; see {log_dir}"
-        )
-    result = json.loads(result_path.read_text())
-    if result.get("pruned"):  # the workers stopped together; their runs already say why
-        raise TrialPruned(result["pruned"])
-    return float(result.get("objective", float("nan")))
+    return proc, no_cluster
+
+
+def failure_message(cfg: DictConfig, port: int, log_dir: Path, code: int, no_cluster: bool) -> str:
+    """Why the job failed, as specifically as the logs tell: the cluster that never formed,
+    the rank whose log shows a Python error, the worker that was killed, or msrun's code."""
+    if no_cluster:
+        return cluster_not_formed(cfg, port, log_dir)
+    failed = failing_rank(log_dir)
+    if failed:
+        name, tail = failed
+        return f"msrun exited with {code}; {name} failed:\n" + "\n".join(tail)
+    dead = dead_worker(log_dir)
+    if dead:
+        return f"{dead}; msrun stopped the other workers (logs in {log_dir})"
+    return f"msrun exited with {code} and no worker log shows why; see {log_dir}"
 
 
 # What msrun's scheduler and workers log when the nodes of a job never all connect
@@ -330,4 +363,4 @@ def write_result(ctx: RunContext, objective: float, pruned: str = "") -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state): its
     objective, or why the sweep's pruner stopped it."""
     result = {"pruned": pruned} if pruned else {"objective": objective}
-    (ctx.run_dir / RESULT_FILE).write_text(json.dumps(result))
+    write_text_atomic(ctx.run_dir / RESULT_FILE, json.dumps(result))

@@ -100,20 +100,31 @@ def accounting_missing(job_id: str) -> str | None:
 
 
 def verdict(job_id: str) -> str:
-    """What `sacct` says of the job, e.g. "SLURM job 34_1: TIMEOUT (past its time limit, ...),
-    ran 00:01:13 of its time limit 00:01:00 on node[0-1]"; for NODE_FAIL also which nodes are
-    down and why (`sinfo -R`, e.g. "down: node1: Not responding")."""
+    """What `sacct` says of the job (see `describe`), asked of SLURM now."""
     row = _ask("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,Timelimit,Elapsed,NodeList")
     fields = row.splitlines()[0].split("|") if row and not row.startswith("(") else []
+    down = None
+    if len(fields) == 4 and fields[0].startswith("NODE_FAIL"):
+        down = _ask("sinfo", "-R", "-h", "-n", fields[3], "-o", "%N: %E")
+    return describe(job_id, row, down)
+
+
+def describe(job_id: str, sacct_row: str, down: str | None = None) -> str:
+    """A job's end in a user's words from sacct's `State|Timelimit|Elapsed|NodeList` row, e.g.
+    "SLURM job 34_1: TIMEOUT (past its time limit, ...), ran 00:01:13 of its time limit
+    00:01:00 on node[0-1]"; for NODE_FAIL also which nodes are down and why (`down`: what
+    `sinfo -R` lists, e.g. "node1: Not responding")."""
+    fields = (
+        sacct_row.splitlines()[0].split("|") if sacct_row and not sacct_row.startswith("(") else []
+    )
     if len(fields) != 4:
-        return (
-            f"SLURM job {job_id} ended without a result; sacct has no record of it {row}".rstrip()
-        )
+        return f"SLURM job {job_id} ended without a result; sacct has no record of it {sacct_row}".rstrip()
     state, limit, elapsed, nodes = fields
     gloss = GLOSS.get(state.split()[0], "")
     text = f"SLURM job {job_id}: {state}" + (f" ({gloss})" if gloss else "")
     text += f", ran {elapsed} of its time limit {limit} on {nodes}"
     if state.startswith("NODE_FAIL"):
-        down = _ask("sinfo", "-R", "-h", "-n", nodes, "-o", "%N: %E")
-        text += f"; down: {'; '.join(down.splitlines()) or 'none any more (the node is back)'}"
+        text += (
+            f"; down: {'; '.join((down or '').splitlines()) or 'none any more (the node is back)'}"
+        )
     return text

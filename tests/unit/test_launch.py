@@ -1,0 +1,178 @@
+"""launch/ in this process: msrun's command line, what the launcher says when a job fails
+(from real log files in msrun's formats), waiting on a real process group, and SLURM's
+account of a job it ended (from sacct's own row format)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from helpers.inprocess import context
+from sporeflow.config.validation import validate
+from sporeflow.core.processes import start_group
+from sporeflow.launch import msrun, slurm
+
+
+def test_the_msrun_command_reruns_the_job_with_its_own_overrides(compose_cfg, tmp_path):
+    cfg = validate(compose_cfg(["parallel=data2", "epochs=2"]))
+    overrides = ["parallel=data2", "hydra.run.dir=elsewhere", "runtime.threads=7", "epochs=2"]
+    ctx = context(tmp_path, overrides)
+    cmd, log_dir = msrun.msrun_command(cfg, ctx, port=29555)
+    assert log_dir == ctx.run_dir / msrun.LOG_DIR
+    threads = cfg.runtime.threads or msrun.threads_per_worker(2)
+    assert cmd[:9] == [
+        "msrun",
+        "--worker_num=2",
+        "--local_worker_num=2",
+        f"--master_addr={cfg.parallel.master_addr}",
+        "--master_port=29555",
+        "--node_rank=0",
+        f"--log_dir={log_dir}",
+        "--join=True",
+        f"--cluster_time_out={cfg.parallel.cluster_time_out}",
+    ]
+    # the job's own overrides, less the run dir and threads the launcher sets itself
+    assert cmd[10:] == [
+        str(ctx.entry_script),
+        "parallel=data2",
+        "epochs=2",
+        f"hydra.run.dir={ctx.run_dir}",
+        f"runtime.threads={threads}",
+    ]
+
+
+@pytest.mark.parametrize("workers,cores,threads", [(2, 2, 1), (4, 2, 1), (2, 8, 4), (1, 3, 3)])
+def test_threads_per_worker_shares_the_cores(workers, cores, threads):
+    assert msrun.threads_per_worker(workers, cores) == threads
+
+
+def write_logs(log_dir, worker_logs: dict, msrun_log: str = "", pids: dict | None = None):
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / "msrun.log").write_text(msrun_log)
+    for rank, text in worker_logs.items():
+        (log_dir / f"worker_{rank}.log").write_text(text)
+    for rank, pid in (pids or {}).items():
+        (log_dir / f"worker_{rank}.pid").write_text(str(pid))
+
+
+def test_a_failure_names_the_rank_whose_log_shows_the_error(compose_cfg, tmp_path):
+    cfg = validate(compose_cfg(["parallel=data2"]))
+    error = ["step 1", "Traceback (most recent call last):", '  File "x.py"', "ValueError: boom"]
+    write_logs(tmp_path, {0: "training\nfine\n", 10: "\n".join(error), 2: "RuntimeError: later"})
+    said = msrun.failure_message(cfg, 1, tmp_path, 1, no_cluster=False)
+    # ranks in numeric order (worker_2 before worker_10), the first with a Python error
+    assert said == "msrun exited with 1; worker_2.log failed:\nRuntimeError: later"
+
+
+def test_a_killed_worker_is_named_by_its_rank_and_signal(compose_cfg, tmp_path):
+    cfg = validate(compose_cfg(["parallel=data2"]))
+    write_logs(
+        tmp_path,
+        {0: "training\n", 1: "training\n"},
+        msrun_log="... Worker process 4242 exit with exception. Error code: -9\n",
+        pids={0: 4241, 1: 4242},
+    )
+    said = msrun.failure_message(cfg, 1, tmp_path, 1, no_cluster=False)
+    assert (
+        said
+        == f"rank 1 (pid 4242) was killed by SIGKILL; msrun stopped the other workers (logs in {tmp_path})"
+    )
+    write_logs(tmp_path, {0: "", 1: ""}, msrun_log="nothing to see\n")
+    assert msrun.failure_message(cfg, 1, tmp_path, 3, False).startswith(
+        "msrun exited with 3 and no"
+    )
+
+
+def test_a_cluster_that_never_formed_says_which_node_is_missing(compose_cfg, tmp_path):
+    overrides = ["parallel=data2", "parallel.nodes=2", "parallel.master_addr=10.0.0.1"]
+    head = validate(compose_cfg(overrides))
+    said = msrun.failure_message(head, 29517, tmp_path, 1, no_cluster=True)
+    assert "node 1 never joined the master at 10.0.0.1:29517" in said
+    other = validate(compose_cfg([*overrides, "parallel.node_rank=1"]))
+    said = msrun.cluster_not_formed(other, 29517, tmp_path)
+    assert said.startswith(
+        "node 1 could not join the master at parallel.master_addr=10.0.0.1:29517"
+    )
+
+
+def test_a_job_whose_workers_all_ended_is_stopped_while_msrun_lingers(tmp_path, monkeypatch):
+    """A real process group (standing in for msrun) outliving its workers' recorded pids."""
+    monkeypatch.setattr(msrun, "WORKERS_GONE_GRACE", 0.5)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    write_logs(tmp_path, {0: ""}, pids={0: gone.pid})
+    lingering = start_group(["sleep", "60"])
+    try:
+        assert msrun.wait_for_job(lingering, tmp_path, False, 0, local_workers=1, poll=0.1) is False
+        assert lingering.returncode == -signal.SIGTERM
+    finally:
+        if lingering.poll() is None:
+            os.killpg(lingering.pid, signal.SIGKILL)
+
+
+def test_rank_0_hands_the_launcher_its_result(tmp_path):
+    ctx = context(tmp_path, [])
+    ctx.run_dir.mkdir()
+    msrun.write_result(ctx, 0.875)
+    assert json.loads((ctx.run_dir / msrun.RESULT_FILE).read_text()) == {"objective": 0.875}
+    msrun.write_result(ctx, float("nan"), pruned="trial 3 pruned")
+    assert json.loads((ctx.run_dir / msrun.RESULT_FILE).read_text()) == {"pruned": "trial 3 pruned"}
+
+
+@pytest.mark.parametrize(
+    "row,down,said",
+    [
+        (
+            "TIMEOUT|00:01:00|00:01:13|node[0-1]",
+            None,
+            "SLURM job 9_1: TIMEOUT (past its time limit, hydra.launcher.timeout_min), "
+            "ran 00:01:13 of its time limit 00:01:00 on node[0-1]",
+        ),
+        (
+            "CANCELLED by 0|00:10:00|00:00:40|node0",
+            None,
+            "SLURM job 9_1: CANCELLED by 0 (cancelled (scancel)), ran 00:00:40 of its time limit "
+            "00:10:00 on node0",
+        ),
+        (
+            "NODE_FAIL|00:10:00|00:00:29|node[0-1]",
+            "node1: Not responding",
+            "SLURM job 9_1: NODE_FAIL (a node of the job failed), ran 00:00:29 of its time limit "
+            "00:10:00 on node[0-1]; down: node1: Not responding",
+        ),
+        (
+            "NODE_FAIL|00:10:00|00:00:29|node[0-1]",
+            "",
+            "SLURM job 9_1: NODE_FAIL (a node of the job failed), ran 00:00:29 of its time limit "
+            "00:10:00 on node[0-1]; down: none any more (the node is back)",
+        ),
+        ("", None, "SLURM job 9_1 ended without a result; sacct has no record of it"),
+        (
+            "(sacct: error: Slurm accounting storage is disabled)",
+            None,
+            "SLURM job 9_1 ended without a result; sacct has no record of it "
+            "(sacct: error: Slurm accounting storage is disabled)",
+        ),
+    ],
+)
+def test_slurms_account_of_a_job_it_ended(row, down, said):
+    assert slurm.describe("9_1", row, down) == said
+
+
+@pytest.mark.parametrize(
+    "state,ended",
+    [
+        ("CANCELLED by 0", True),
+        ("TIMEOUT", True),
+        ("NODE_FAIL", True),
+        ("FAILED", False),
+        ("COMPLETED", False),
+        ("", False),
+    ],
+)
+def test_which_states_mean_slurm_ended_the_job(state, ended):
+    assert slurm.ended_by_slurm(state) is ended

@@ -141,3 +141,27 @@ def test_eval_curve_numbers_evaluations_by_their_epoch(launch):
         # a run recorded before the steps-per-epoch tag: the same from its epochs and last step
         del run.data.tags["batch.steps_per_epoch"]
         assert [epoch for epoch, _ in reuse.eval_curve(tracker, run)] == [2, 4]
+
+
+def test_sporeflow_compare_lists_each_pipeline_and_each_configuration(
+    launch, two_pipelines, capsys
+):
+    from sporeflow.entry import cli
+
+    uri = f"sqlite:///{launch / 'mlflow.db'}"
+    assert cli.main(["compare", "--uri", uri]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    runs = {r.info.run_id: r for r in pipeline_runs(launch)}
+    assert rows[0].split()[:3] == ["run", "id", "status"] and len(rows) == 3
+    for row in rows[1:]:
+        run = runs[row.split()[0]]
+        assert row.split()[2] == f"{run.data.metrics['stage1/acc']:.4f}"
+        assert row.split()[3] == f"{run.data.metrics['stage2/acc']:.4f}"
+    assert cli.main(["compare", "--uri", uri, "--seeds"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    # one seed each, two configurations (rho differs): sd 0 and the run's own value as the mean
+    assert len(rows) == 3 and all(row.split()[0] == "1" for row in rows[1:])
+    assert {row.split("  ")[-1].strip().split()[-1] for row in rows[1:]} == {
+        "boost.rho=0.4",
+        "boost.rho=0.7",
+    }

@@ -1,39 +1,27 @@
 """`sporeflow` console script: tools around runs (training itself is `python train.py`).
 
-sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds] [--sweep ID|latest]
-                  [--format text|csv|markdown]
+sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PNG]]
+                  [--sweep ID|latest] [--format text|csv|markdown]
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
+sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [-- MLFLOW ARGS]
 sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
+sporeflow sync DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from sporeflow.config.schema import Baseline
+from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import signals
 from sporeflow.core.processes import start_group, stop_group
 
-STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
-
-
-def _cell(metrics: dict, key: str, fmt: str, width: int) -> str:
-    return format(metrics[key], fmt).rjust(width) if key in metrics else "-".rjust(width)
-
-
-def _without_seed(overrides: str) -> str:
-    return " ".join(o for o in overrides.split() if not o.startswith("seed="))
-
-
-def _mean_sd(values: list[float]) -> str:
-    mean = statistics.fmean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.4f}+-{sd:.4f}"
+DEFAULT_EXPERIMENT = TrackingConfig.experiment_name  # the schema's default, written once there
+STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
 
 
 def _open_experiment(args: argparse.Namespace):
@@ -55,6 +43,8 @@ def compare(args: argparse.Namespace) -> int:
     """One row per dim_reduce pipeline: each stage's accuracy, the gain with its 95% interval and
     McNemar p-value; with --seeds, one row per configuration: mean +- sd over its seeds; with
     --sweep, one row per job of that sweep (plain runs too)."""
+    from sporeflow.report import pipeline_table as table
+
     opened = _open_experiment(args)
     if opened is None:
         return 2
@@ -70,57 +60,16 @@ def compare(args: argparse.Namespace) -> int:
     if not runs:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
-    if args.seeds:
-        # a configuration is what differs but the seed, within one sweep: a run of another
-        # sweep, or a single run, is never pooled with a seed sweep's runs
-        keyed: dict[tuple[str, str], list] = {}
-        for run in runs:
-            if run.info.status == "FINISHED":
-                sweep = run.data.tags.get("sweep.run_id", run.info.run_id)
-                overrides = _without_seed(run.data.tags.get("overrides", ""))
-                keyed.setdefault((sweep, overrides), []).append(run)
-        groups = {overrides: members for (_, overrides), members in keyed.items()}
-        if len(groups) < len(keyed):  # the same overrides in several sweeps: name each sweep
-            groups = {f"{o} (sweep {sw[:8]})": members for (sw, o), members in keyed.items()}
-        if args.plot:
-            from sporeflow.report.comparison import seeds_plot
-
-            arms = {
-                label: {
-                    s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
-                    for s in STAGES
-                }
-                for label, members in groups.items()
-            }
-            if seeds_plot(arms, Path(args.plot)):
-                print(f"plot: {args.plot}", file=sys.stderr)
-        print(
-            f"{'seeds':>5s} "
-            + " ".join(f"{s:>15s}" for s in (*STAGES, "gain"))
-            + "  overrides (without seed=)"
-        )
-        for overrides, members in groups.items():
-            cells = []
-            for key in (*(f"{s}/acc" for s in STAGES), "gain"):
-                values = [r.data.metrics[key] for r in members if key in r.data.metrics]
-                cells.append((_mean_sd(values) if values else "-").rjust(15))
-            print(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")
+    if not args.seeds:
+        print("\n".join(table.pipelines_table(runs)))
         return 0
-    print(
-        f"{'run id':32s} {'status':9s} "
-        + " ".join(f"{s:>13s}" for s in STAGES)
-        + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides"
-    )
-    for run in runs:
-        m = run.data.metrics
-        cells = " ".join(_cell(m, f"{s}/acc", ".4f", 13) for s in STAGES)
-        ci = (
-            f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-"
-        ).rjust(17)
-        print(
-            f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} {ci} "
-            f"{_cell(m, 'gain_p_value', '.3g', 6)}  {run.data.tags.get('overrides', '')}"
-        )
+    groups = table.seed_groups(runs)
+    if args.plot:
+        from sporeflow.report.comparison import seeds_plot
+
+        if seeds_plot(table.seed_arms(groups), Path(args.plot)):
+            print(f"plot: {args.plot}", file=sys.stderr)
+    print("\n".join(table.seeds_table(groups)))
     return 0
 
 
@@ -324,16 +273,14 @@ def sync(args: argparse.Namespace) -> int:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sporeflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--uri", help=STORE_HELP)
+    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+
+
+def _compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="stage accuracies and gain of every dim_reduce pipeline")
-    p.add_argument(
-        "--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
-    )
-    p.add_argument("--experiment", default="sporeflow")
+    _store_args(p)
     p.add_argument("--last", type=int, default=20, help="how many pipelines, newest first")
     p.add_argument(
         "--seeds",
@@ -357,19 +304,22 @@ def main(argv: list[str] | None = None) -> int:
         help="with --sweep: table format",
     )
     p.set_defaults(fn=compare)
+
+
+def _ui_parser(sub) -> None:
     p = sub.add_parser(
         "ui", help="serve the MLflow store on 127.0.0.1 and print links to a sweep's ML view"
     )
-    p.add_argument(
-        "--uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
-    )
-    p.add_argument("--experiment", default="sporeflow")
+    _store_args(p)
     p.add_argument("--port", type=int, default=5000)
     p.add_argument(
         "--sweep", metavar="ID|latest", default="latest", help="the sweep the links open"
     )
     p.add_argument("--links-only", action="store_true", help="print the links, start no server")
     p.set_defaults(fn=ui)
+
+
+def _server_parser(sub) -> None:
     p = sub.add_parser(
         "server",
         help="a team's store: mlflow server over PostgreSQL, artifacts served from a folder",
@@ -387,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         help="after --: more `mlflow server` options (e.g. -- --allowed-hosts host:5000)",
     )
     p.set_defaults(fn=server)
+
+
+def _merge_parser(sub) -> None:
     p = sub.add_parser(
         "merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint"
     )
@@ -394,13 +347,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", required=True, help="the strategy file of the sliced run")
     p.add_argument("--out", required=True, help="the merged .ckpt to write")
     p.set_defaults(fn=merge_ckpt)
+
+
+def _sync_parser(sub) -> None:
     p = sub.add_parser(
         "sync",
         help="send tracking records a run kept in its journal (store busy or down, processes killed)",
     )
     p.add_argument("dir", help="a run dir or sweep dir (its tracking/*.jsonl journals are applied)")
     p.set_defaults(fn=sync)
-    args = parser.parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    """`sporeflow` and its sub-commands (each with its own --help)."""
+    top = argparse.ArgumentParser(
+        prog="sporeflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    for add in (_compare_parser, _ui_parser, _server_parser, _merge_parser, _sync_parser):
+        add(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     return args.fn(args)
 
 

@@ -1,0 +1,89 @@
+"""The dim-reduce pipelines of an experiment as `sporeflow compare` prints them: one row per
+pipeline run (each stage's accuracy, the gain with its 95% interval and McNemar p), or with
+--seeds one row per configuration, mean +- sd over its seeds. Reads MLflow Run objects only."""
+
+from __future__ import annotations
+
+import statistics
+
+from sporeflow.config.schema import Baseline
+
+STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
+
+
+def _cell(metrics: dict, key: str, fmt: str, width: int) -> str:
+    return format(metrics[key], fmt).rjust(width) if key in metrics else "-".rjust(width)
+
+
+def without_seed(overrides: str) -> str:
+    return " ".join(o for o in overrides.split() if not o.startswith("seed="))
+
+
+def mean_sd(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.4f}+-{sd:.4f}"
+
+
+def pipelines_table(runs: list) -> list[str]:
+    """A header and one line per pipeline run."""
+    lines = [
+        f"{'run id':32s} {'status':9s} "
+        + " ".join(f"{s:>13s}" for s in STAGES)
+        + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides"
+    ]
+    for run in runs:
+        m = run.data.metrics
+        cells = " ".join(_cell(m, f"{s}/acc", ".4f", 13) for s in STAGES)
+        ci = "-"
+        if "gain_ci_low" in m:
+            ci = f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}"
+        lines.append(
+            f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} "
+            f"{ci.rjust(17)} {_cell(m, 'gain_p_value', '.3g', 6)}  "
+            f"{run.data.tags.get('overrides', '')}"
+        )
+    return lines
+
+
+def seed_groups(runs: list) -> dict[str, list]:
+    """Finished runs grouped by configuration: what differs but the seed, within one sweep (a
+    run of another sweep, or a single run, is never pooled with a seed sweep's runs); labels
+    name the sweep when the same overrides ran in several."""
+    keyed: dict[tuple[str, str], list] = {}
+    for run in runs:
+        if run.info.status == "FINISHED":
+            sweep = run.data.tags.get("sweep.run_id", run.info.run_id)
+            overrides = without_seed(run.data.tags.get("overrides", ""))
+            keyed.setdefault((sweep, overrides), []).append(run)
+    groups = {overrides: members for (_, overrides), members in keyed.items()}
+    if len(groups) < len(keyed):
+        groups = {f"{o} (sweep {sw[:8]})": members for (sw, o), members in keyed.items()}
+    return groups
+
+
+def seeds_table(groups: dict[str, list]) -> list[str]:
+    """A header and one line per configuration: each stage's and the gain's mean +- sd."""
+    lines = [
+        f"{'seeds':>5s} "
+        + " ".join(f"{s:>15s}" for s in (*STAGES, "gain"))
+        + "  overrides (without seed=)"
+    ]
+    for overrides, members in groups.items():
+        cells = []
+        for key in (*(f"{s}/acc" for s in STAGES), "gain"):
+            values = [r.data.metrics[key] for r in members if key in r.data.metrics]
+            cells.append((mean_sd(values) if values else "-").rjust(15))
+        lines.append(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")
+    return lines
+
+
+def seed_arms(groups: dict[str, list]) -> dict[str, dict[str, list[float]]]:
+    """configuration -> stage -> its accuracies over the seeds (report.comparison.seeds_plot)."""
+    return {
+        label: {
+            s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
+            for s in STAGES
+        }
+        for label, members in groups.items()
+    }

@@ -1,10 +1,14 @@
 """sporeflow entry: `python train.py [group=option ...] [key=value ...]` (Hydra CLI; see --help)."""
 
-import hydra
-from omegaconf import DictConfig
+from sporeflow.core import signals
 
-from sporeflow.entry.app import run_cli, run_task
-from sporeflow.entry.hydra_setup import register_configs
+signals.exit_at_once()  # a Ctrl-C while this loads ends it at once, in one line
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from sporeflow.entry.app import run_cli, run_task  # noqa: E402
+from sporeflow.entry.hydra_setup import register_configs  # noqa: E402
 
 register_configs()
 

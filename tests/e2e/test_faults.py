@@ -154,6 +154,26 @@ def test_a_signal_ends_the_run_killed_with_one_line_and_a_resume_hint(tmp_path, 
     assert run.info.status == "KILLED"
 
 
+@pytest.mark.parametrize("after_s", [0.3, 3.0])
+def test_ctrl_c_before_any_run_started_is_one_line_and_leaves_nothing(tmp_path, after_s):
+    """Ctrl-C while train.py loads (0.3 s) or while MindSpore loads (3 s): exit 130, one line,
+    no run dir, no MLflow run (it crashed in MindSpore's shutdown with exit 134 before; Hydra's
+    empty outputs/ may stay, as after any refused command)."""
+    import signal as signals
+    import time
+
+    cmd, env = train_command([], tmp_path, run_dir=None)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)
+    proc.send_signal(signals.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == [
+        "Interrupted by SIGINT before any run started; nothing was left behind"
+    ]
+    assert list(tmp_path.glob("outputs/*")) == [] and runs_of(tmp_path) == []
+
+
 def test_sigterm_to_the_launcher_stops_every_process_of_a_parallel_job(tmp_path):
     proc = start_and_wait_for_a_checkpoint(
         ["parallel=data2", "epochs=300"], tmp_path, "checkpoints/rank_0/epoch_0001.ckpt"

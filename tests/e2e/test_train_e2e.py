@@ -45,7 +45,6 @@ def test_default_job_trains_tracks_and_checkpoints(tmp_path):
     flags = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split()
     expected_isa = "AVX2" if {"avx512f", "avx2"} <= set(flags) else ""
     assert run.data.tags["onednn_max_cpu_isa"] == expected_isa
-    assert f"oneDNN ISA cap: {expected_isa or 'none'}" in proc.stdout + proc.stderr
     # launched outside the checkout: the commit is the running code's, with a dirty flag
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True

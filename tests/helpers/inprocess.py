@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.train import TRAIN
+from helpers.train import CONF, TRAIN
 from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
 
@@ -41,3 +41,62 @@ def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[flo
 
     cfg = validate(compose(list(overrides)))
     return run_pipeline(cfg, context(launch_dir, overrides, run)), cfg
+
+
+def _entry():
+    """train.py's @hydra.main function, made here with its conf/ as an absolute path (Hydra
+    finds a relative one beside the calling script only when it runs as __main__)."""
+    import hydra
+
+    from sporeflow.entry.app import run_task
+    from sporeflow.entry.hydra_setup import register_configs
+
+    register_configs()
+
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")
+    def main(cfg) -> float:
+        return run_task(cfg)
+
+    return main
+
+
+def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int, str]:
+    """`python train.py ARGS` in `launch_dir`, in this process: (exit code, what it printed on
+    stderr). Everything the command changes in the process is put back: the argv, the working
+    folder, stderr, the signal handlers, HYDRA_FULL_ERROR and Hydra's global state."""
+    import contextlib
+    import io
+    import os
+    import signal
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from sporeflow.entry.app import run_cli
+
+    where = [f"hydra.run.dir={Path(launch_dir) / run_dir}"] if run_dir is not None else []
+    # the job is named after train.py, as when it runs as a script
+    argv = [str(TRAIN), *where, "hydra.job.name=train", "callbacks.progress_bar=false", *args]
+    saved = (sys.argv, os.getcwd(), sys.stderr, dict(os.environ))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    err = io.StringIO()
+    code = 0
+    try:
+        sys.argv = argv
+        os.chdir(launch_dir)
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+        GlobalHydra.instance().clear()
+        with contextlib.redirect_stderr(err):
+            try:
+                run_cli(_entry())
+            except SystemExit as ex:
+                code = int(ex.code or 0)
+    finally:
+        sys.argv, cwd, sys.stderr, env = saved
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        GlobalHydra.instance().clear()
+    return code, err.getvalue()

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -55,6 +56,28 @@ def install() -> None:
     """From now on SIGINT/SIGTERM raise Interrupted in the main thread."""
     for sig in HANDLED:
         signal.signal(sig, _raise)
+
+
+NOTHING_STARTED = "before any run started; nothing was left behind"
+
+
+def exit_at_once(clean_up: Callable[[], None] = lambda: None) -> None:
+    """Until `install()`: SIGINT/SIGTERM end the process at once, after `clean_up()`, with one
+    line and 128 + the signal. For start-up, when no run exists yet: an exception raised
+    inside a library that is loading (MindSpore turns it into an ImportError) would leave it
+    half-initialised, and the interpreter's shutdown then crashes (exit 134)."""
+
+    def leave(signum, frame):
+        try:
+            clean_up()
+        finally:
+            os.write(
+                2, f"Interrupted by {signal.Signals(signum).name} {NOTHING_STARTED}\n".encode()
+            )
+            os._exit(128 + signum)
+
+    for sig in HANDLED:
+        signal.signal(sig, leave)
 
 
 def die_with_parent(sig: int = signal.SIGTERM, grace: float = 10.0) -> None:

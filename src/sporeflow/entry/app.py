@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from omegaconf import DictConfig
 from sporeflow.config.components import build_model
 from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.strategies import check_parallel_plan
+from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.core.context import RunContext, SweepJob
@@ -30,6 +32,7 @@ from sporeflow.core.errors import SporeflowError, TrialPruned
 from sporeflow.entry import messages
 from sporeflow.launch import msrun
 from sporeflow.runtime import cpu_isa
+from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
 log = logging.getLogger("sporeflow")
@@ -109,11 +112,18 @@ def _validated(cfg: DictConfig) -> DictConfig:
     """The ISA choice (before validation: checking `_target_`s imports MindSpore), then the
     config and its parallel plan checked; returns the plain, resolved config."""
     isa = cpu_isa.apply(cfg.runtime.cpu_isa.value)
-    log.info("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
-    log.info("checking the config against its components (this imports MindSpore)")
+    # debug: a refused command prints its refusal and nothing else
+    log.debug("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
+    log.debug("checking the config against its components (this imports MindSpore)")
     plain = validate(cfg)
     check_parallel_plan(plain, lambda: build_model(plain))
     return plain
+
+
+def _say_unused(cfg: DictConfig, overrides: list[str]) -> None:
+    """Once the command is accepted (a refusal is all a refused command prints)."""
+    for line in unused_settings(cfg, overrides):
+        print(f"[sporeflow] note: {line}", file=sys.stderr)
 
 
 def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
@@ -172,12 +182,17 @@ def run_task(cfg: DictConfig) -> float:
     worker = msrun.under_msrun()
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
-    signals.install()
     ctx = _run_context()
+    if worker or ctx.sweep is not None:  # a sweep's process must end its parent run
+        signals.install()
+    else:  # until the checks pass, an interrupt leaves nothing behind
+        signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
         plain = _validated(cfg)
         if not worker:
             _checked_and_claimed(plain, ctx)
+            _say_unused(plain, ctx.overrides)
+        signals.install()
         role = _run_as_worker if worker else _role_of(plain)
         return role(plain, ctx)
     except messages.usage_errors():
@@ -185,8 +200,18 @@ def run_task(cfg: DictConfig) -> float:
             remove_unused_run_dir(ctx.run_dir)  # only if nothing but Hydra's files is in it
         raise
     except signals.Interrupted as ex:
-        ex.hint = resume_hint(cfg, ctx)
+        if run_started(cfg, ctx):
+            ex.hint = resume_hint(cfg, ctx)
+        elif ctx.sweep is None:  # nothing was made yet: nothing is left behind
+            remove_unused_run_dir(ctx.run_dir)
         raise
+
+
+def run_started(cfg: DictConfig, ctx: RunContext) -> bool:
+    """Whether this job has an MLflow run to end (its marker is in the run dir) or continues
+    one (resume=): an interruption before that leaves nothing to mark or continue."""
+    resuming = cfg.resume not in (False, "false", "False", "", None)
+    return resuming or bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
 
 
 def remove_unused_run_dir(run_dir: Path) -> None:
@@ -213,25 +238,43 @@ def _run_ending_sweeps(hydra_main: Callable[[], object]) -> None:
     sweep_run.end_unfinished(None)
 
 
+def _interrupted(ex: signals.Interrupted, multirun: bool) -> None:
+    """One line and 128 + the signal. Before any run started nothing needs ending, and the
+    interpreter is left at once: MindSpore interrupted while it loads crashes in Python's
+    shutdown (a fatal error and ~80 lines of its own after ours, exit 134)."""
+    if ex.hint:
+        print(f"Interrupted by {ex.name}: the run is marked KILLED; {ex.hint}", file=sys.stderr)
+        sys.exit(ex.exit_code)
+    if multirun:  # the sweep's own run was ended above (_run_ending_sweeps)
+        print(f"Interrupted by {ex.name} before any run started", file=sys.stderr)
+        sys.exit(ex.exit_code)
+    print(
+        f"Interrupted by {ex.name} before any run started; nothing was left behind", file=sys.stderr
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(ex.exit_code)
+
+
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
     user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's exit(1)
-    if not {"-m", "--multirun"} & set(sys.argv[1:]):
+    multirun = bool({"-m", "--multirun"} & set(sys.argv[1:]))
+    if multirun:  # from now on an interrupt ends the sweep's parent run (_run_ending_sweeps)
+        signals.install()
+    else:
         sys.stderr = messages.WithoutHydraJobLine(sys.stderr)
     try:
         _run_ending_sweeps(hydra_main)
     except signals.Interrupted as ex:
-        print(
-            f"Interrupted by {ex.name}"
-            + (f": the run is marked KILLED; {ex.hint}" if ex.hint else " before any run started"),
-            file=sys.stderr,
-        )
-        sys.exit(ex.exit_code)
+        _interrupted(ex, multirun)
+    except KeyboardInterrupt:  # before sporeflow's handlers were installed (Hydra composing)
+        _interrupted(signals.Interrupted(signal.SIGINT), multirun)
     except messages.usage_errors() as ex:
         if user_wants_traceback:
             raise
-        print(messages.refusal(ex), file=sys.stderr)
+        print(messages.refusal(ex, sys.argv), file=sys.stderr)
         sys.exit(2)
     except SporeflowError as ex:
         if user_wants_traceback:

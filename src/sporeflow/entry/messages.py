@@ -3,6 +3,7 @@ or file) and what is allowed, built from Hydra's and OmegaConf's own exceptions.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -32,10 +33,74 @@ def usage_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def refusal(ex: BaseException) -> str:
-    """The console line for a usage error (exit 2)."""
+def refusal(ex: BaseException, argv: list[str] | None = None) -> str:
+    """What a refused command prints (exit 2): every problem of its overrides, one line each -
+    Hydra stops composing at the first, so the others are found by composing again without
+    it (`other_problems`)."""
+    argv = sys.argv if argv is None else argv
     kind = "Data error" if isinstance(ex, DataError) else "Config error"
-    return f"{kind}: {describe(ex)}  (python train.py --help lists groups and options)"
+    lines = [describe(ex, argv)]
+    if not isinstance(ex, (ConfigError, DataError)):
+        lines += [line for line in other_problems(ex, argv) if line not in lines]
+    return f"{kind}: " + "\n".join(lines) + "  (python train.py --help lists groups and options)"
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
+    """The override a composition error is about (by the key or group option it names)."""
+    cause = ex.__cause__ if ex.__cause__ is not None else ex
+    text = f"{ex} {cause}"
+    named = [str(getattr(cause, "full_key", None) or getattr(ex, "full_key", None) or "")]
+    named += re.findall(r"(?:override|argument) '([^'=]+)", text)
+    named += [g for g, _ in re.findall(r"Could not find '([^']+)/([^']+)'", text)]
+    for key in filter(None, named):
+        for override in overrides:
+            if _key(override) == key or key.startswith(_key(override) + "."):
+                return override
+    return None
+
+
+def _compose(script: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        conf = Path(script).resolve().parent / "conf"
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return compose("train", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def other_problems(ex: BaseException, argv: list[str]) -> list[str]:
+    """The problems of the overrides after the one `ex` is about: compose without each bad
+    override in turn, then validate what composes (types, ranges, unknown keys, relations)."""
+    from sporeflow.config.validation import validate
+
+    overrides = [a for a in argv[1:] if "=" in a and not a.startswith(("-", "hydra."))]
+    bad = _culprit(ex, overrides)
+    if bad is None or not argv:
+        return []
+    rest, found = [o for o in overrides if o != bad], []
+    for _ in range(len(overrides)):
+        try:
+            validate(_compose(argv[0], rest))
+        except ConfigError as invalid:
+            found += str(invalid).splitlines()
+        except usage_errors() as again:
+            found.append(describe(again, [argv[0], *rest]))
+            culprit = _culprit(again, rest)
+            if culprit is not None:
+                rest.remove(culprit)
+                continue
+        except Exception:  # noqa: BLE001 - only more of what is wrong: the first is known
+            pass
+        break
+    return found
 
 
 def _component_keys(group: str, argv: list[str]) -> list[str]:
@@ -46,9 +111,8 @@ def _component_keys(group: str, argv: list[str]) -> list[str]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    keep = [
-        a for a in argv[1:] if not a.startswith("-") and not a.lstrip("+~").startswith(f"{group}.")
-    ]
+    # the group choices alone decide which component it is (other overrides may be bad too)
+    keep = [a for a in argv[1:] if "=" in a and "." not in _key(a) and not a.startswith("-")]
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(
@@ -83,7 +147,9 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
                 f"{full_key}: a setting the {parent} takes but its group file does not list; "
                 f"add it with +{full_key}=<value>"
             )
-        return f"{full_key}: no such key" + (
+        close = difflib.get_close_matches(full_key.rpartition(".")[2], allowed, n=1, cutoff=0.75)
+        meant = f"; did you mean {(parent + '.') if parent else ''}{close[0]}?" if close else ""
+        return f"{full_key}: no such key{meant}" + (
             f"; allowed under {where}: {', '.join(allowed)}" if allowed else ""
         )
     converted = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", str(cause))
@@ -92,6 +158,14 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
     enum = re.search(r"Invalid value '(.*)', expected one of \[(.*)\]", str(cause))
     if full_key and enum:
         return f"{full_key}={enum.group(1)!r}: allowed: {enum.group(2)}"
+    ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", text)
+    if ambiguous:
+        override = ambiguous.group(1)
+        key, values = override.split("=", 1)
+        return (
+            f"{override}: several values run a sweep, which needs -m "
+            f"(python train.py -m {override}); a list is {key}=[{values}]"
+        )
     first = next((line for line in text.splitlines() if line.strip()), text)
     return " ".join(first.split())
 

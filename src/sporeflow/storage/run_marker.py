@@ -43,9 +43,20 @@ def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
             )
         return markers[-1].parent
     run_dir = Path(str(resume)).expanduser()
+    if not run_dir.is_dir():
+        what = "a file" if run_dir.exists() else "does not exist"
+        raise CheckpointError(f"resume={resume}: {what}, not a run dir; {_WHERE_RUNS_ARE}")
     if not (run_dir / "checkpoints").is_dir():
-        raise CheckpointError(f"resume={resume}: {run_dir / 'checkpoints'} does not exist")
+        raise CheckpointError(
+            f"resume={resume}: not a run dir (no checkpoints/ in it); {_WHERE_RUNS_ARE}"
+        )
     return run_dir.resolve()
+
+
+_WHERE_RUNS_ARE = (
+    "give the folder a run wrote its checkpoints/ in (outputs/<date>/<time>_<id>/, the path "
+    "the run printed, its MLflow run's run_dir tag), or true for the newest run under outputs/"
+)
 
 
 def hydra_run_dir(resume: Any, new_dir: str) -> str:

@@ -1,0 +1,241 @@
+"""Bad input, one table: every user-fixable mistake is answered with exit 2 and one line per
+problem that names the key or file and what is allowed - no traceback, no MLflow run, no run
+dir - before any work starts. `python train.py`'s own entry (run_cli and the @hydra.main
+function) in this process, real files in the real formats; tests/e2e/test_bad_input.py runs
+the same refusal as a real process."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from helpers.formats import write_idx, write_jpeg_tree
+from helpers.inprocess import TINY, train_cli
+
+
+def idx_tree(root, labels_max=9, magic_ok=True):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 64), ("test", 16)):
+        write_idx(
+            root,
+            split,
+            rng.integers(0, 255, (n, 28, 28)),
+            rng.integers(0, labels_max + 1, n),
+            gz=False,
+        )
+    if not magic_ok:
+        (root / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x99" + b"\x00" * 100)
+
+
+def make_inputs(tmp):
+    """The files the table's cases point at."""
+    (tmp / "empty").mkdir()
+    idx_tree(tmp / "idx_bad_magic", magic_ok=False)
+    idx_tree(tmp / "idx_labels", labels_max=9)
+    idx_tree(tmp / "idx_not_gzip")
+    (tmp / "idx_not_gzip" / "train-images-idx3-ubyte").unlink()
+    (tmp / "idx_not_gzip" / "train-images-idx3-ubyte.gz").write_bytes(b"not gzip at all")
+    write_jpeg_tree(tmp / "tree_ok", train=1, val=1)
+    write_jpeg_tree(tmp / "tree", train=1, val=1)
+    shutil.rmtree(tmp / "tree" / "val")  # ImageFolder without val/
+    np.save(tmp / "basis_shape.npy", np.zeros((4, 10), np.float32))
+    np.save(tmp / "basis_int.npy", np.zeros((4, 10), np.int64))
+    np.save(tmp / "basis_pickle.npy", np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    (tmp / "basis_text.npy").write_text("not an array")
+    return tmp
+
+
+CASES = {
+    "preset that does not exist": (
+        ["experiment=nope"],
+        ["experiment=nope: no such option", "lenet_fashion_mnist"],
+    ),
+    "group option that does not exist": (
+        ["model=nope"],
+        ["model=nope: no such option", "lenet5, mlp"],
+    ),
+    "typo in a component key": (
+        ["optimizer.lrr=0.1"],
+        ["optimizer.lrr: no such key", "lr, momentum, weight_decay"],
+    ),
+    "a key added with + that the component does not take": (
+        ["+optimizer.lrr=0.1"],
+        ["optimizer.lrr is not a setting", "allowed: lr"],
+    ),
+    "typo in a top-level key": (["epochz=3"], ["epochz: no such key", "epochs, seed"]),
+    "a setting the component takes that its group file does not list": (
+        ["dataset.drop_remainder=true"],
+        ["dataset.drop_remainder: a setting the dataset takes", "+dataset.drop_remainder=<value>"],
+    ),
+    "a value outside its range": (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1: must be > 0"]),
+    "a device this MindSpore installation cannot run": (
+        ["device_target=GPU"],
+        ["device_target=GPU: this MindSpore", "has no GPU device or backend; it runs on: CPU"],
+    ),
+    "a preset made for a device this machine lacks": (
+        ["experiment=mnist_semi_auto"],
+        ["device_target=Ascend: this MindSpore", "it runs on: CPU"],
+    ),
+    "typo in a framework key": (
+        ["callbacks.checkpont.keep=1"],
+        ["callbacks.checkpont: no such key", "checkpoint"],
+    ),
+    "wrong type for a component argument": (
+        ["optimizer.lr=fast"],
+        ["optimizer.lr='fast': must be a number"],
+    ),
+    "wrong type for a framework key": (
+        ["train.ema.decay=abc"],
+        ["train.ema.decay='abc': must be float"],
+    ),
+    "value outside an enum": (["mode=eager"], ["mode", "graph, pynative"]),
+    "schedule that does not exist": (
+        ["optimizer.schedule.name=cosin"],
+        ["optimizer.schedule.name='cosin'", "cosine"],
+    ),
+    "data folder missing": (
+        ["dataset=mnist", "dataset.root={tmp}/nope"],
+        ["dataset.root={tmp}/nope", "does not exist"],
+    ),
+    "data folder empty": (
+        ["dataset=mnist", "dataset.root={tmp}/empty"],
+        ["dataset.root={tmp}/empty lacks", "train-images-idx3-ubyte"],
+    ),
+    "IDX file of another format": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_bad_magic", "dataset.cache_dir={tmp}/c1"],
+        ["train-images-idx3-ubyte is not an IDX file"],
+    ),
+    "gzipped IDX file that is not gzip": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_not_gzip", "dataset.cache_dir={tmp}/c2"],
+        ["cannot expand", "train-images-idx3-ubyte.gz"],
+    ),
+    "label outside num_classes": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_labels", "dataset.num_classes=5"],
+        ["label 9, outside 0..4", "dataset.num_classes=5"],
+    ),
+    "CIFAR folder without its files": (
+        ["dataset=cifar10", "dataset.root={tmp}/empty"],
+        ["lacks data_batch_1.bin"],
+    ),
+    "ImageFolder without val/": (["dataset=imagenet", "dataset.root={tmp}/tree"], ["lacks val/"]),
+    "ImageFolder with more classes than num_classes": (
+        ["dataset=imagenet", "dataset.root={tmp}/tree_ok", "dataset.num_classes=2"],
+        ["3 class folders", "num_classes=2"],
+    ),
+    "resume from a folder that does not exist": (
+        ["resume={tmp}/nope"],
+        ["resume={tmp}/nope", "does not exist"],
+    ),
+    "resume from a folder without checkpoints": (["resume={tmp}/empty"], ["resume={tmp}/empty"]),
+    "PCA basis of the wrong shape": (
+        ["boost=dim_reduce", "boost.n_component=4", "boost.pca_mat_path={tmp}/basis_shape.npy"],
+        ["boost.pca_mat_path=", "shape (4, 10)", "boost.n_component=4 need (4, "],
+    ),
+    "PCA basis of the wrong dtype": (
+        ["boost=dim_reduce", "boost.n_component=4", "boost.pca_mat_path={tmp}/basis_int.npy"],
+        ["dtype int64", "float32, float64"],
+    ),
+    "PCA basis of pickled objects": (
+        ["boost=dim_reduce", "boost.n_component=4", "boost.pca_mat_path={tmp}/basis_pickle.npy"],
+        ["pickled Python objects", "never loads"],
+    ),
+    "PCA basis that is not .npy": (
+        ["boost=dim_reduce", "boost.n_component=4", "boost.pca_mat_path={tmp}/basis_text.npy"],
+        ["not a .npy array"],
+    ),
+    "device_num that disagrees with workers": (
+        ["parallel=data2", "parallel.device_num=4"],
+        ["parallel.device_num=4 must equal parallel.workers=2"],
+    ),
+    "sweep objective the run does not report": (
+        ["sweep.objective=gain"],
+        ["sweep.objective='gain' with boost=none", "auto, acc, loss"],
+    ),
+    "stage-1 reuse across nodes": (
+        ["boost=dim_reduce", "parallel=data2", "parallel.nodes=2", "boost.stage1_run=0123abcd"],
+        ["boost.stage1_run with parallel.nodes=2", "cannot read"],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return make_inputs(tmp_path_factory.mktemp("inputs"))
+
+
+def refused(args, tmp_path) -> list[str]:
+    """The refusal's lines (exit 2, nothing else printed, nothing left behind)."""
+    code, err = train_cli(args, tmp_path)
+    assert code == 2, err[-3000:]
+    assert err.startswith(("Config error: ", "Data error: ")), err[-3000:]
+    lines = err.rstrip("\n").split("\n")
+    assert lines[-1].endswith("  (python train.py --help lists groups and options)")
+    assert "Traceback" not in err and "Error executing job" not in err
+    assert not (tmp_path / "run").exists(), "a refused command left a run dir"
+    assert tmp_path.is_dir(), "the cleanup removed more than the run dir"
+    assert not (tmp_path / "mlflow.db").exists(), "a refused command touched the MLflow store"
+    lines[0] = lines[0].split(": ", 1)[1]
+    lines[-1] = lines[-1].removesuffix("  (python train.py --help lists groups and options)")
+    return lines
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_exits_2_with_one_line_before_any_work(tmp_path, inputs, case):
+    args, expected = CASES[case]
+    args = [a.format(tmp=inputs) for a in args]
+    (body,) = refused(args, tmp_path)
+    leading_key = re.match(r"([\w.+~]+)=", body)  # the key= a line opens with, if any
+    if leading_key:
+        assert body.count(leading_key.group(0)) == 1, f"the line repeats its key: {body}"
+    for text in expected:
+        assert text.format(tmp=inputs) in body, body
+
+
+def test_every_bad_value_is_reported_at_once(tmp_path):
+    """Hydra stops at the first (a type error while composing); the rest are found too."""
+    assert refused(["optimizer.lr=-0.1", "epochs=-3", "seed=abc"], tmp_path) == [
+        "seed='abc': must be integer",
+        "optimizer.lr=-0.1: must be > 0",
+        "epochs=-3: must be >= 1",
+    ]
+
+
+def test_every_unknown_key_is_reported_with_the_closest_known_one(tmp_path):
+    lines = refused(["optimizer.lrr=1", "dataset.batch_sizee=3"], tmp_path)
+    assert len(lines) == 2
+    assert lines[0].startswith(
+        "optimizer.lrr: no such key; did you mean optimizer.lr?; allowed under optimizer: lr,"
+    )
+    assert lines[1].startswith(
+        "dataset.batch_sizee: no such key; did you mean dataset.batch_size?; allowed under dataset: batch_size,"
+    )
+
+
+def test_several_values_without_m_say_how_to_sweep(tmp_path):
+    assert refused(["optimizer.lr=0.01,0.02"], tmp_path) == [
+        "optimizer.lr=0.01,0.02: several values run a sweep, which needs -m "
+        "(python train.py -m optimizer.lr=0.01,0.02); a list is optimizer.lr=[0.01,0.02]"
+    ]
+
+
+def test_resume_from_a_file_says_it_is_not_a_run_dir(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# not a run")
+    (line,) = refused([f"resume={readme}"], tmp_path)
+    assert line.startswith(f"resume={readme}: a file, not a run dir; give the folder a run wrote")
+    (line,) = refused([f"resume={tmp_path}"], tmp_path)
+    assert line.startswith(f"resume={tmp_path}: not a run dir (no checkpoints/ in it)")
+
+
+def test_a_setting_of_a_node_that_is_off_is_named_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code, err = train_cli([*TINY, "epochs=1", "boost.rho=0.4", "train.ema.decay=0.5"], tmp_path)
+    assert code == 0, err[-3000:]
+    notes = [line for line in err.splitlines() if line.startswith("[sporeflow] note:")]
+    assert notes == [
+        "[sporeflow] note: boost.rho=0.4 has no effect: boost=none (it is a setting of boost=dim_reduce)",
+        "[sporeflow] note: train.ema.decay=0.5 has no effect while train.ema.enabled=false",
+    ]

@@ -69,6 +69,7 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
     import os
     import signal
     import sys
+    import traceback
 
     from hydra.core.global_hydra import GlobalHydra
 
@@ -91,6 +92,9 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
                 run_cli(_entry())
             except SystemExit as ex:
                 code = int(ex.code or 0)
+            except Exception:  # what the interpreter does with an uncaught error: exit 1
+                traceback.print_exc()
+                code = 1
     finally:
         sys.argv, cwd, sys.stderr, env = saved
         os.chdir(cwd)
@@ -100,3 +104,61 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
             signal.signal(sig, handler)
         GlobalHydra.instance().clear()
     return code, err.getvalue()
+
+
+def run_train_here(args, cwd: Path, env: dict | None = None, timeout: float = 0, run_dir="run"):
+    """helpers.train.run_train's twin in this process: `python train.py ARGS` in `cwd` with
+    `env` added to the environment for the call; a CompletedProcess-like (returncode, stderr,
+    stdout). For jobs that need no process of their own (no signals, no msrun, no probe of
+    the process's imports)."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+
+    added = {"MLFLOW_TRACKING_URI": "", **(env or {})}
+    before = {k: os.environ.get(k) for k in added}
+    out = io.StringIO()
+    try:
+        os.environ.update(added)
+        with contextlib.redirect_stdout(out):
+            code, err = train_cli(args, Path(cwd), run_dir)
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err)
+
+
+def sporeflow_here(cwd: Path, *args: str):
+    """helpers.train.sporeflow_cli's twin in this process: the `sporeflow` command's main() in
+    `cwd` against its default store; a CompletedProcess-like (returncode, stdout, stderr)."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+
+    from sporeflow.entry import cli
+
+    out, err, before = (
+        io.StringIO(),
+        io.StringIO(),
+        (os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")),
+    )
+    try:
+        os.chdir(cwd)
+        os.environ["MLFLOW_TRACKING_URI"] = ""
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as ex:
+                code = int(ex.code or 0)
+    finally:
+        os.chdir(before[0])
+        if before[1] is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before[1]
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())

@@ -1,14 +1,14 @@
 """Every preset in experiments/ runs for a short budget on this machine, reduced by the
-overrides the README documents (presets for Ascend/8 devices are run stand-alone on CPU)."""
+overrides the README documents (presets for Ascend/8 devices are run stand-alone on CPU);
+train.py's entry in this process."""
 
 from __future__ import annotations
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.train import REPO, run_train
-
-pytestmark = pytest.mark.e2e
+from helpers.inprocess import run_train_here as run_train
+from helpers.train import REPO
 
 SHORT = ["debug=quick"]  # conf/debug/quick.yaml: one epoch, one checkpoint kept
 REDUCED = {

@@ -21,6 +21,18 @@ INHERITED_ISA = os.environ.get(cpu_isa.ENV_VAR)
 cpu_isa.apply("auto")
 
 
+def _device_before_any_kernel() -> None:
+    """MindSpore takes its device once, before any kernel runs (as runtime.init_context does in
+    a job's process); a test that runs a kernel first would make every later in-process job's
+    set_device fail, so the whole session takes the CPU here, first."""
+    import mindspore as ms
+
+    ms.set_device("CPU")
+
+
+_device_before_any_kernel()
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(["optimizer=sgd", ...]) -> the composed DictConfig, as train.py would see it."""

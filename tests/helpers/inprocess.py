@@ -92,7 +92,7 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
                 run_cli(_entry())
             except SystemExit as ex:
                 code = int(ex.code or 0)
-            except Exception:  # what the interpreter does with an uncaught error: exit 1
+            except Exception:  # noqa: BLE001 - what the interpreter does with an uncaught error: exit 1
                 traceback.print_exc()
                 code = 1
     finally:

@@ -34,7 +34,7 @@ LAYER_OF_FOLDER = {
 }
 # layer -> the layers it may import (its own included); from the top down
 MAY_IMPORT = {
-    "plugins": {"entry", "launch", "config", "core"},
+    "plugins": {"entry", "launch", "config", "storage", "core"},
     "entry": {
         "entry",
         "launch",

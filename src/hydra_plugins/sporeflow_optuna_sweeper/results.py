@@ -8,6 +8,7 @@ non-zero at the end naming every failed trial.
 # (no `from __future__ import annotations`: Hydra imports plugin modules without putting them in
 # sys.modules, and dataclasses cannot then resolve string annotations)
 import csv
+import io
 import json
 import math
 import traceback
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 
 from sporeflow.core.errors import TrialPruned
 from sporeflow.entry.sweep_jobs import JOB_FILE, RESULTS_FILE, TRIALS_FILE
+from sporeflow.storage.files import write_text_atomic
 
 
 @dataclass
@@ -75,10 +77,11 @@ def write_trials(sweep_dir: Path, records: list) -> None:
     """<sweep dir>/optuna_trials.csv: trial, job, state, value, error, params (the sweep's parent
     run reads it to name each job's trial)."""
     columns = list(dict.fromkeys(k for r in records for k in r))
-    with open(sweep_dir / TRIALS_FILE, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(records)
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(records)
+    write_text_atomic(sweep_dir / TRIALS_FILE, out.getvalue())
 
 
 def write_best(study: Any, sweep_dir: Path) -> Any:
@@ -87,16 +90,12 @@ def write_best(study: Any, sweep_dir: Path) -> Any:
         best = study.best_trial
     except ValueError:  # no trial completed
         return None
-    OmegaConf.save(
-        OmegaConf.create(
-            {
-                "name": "optuna",
-                "study": study.study_name,
-                "best_trial": best.number,
-                "best_params": best.params,
-                "best_value": best.value,
-            }
-        ),
-        sweep_dir / RESULTS_FILE,
-    )
+    found = {
+        "name": "optuna",
+        "study": study.study_name,
+        "best_trial": best.number,
+        "best_params": best.params,
+        "best_value": best.value,
+    }
+    write_text_atomic(sweep_dir / RESULTS_FILE, OmegaConf.to_yaml(OmegaConf.create(found)))
     return best

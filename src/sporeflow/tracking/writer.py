@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive
+from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import header_of, sibling
 from sporeflow.tracking.store import StoreError
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     os.nice(10)  # the trainer comes first for the CPU: records only wait in the journal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: setattr(_Stop, "requested", True))
-    sibling(journal, ".writer.pid").write_text(str(os.getpid()))
+    write_text_atomic(sibling(journal, ".writer.pid"), str(os.getpid()))
     log.info("writer started for %s", journal)
     try:
         code = follow(journal)

@@ -11,8 +11,8 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
-	@echo "make test    - install if needed, then run the test suite but the slow tests (~23 min)"
-	@echo "make test-slow - the tests marked slow (~20 min); make test-all runs both"
+	@echo "make test    - install if needed, then run the test suite but the slow tests, on 2 cores"
+	@echo "make test-slow - the tests marked slow, one at a time; make test-all runs both"
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
@@ -36,10 +36,14 @@ train: install
 	$(RUN) train.py $(ARGS)
 
 # `make test` leaves the tests marked slow (about a minute each) to `make test-slow`; CI runs both.
+# It runs on both cores (pytest-xdist), a test file per worker at a time so that a module's
+# shared runs are made once; the slow tests (msrun jobs of two workers each, a SLURM cluster)
+# run one at a time.
 PYTEST := $(RUN) -m pytest
+PARALLEL ?= -n 2 --dist loadfile
 
 test: install
-	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
 
 test-slow: install
 	$(PYTEST) -m slow $(PYTEST_ARGS)

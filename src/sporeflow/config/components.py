@@ -2,7 +2,7 @@
 
 Kept apart from the stages so a stage receives built objects and never touches Hydra's app
 machinery; `instantiate` is used here only as a library call. Keys and required arguments
-were checked against each target's signature before any work (schema.validate): an error
+were checked against each target's signature before any work (validation.validate): an error
 raised while building comes from the component's own code, so it keeps its traceback (exit 1)
 rather than being reported as a typo in the config.
 """

@@ -45,6 +45,7 @@ from sporeflow.entry.sweep_jobs import (
 )
 from sporeflow.entry.sweep_study import (
     registered_model_name,
+    study_lock,
     study_parent,
     study_tags,
     swept_keys,
@@ -92,7 +93,7 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
-        with self._tracker() as tracker:
+        with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)
 
     @staticmethod

@@ -5,6 +5,7 @@ pruner, and which model a sweep registers."""
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import search_space
 from sporeflow.core.context import TRIAL_ID_ENV, TrialLink
-from sporeflow.core.uris import redacted
+from sporeflow.core.uris import database_lock, redacted
 from sporeflow.tracking.tracker import Tracker
 
 
@@ -33,6 +34,18 @@ def study_tags(config: DictConfig) -> dict:
         return {}
     url = search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))
     return {"optuna.study": str(sweeper.study_name), "optuna.storage": redacted(str(url))}
+
+
+def study_lock(config: DictConfig) -> AbstractContextManager:
+    """Held while a process finds or creates its study's parent run, until the store has it:
+    on a PostgreSQL study storage an advisory lock per study, so two processes starting at
+    once cannot each find none and create one. Other storages: no lock (the first-created
+    parent still wins afterwards, `study_parent`)."""
+    sweeper = config.hydra.sweeper
+    if not study_tags(config):
+        return nullcontext()
+    url = str(search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd)))
+    return database_lock(url, f"sporeflow sweep parent of study {sweeper.study_name}")
 
 
 def study_parent(tracker: Tracker, study: dict) -> Any:

@@ -6,17 +6,11 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from mlflow.tracking import MlflowClient
+
+from helpers.store import only_run
+from helpers.train import train_command
 
 pytestmark = pytest.mark.e2e
-
-
-def only_run(db_uri: str):
-    client = MlflowClient(db_uri)
-    exp = client.get_experiment_by_name("sporeflow")
-    runs = client.search_runs([exp.experiment_id])
-    assert len(runs) == 1
-    return client, runs[0]
 
 
 def test_the_training_process_of_the_default_job_never_imports_mlflow(tmp_path):
@@ -24,8 +18,6 @@ def test_the_training_process_of_the_default_job_never_imports_mlflow(tmp_path):
     in-process under a probe that reports, at exit, whether MLflow was ever imported; the run
     is in the store all the same."""
     import sys
-
-    from helpers.train import train_command
 
     cmd, env = train_command([], tmp_path, env={"MLFLOW_TRACKING_URI": ""})
     probe = (

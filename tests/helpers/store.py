@@ -26,3 +26,12 @@ def by_stage(runs) -> dict:
     for run in runs:
         found.setdefault(run.data.tags["stage"], []).append(run)
     return found
+
+
+def only_run(db_uri: str):
+    """(client, the run) of a store that must hold exactly one run of the experiment."""
+    client = MlflowClient(db_uri)
+    exp = client.get_experiment_by_name("sporeflow")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    return client, runs[0]

@@ -8,18 +8,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from mlflow.tracking import MlflowClient
 
 from helpers.inprocess import run_train_here as run_train
+from helpers.store import only_run
 from helpers.train import REPO
-
-
-def only_run(db_uri: str):
-    client = MlflowClient(db_uri)
-    exp = client.get_experiment_by_name("sporeflow")
-    runs = client.search_runs([exp.experiment_id])
-    assert len(runs) == 1
-    return client, runs[0]
 
 
 def test_default_job_trains_tracks_and_checkpoints(tmp_path):

@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 from sporeflow.config.facts import is_dim_reduce
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
+    """The key a command-line override sets: `+optimizer.lr=0.1` -> `optimizer.lr`."""
     return override.lstrip("+~").split("=", 1)[0]
 
 
@@ -17,7 +18,7 @@ def unused_settings(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """One line per override that has no effect on this run."""
     found = []
     for override in overrides:
-        key = _key(override)
+        key = override_key(override)
         if key.startswith("boost.") and key != "boost.name" and not is_dim_reduce(cfg):
             found.append(
                 f"{override} has no effect: boost=none (it is a setting of boost=dim_reduce)"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sporeflow.config.schema import COMPONENT_GROUPS, allowed_keys
+from sporeflow.config.unused import override_key
 from sporeflow.config.validation import component_settings
 from sporeflow.core.errors import ConfigError, DataError
 
@@ -45,10 +46,6 @@ def refusal(ex: BaseException, argv: list[str] | None = None) -> str:
     return f"{kind}: " + "\n".join(lines) + "  (python train.py --help lists groups and options)"
 
 
-def _key(override: str) -> str:
-    return override.lstrip("+~").split("=", 1)[0]
-
-
 def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
     """The override a composition error is about (by the key or group option it names)."""
     cause = ex.__cause__ if ex.__cause__ is not None else ex
@@ -58,7 +55,7 @@ def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
     named += [g for g, _ in re.findall(r"Could not find '([^']+)/([^']+)'", text)]
     for key in filter(None, named):
         for override in overrides:
-            if _key(override) == key or key.startswith(_key(override) + "."):
+            if override_key(override) == key or key.startswith(override_key(override) + "."):
                 return override
     return None
 
@@ -112,7 +109,9 @@ def _component_keys(group: str, argv: list[str]) -> list[str]:
     from hydra.core.global_hydra import GlobalHydra
 
     # the group choices alone decide which component it is (other overrides may be bad too)
-    keep = [a for a in argv[1:] if "=" in a and "." not in _key(a) and not a.startswith("-")]
+    keep = [
+        a for a in argv[1:] if "=" in a and "." not in override_key(a) and not a.startswith("-")
+    ]
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(

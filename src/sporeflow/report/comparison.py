@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from sporeflow.report.paired import compare_paired
+
 log = logging.getLogger(__name__)
 
 STAGES = ("stage1", "stage2")
@@ -148,8 +150,6 @@ def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dic
     Metrics: `stage2/acc` and `gain` first (MLflow's compare page plots the first metric a run
     logged), every stage's acc and loss, `vs_<stage>/images|ci_low|ci_high|p_value` and the
     same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...."""
-    from sporeflow.report.paired import compare_paired
-
     ordered = sorted(results, key=lambda stage: stage != "stage2")
     metrics = {
         f"{stage}/{k}": v

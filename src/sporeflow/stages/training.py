@@ -56,10 +56,6 @@ class PreparedStage:
     parts: StageParts
     data: object  # the ImageDataset both splits come from
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
 
 def describe_batching(cfg: DictConfig, epochs: int, steps_per_epoch: int) -> str:
     """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""

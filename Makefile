@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-slow test-all lint format bench readme-examples clean help
+.PHONY: install train test test-slow test-all lint format bench docs docs-serve docs-examples clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
@@ -16,13 +16,14 @@ help:
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
-	@echo "make readme-examples - rerun the README's example commands and put their output in it (~4 min)"
+	@echo "make docs    - build the manual (docs/, mkdocs --strict) into site/; make docs-serve serves it on 127.0.0.1:8000"
+	@echo "make docs-examples - rerun the example commands of the manual and put their output in its pages (~4 min)"
 	@echo "make clean   - remove outputs/, multirun/ runs, the MLflow store (mlflow.db, mlartifacts/), the Optuna study (optuna.db), locks"
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,team]'
+	$(PY) -m pip install --quiet -e '.[test,team,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -63,8 +64,8 @@ format: install
 	$(RUN) -m ruff format .
 	$(RUN) -m ruff check --fix .
 
-readme-examples: install
-	$(RUN) docs/readme_examples.py
+docs-examples: install
+	$(RUN) docs/make_examples.py
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done
@@ -72,3 +73,12 @@ bench: install
 clean:
 	rm -rf outputs mlflow.db mlflow.db.lock optuna.db mlartifacts .sporeflow .pytest_cache
 	find multirun -mindepth 1 ! -name .gitkeep -exec rm -rf {} +
+
+# The manual: mkdocs-material over docs/ (mkdocs.yml); --strict makes a broken link, a page
+# missing from the nav or a failing reference an error, as in CI.
+MKDOCS := $(RUN) -m mkdocs
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(MKDOCS) build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(MKDOCS) serve --dev-addr 127.0.0.1:8000

@@ -228,7 +228,7 @@ def test_a_node_that_never_arrives_is_named_after_the_cluster_time_out(two_nodes
 
 
 def test_a_node_that_cannot_reach_the_master_says_so(two_nodes, tmp_path):
-    """README "When things go wrong", the other side: node 1 started alone names the master it
+    """docs/troubleshooting.md, the other side: node 1 started alone names the master it
     could not join, ends with exit 1 and never opens a store."""
     proc = start_node(
         two_nodes,

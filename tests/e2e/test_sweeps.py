@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.browser import ASSISTANT_CLOSED, Browser, chromium
+from helpers.browser import ASSISTANT_CLOSED, Browser, chromium, keep_for_docs
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
 from helpers.train import multirun, sporeflow_cli, start_multirun
@@ -310,7 +309,7 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
     assert parent.data.tags["optuna.best_trial"] == str(max(trials, key=lambda t: t.value).number)
     assert sorted(int(p.data.tags["sweep.job"]) for p in stages["pipeline"]) == [0, 1, 2]
 
-    # README "When things go wrong": an interrupted search, started again with the same
+    # docs/troubleshooting.md: an interrupted search, started again with the same
     # command, tries the interrupted trial's parameters again
     started = time.time()
     proc = start_multirun(tmp_path, *search, "hydra.sweeper.n_trials=4")
@@ -417,13 +416,6 @@ def _mlflow_server(cwd: Path) -> tuple[subprocess.Popen, int]:
         time.sleep(0.5)
 
 
-def _keep_screenshot(path: Path) -> None:
-    """The README's pictures come from here: SPOREFLOW_DOCS_SCREENSHOTS=docs/img copies them."""
-    docs = os.environ.get("SPOREFLOW_DOCS_SCREENSHOTS")
-    if docs:
-        shutil.copy(path, Path(docs) / path.name)
-
-
 def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_sweep, tmp_path):
     """The links `sporeflow ui` prints, opened by headless Chromium (no click) on a real
     `mlflow server` over the sweep's store: the saved view shows the jobs sorted by the
@@ -460,12 +452,12 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
                 assert row["params.`boost.rho`"] == run.data.params["boost.rho"]
             assert "sklearn-digits-train" in text, "the Dataset column names the data"
             browser.screenshot(tmp_path / "sweep_runs.png")
-            _keep_screenshot(tmp_path / "sweep_runs.png")
+            keep_for_docs(tmp_path / "sweep_runs.png")
             browser.open(links["charts"])
             browser.wait_for_text(["stage1/acc vs. stage2/acc", "boost.rho vs. stage2/acc"])
             time.sleep(2)  # the plots draw after their titles
             browser.screenshot(tmp_path / "sweep_charts.png")
-            _keep_screenshot(tmp_path / "sweep_charts.png")
+            keep_for_docs(tmp_path / "sweep_charts.png")
         client = client_of(cwd)
         sweep = next(r for r in runs if r.data.tags.get("stage") == "sweep")
         (version,) = client.search_model_versions("name = 'lenet5-digits'")
@@ -501,7 +493,7 @@ def test_a_loss_objective_ranks_the_lowest_loss_first(tmp_path):
 
 
 def test_ctrl_c_during_a_sweep_ends_the_running_job_and_the_parent_killed(tmp_path):
-    """README "When things go wrong": the running job ends KILLED, then the sweep's parent run;
+    """docs/troubleshooting.md: the running job ends KILLED, then the sweep's parent run;
     the jobs not started yet never start."""
     proc = start_multirun(tmp_path, "epochs=300", "optimizer.lr=0.01,0.02")
     first = tmp_path / "multirun" / "0" / "checkpoints" / "epoch_0001.ckpt"

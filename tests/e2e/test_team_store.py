@@ -34,7 +34,7 @@ def runs_in(uri: str) -> list:
 @pytest.fixture(scope="module")
 def team_server(postgres, tmp_path_factory):
     """`sporeflow server --db <postgresql> --artifacts <dir>` on a free port, the password in
-    PGPASSWORD as README "For a team" says: (url, db uri, its folder)."""
+    PGPASSWORD as docs/team.md says: (url, db uri, its folder)."""
     from helpers.postgres import PASSWORD
 
     db = postgres.new_database("team")
@@ -159,7 +159,7 @@ def test_a_wrong_password_or_a_closed_port_exits_2_without_the_password(postgres
         ):
             assert command.returncode == 2, command.stderr[-2000:]
             # Hydra itself logs a failed job's overrides as typed: keep passwords off the
-            # command line (PGPASSWORD or ~/.pgpass, README "For a team"); ours never show it
+            # command line (PGPASSWORD or ~/.pgpass, docs/team.md); ours never show it
             ours = [
                 x for x in command.stderr.splitlines() if "executing job with overrides" not in x
             ]

@@ -24,6 +24,14 @@ ASSISTANT_CLOSED = {
 }
 
 
+def keep_for_docs(path: Path) -> None:
+    """The manual's pictures come from the tests that check what they show:
+    SPOREFLOW_DOCS_SCREENSHOTS=docs/img copies each screenshot there."""
+    docs = os.environ.get("SPOREFLOW_DOCS_SCREENSHOTS")
+    if docs:
+        shutil.copy(path, Path(docs) / path.name)
+
+
 def chromium() -> str | None:
     return (
         shutil.which("chromium")

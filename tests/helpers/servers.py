@@ -17,12 +17,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    """Return once GET <url>/health answers 200; stop the server's group and raise otherwise."""
+def wait_until_healthy(
+    url: str, proc: subprocess.Popen, timeout: float = 90, path: str = "/health"
+) -> None:
+    """Return once GET <url><path> answers 200; stop the server's group and raise otherwise."""
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            with urllib.request.urlopen(f"{url}{path}", timeout=2) as resp:
                 if resp.status == 200:
                     return
         except OSError:
@@ -31,7 +33,7 @@ def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) ->
             break
         time.sleep(0.5)
     stop(proc)
-    raise RuntimeError(f"{url} did not answer /health within {timeout:.0f} s")
+    raise RuntimeError(f"{url} did not answer {path} within {timeout:.0f} s")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from helpers.train import CONF, REPO, run_train
+from helpers.train import CONF, run_train
 from sporeflow.config.schema import allowed_keys
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
@@ -103,10 +103,3 @@ def test_cli_help_lists_groups(tmp_path):
     assert set(groups) == set(GROUPS)
     assert groups["dataset"].split(", ") == options("dataset")
     assert "mlflow ui" in proc.stdout
-
-
-def test_readme_documents_every_option():
-    readme = (REPO / "README.md").read_text()
-    for group in GROUPS:
-        for option in options(group):
-            assert f"`{option}`" in readme, f"README does not document {group}={option}"

@@ -1,5 +1,5 @@
 """Every preset in experiments/ runs for a short budget on this machine, reduced by the
-overrides the README documents (presets for Ascend/8 devices are run stand-alone on CPU);
+overrides the manual documents (presets for Ascend/8 devices are run stand-alone on CPU);
 train.py's entry in this process."""
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ def test_preset_runs_reduced(tmp_path, preset):
     assert any("final/acc" in r.data.metrics or "stage2/acc" in r.data.metrics for r in runs)
 
 
-def test_the_readme_reduced_example_is_the_one_tested():
-    """README shows how to run a preset made for Ascend on this machine: that command must be
-    the one test_preset_runs_reduced runs (it diverged when the two drifted apart)."""
-    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+def test_the_documented_reduced_example_is_the_one_tested():
+    """The configuration page shows how to run a preset made for Ascend on this machine: that
+    command must be the one test_preset_runs_reduced runs (it diverged when the two drifted
+    apart)."""
+    text = (REPO / "docs" / "configuration.md").read_text().replace("\\\n", " ")
     (line,) = [
         ln for ln in text.splitlines() if "train.py experiment=resnet50_imagenet_stage1 " in ln
     ]

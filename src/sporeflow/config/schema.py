@@ -1,10 +1,12 @@
 """The typed schema of a composed config: sporeflow's own nodes as dataclasses.
 
-Each option is one line here: its type, its default (written only here: conf/ holds what a
-group option changes), its meaningful range (`Annotated[..., Range]`, core/ranges.py) and a
-comment. Relations between options of one node are its `relations()`; `RunConfig.relations()`
-holds those across nodes. config/validation.py runs all of them, and the `_target_` checks of
-the user-swappable components (model, dataset, optimizer, loss), before any work.
+Each option is declared once here: its type, its default (written only here: conf/ holds what
+a group option changes), its meaningful range (`Annotated[..., Range]`, core/ranges.py) and, in
+the docstring on the line below it, what it means. The option reference of the manual is
+generated from these (config/reference.py). Relations between options of one node are its
+`relations()`; `RunConfig.relations()` holds those across nodes. config/validation.py runs all
+of them, and the `_target_` checks of the user-swappable components (model, dataset, optimizer,
+loss), before any work.
 """
 
 from __future__ import annotations
@@ -92,51 +94,84 @@ class Baseline(Enum):
 
 @dataclass
 class RuntimeConfig:
-    cpu_isa: CpuIsa = CpuIsa.auto  # ONEDNN_MAX_CPU_ISA; auto caps AVX-512 CPUs at AVX2
-    threads: Annotated[int, NonNegative] = 0  # intra-op CPU threads per process; 0 = MindSpore's
+    """How this machine runs MindSpore's CPU kernels."""
+
+    cpu_isa: CpuIsa = CpuIsa.auto
+    """ONEDNN_MAX_CPU_ISA: `auto` caps AVX-512 CPUs at AVX2 (see the training page)."""
+    threads: Annotated[int, NonNegative] = 0
+    """Intra-op CPU threads per process; 0 keeps MindSpore's default."""
 
 
 @dataclass
 class TrackingConfig:
+    """Where MLflow records go and what is logged."""
+
     enabled: bool = True
-    uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI or sqlite:///<launch dir>/mlflow.db
+    """Record the run in MLflow (false: checkpoints and console only)."""
+    uri: Optional[str] = None
+    """The store; null: `$MLFLOW_TRACKING_URI`, else `sqlite:///<launch dir>/mlflow.db`."""
     experiment_name: str = "sporeflow"
-    run_name: Optional[str] = None  # None: "<model>-<dataset>"
-    # seconds a run waits at its end for the store to take the records still in its journal
-    # (a busy or unreachable store); what is left is named with `sporeflow sync <run dir>`
+    """The MLflow experiment the runs go to."""
+    run_name: Optional[str] = None
+    """The run's name; null: `<model>-<dataset>`."""
     drain_timeout: Annotated[float, NonNegative] = 30.0
-    # each stage's final network as an MLflow model (python_function + a MINDIR file beside);
-    # stand-alone and data-parallel jobs (sharded weights: sporeflow merge-ckpt first)
+    """Seconds a run waits at its end for the store to take what its journal still holds; what
+    is left is named with `sporeflow sync <run dir>`."""
     log_model: bool = True
-    # seconds between MLflow system metrics samples (CPU, memory, disk, network); 0 = off
+    """Each stage's final network as an MLflow model (python_function + MINDIR); stand-alone
+    and data-parallel jobs."""
     system_metrics_interval: Annotated[float, NonNegative] = 10.0
+    """Seconds between MLflow system-metrics samples (CPU, memory, disk, network); 0 = off."""
 
 
 @dataclass
 class StrategyCkptConfig:
+    """MindSpore's parallel strategy file (semi-auto and auto parallel)."""
+
     load_file: str = ""
+    """A strategy file to load (empty: none)."""
     save_file: str = ""
+    """Where to save the searched or given strategy (empty: not saved)."""
     only_trainable_params: bool = True
+    """Save the strategy of trainable parameters only."""
 
 
 @dataclass
 class ParallelConfig:
+    """How many processes train one job, and how they split it."""
+
     mode: ParallelMode = ParallelMode.standalone
-    workers: Annotated[int, Count] = 1  # processes in the whole job (MindSpore's device_num)
-    device_num: Annotated[int, Count] = 1  # interpolated from workers in the group files
+    """One process, data parallel, or MindSpore's semi-auto / auto parallel."""
+    workers: Annotated[int, Count] = 1
+    """Processes in the whole job (MindSpore's device_num), started with msrun."""
+    device_num: Annotated[int, Count] = 1
+    """MindSpore's name for `workers`; the group files interpolate it from `workers`."""
     gradients_mean: bool = True
+    """All-reduce gradients as a mean (false: a sum)."""
     parameter_broadcast: bool = False
+    """Broadcast rank 0's initial weights to every worker."""
     all_reduce_fusion_config: List[int] = field(default_factory=list)
+    """Parameter indices where all-reduce fusion groups split (MindSpore's option)."""
     strategy_ckpt_config: StrategyCkptConfig = field(default_factory=StrategyCkptConfig)
+    """The strategy file (semi-auto and auto parallel)."""
     integrated_save: bool = True
+    """Checkpoints hold whole parameters (false: each rank saves its slices)."""
     search_mode: SearchMode = SearchMode.sharding_propagation
-    shard: Dict[str, Any] = field(default_factory=dict)  # layer (cell path) -> MatMul strategy
+    """How auto parallel searches operator strategies."""
+    shard: Dict[str, Any] = field(default_factory=dict)
+    """Semi-auto parallel: layer (cell path) -> its MatMul strategy."""
     nodes: Annotated[int, Count] = 1
+    """Machines the workers are spread over (`workers` must be a multiple)."""
     node_rank: Annotated[int, NonNegative] = 0
+    """This machine's index among `nodes` (0 starts the job's master)."""
     master_addr: str = "127.0.0.1"
-    master_port: Annotated[int, NonNegative] = 0  # 0 = a free port
-    cluster_time_out: Annotated[int, Count] = 120  # seconds msrun waits for all workers to join
-    per_worker_batch: bool = False  # false: dataset.batch_size is the global batch
+    """The address of node 0, where the other nodes join."""
+    master_port: Annotated[int, NonNegative] = 0
+    """The master's port; 0 = a free port."""
+    cluster_time_out: Annotated[int, Count] = 120
+    """Seconds msrun waits for all workers to join."""
+    per_worker_batch: bool = False
+    """false: `dataset.batch_size` is the global batch; true: the batch of each worker."""
 
     def relations(self) -> Iterator[str]:
         if self.mode is ParallelMode.standalone and self.workers != 1:
@@ -154,47 +189,80 @@ class ParallelConfig:
 
 @dataclass
 class SnapshotConfig:
-    start_epoch: Annotated[int, Count] = 3  # first stage-1 epoch (1-based) that keeps snapshots
-    per_epoch: Annotated[int, Count] = (
-        5  # snapshots per epoch, evenly spaced, the last at epoch end
-    )
+    """Which stage-1 weights are kept for the PCA."""
+
+    start_epoch: Annotated[int, Count] = 3
+    """The first stage-1 epoch (1-based) that keeps snapshots."""
+    per_epoch: Annotated[int, Count] = 5
+    """Snapshots per epoch, evenly spaced, the last at the epoch's end."""
 
 
 @dataclass
 class BoostConfig:
+    """Dimension-reduce training (MindSpore boost `dim_reduce`) and its baselines."""
+
     name: BoostName = BoostName.none
-    n_component: Annotated[int, Count] = 32  # the tutorial's name (the built-in's n_components)
-    rho: Annotated[float, OpenUnit] = 0.55  # the second trial step of the line search
-    gamma: Annotated[float, Decay] = 0.9  # decay of the out-of-subspace momentum
-    alpha: Annotated[float, Positive] = 0.001  # step size of the out-of-subspace update
-    sigma: Annotated[float, OpenUnit] = 0.4  # sufficient-decrease (Armijo) constant
-    epochs: Annotated[int, Count] = 2  # stage-2 epochs
-    start_from: StartFrom = (
-        StartFrom.final
-    )  # stage 2's first weights: final, or the snapshots' mean
-    weight_decay: Annotated[float, NonNegative] = 0.0  # decoupled, on the out-of-subspace update
+    """`none`: one plain stage; `dim_reduce`: stage 1, stage 2 and the baselines."""
+    n_component: Annotated[int, Count] = 32
+    """Dimensions k of the PCA subspace (the tutorial's name; `n_components` is refused)."""
+    rho: Annotated[float, OpenUnit] = 0.55
+    """The second trial step of the line search."""
+    gamma: Annotated[float, Decay] = 0.9
+    """Decay of the out-of-subspace momentum."""
+    alpha: Annotated[float, Positive] = 0.001
+    """Step size of the out-of-subspace update."""
+    sigma: Annotated[float, OpenUnit] = 0.4
+    """The sufficient-decrease (Armijo) constant."""
+    epochs: Annotated[int, Count] = 2
+    """Stage-2 epochs."""
+    start_from: StartFrom = StartFrom.final
+    """Stage 2's first weights: `final` (stage 1's, as MindSpore's built-in) or `mean` (the
+    snapshots' mean; BatchNorm statistics from stage 1's final weights)."""
+    weight_decay: Annotated[float, NonNegative] = 0.0
+    """Decoupled weight decay on the out-of-subspace update."""
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
-    pca_mat_path: Optional[str] = None  # a k x M .npy basis to use instead of computing one
-    pca_chunk_mb: Annotated[float, Positive] = 256.0  # memory for one block of the streaming PCA
+    """Which stage-1 weights are kept for the PCA."""
+    pca_mat_path: Optional[str] = None
+    """A k x M `.npy` basis to use instead of computing one."""
+    pca_chunk_mb: Annotated[float, Positive] = 256.0
+    """Memory for the streaming PCA's blocks (two snapshot blocks and their basis columns), MB."""
     baselines: List[Baseline] = field(default_factory=lambda: list(Baseline))
-    baseline_epochs: Optional[Annotated[int, Count]] = None  # None = boost.epochs
-    anneal_factor: Annotated[float, Positive] = 0.1  # annealed baseline: this x optimizer.lr
-    stage1_run: Optional[str] = None  # MLflow run id of a finished stage-1 run to start from
-    reuse_stage1: bool = True  # reuse a finished stage 1 with the same fingerprint
-    reuse_baselines: bool = True  # reuse finished baselines with the same fingerprint
+    """What stage 2 is measured against: plain training continued (`baseline`), the same at a
+    lower rate (`annealed`), the snapshots' mean (`snapshot_mean`)."""
+    baseline_epochs: Optional[Annotated[int, Count]] = None
+    """Epochs of each trained baseline; null = `boost.epochs`."""
+    anneal_factor: Annotated[float, Positive] = 0.1
+    """The annealed baseline's rate: this x `optimizer.lr`."""
+    stage1_run: Optional[str] = None
+    """The MLflow run id of a finished stage-1 run to start from."""
+    reuse_stage1: bool = True
+    """Reuse a finished stage 1 whose fingerprint (model, data, optimizer, loss, train, epochs,
+    seed, mode, snapshot settings) matches: a sweep over rho/gamma/sigma trains stage 1 once."""
+    reuse_baselines: bool = True
+    """Reuse a finished baseline whose fingerprint (stage 1's, the baseline, its epochs and
+    anneal factor) matches: a sweep over stage-2 settings trains each baseline once."""
 
 
 @dataclass
 class CheckpointCallbackConfig:
+    """Full checkpoints (weights and optimizer state) that a resume reads."""
+
     every_n_epochs: Annotated[int, Count] = 1
-    keep_last: Annotated[int, Count] = 2  # full checkpoints kept (resume reads them)
+    """Save a full checkpoint every this many epochs."""
+    keep_last: Annotated[int, Count] = 2
+    """Full checkpoints kept (the newest)."""
 
 
 @dataclass
 class BestCheckpointConfig:
-    monitor: str = "acc"  # an eval metric: acc | loss
+    """The best checkpoints by an evaluation metric."""
+
+    monitor: str = "acc"
+    """The evaluation metric that ranks them: `acc` or `loss`."""
     mode: Monitor = Monitor.max
-    keep: Annotated[int, NonNegative] = 1  # 0 = no best-k checkpoints
+    """`max` or `min` of the monitored metric is best."""
+    keep: Annotated[int, NonNegative] = 1
+    """Best checkpoints kept; 0 = none."""
 
     def relations(self) -> Iterator[str]:
         if self.monitor not in ("acc", "loss"):
@@ -203,10 +271,16 @@ class BestCheckpointConfig:
 
 @dataclass
 class EmaConfig:
+    """Exponential moving average (EMA) shadow weights."""
+
     enabled: bool = False
+    """Keep EMA weights, updated after each optimizer update."""
     decay: Annotated[float, OpenUnit] = 0.999
-    warmup: Annotated[float, NonNegative] = 0.0  # decay * (1 - exp(-updates / warmup)); 0 = off
-    eval_with: EvalWith = EvalWith.raw  # the weights ranked (best-k) and exported as final.ckpt
+    """The EMA's decay per update."""
+    warmup: Annotated[float, NonNegative] = 0.0
+    """With warmup > 0 the decay is `decay * (1 - exp(-updates / warmup))`; 0 = off."""
+    eval_with: EvalWith = EvalWith.raw
+    """The weights ranked (best-k) and exported as `final.ckpt`: `raw` or `ema`."""
 
     def relations(self) -> Iterator[str]:
         if self.eval_with is EvalWith.ema and not self.enabled:
@@ -217,16 +291,26 @@ class EmaConfig:
 class TrainStepConfig:
     """The custom train step; all off = a plain mindspore.Model."""
 
-    loss_scale: Annotated[float, Positive] = 1.0  # the fixed scale, or the dynamic scale's start
-    # fixed | dynamic: skip overflowed updates, scale / factor; x factor after `window` good steps
+    loss_scale: Annotated[float, Positive] = 1.0
+    """The fixed loss scale, or the dynamic scale's start; gradients are unscaled before
+    anything else reads them."""
     loss_scale_manager: LossScaleManager = LossScaleManager.fixed
-    loss_scale_factor: Annotated[float, Range(low=1, low_open=True)] = 2.0  # > 1
+    """`dynamic`: an overflowed update is skipped and the scale divided by
+    `loss_scale_factor`, then multiplied by it after `loss_scale_window` finite steps."""
+    loss_scale_factor: Annotated[float, Range(low=1, low_open=True)] = 2.0
+    """The dynamic scale's factor."""
     loss_scale_window: Annotated[int, Count] = 1000
-    clip_grad_norm: Annotated[float, NonNegative] = 0.0  # by the global norm; 0 = off
-    accumulation_steps: Annotated[int, Count] = 1  # micro-batches per optimizer update
+    """Finite steps before the dynamic scale grows."""
+    clip_grad_norm: Annotated[float, NonNegative] = 0.0
+    """Clip by the global norm of all gradients, once per update; 0 = off."""
+    accumulation_steps: Annotated[int, Count] = 1
+    """Micro-batches per optimizer update (LR and EMA advance per update)."""
     ema: EmaConfig = field(default_factory=EmaConfig)
-    amp_level: AmpLevel = AmpLevel.O0  # MindSpore's automatic mixed precision
-    keep_batchnorm_fp32: bool = True  # with O3: BatchNorm stays float32
+    """EMA shadow weights."""
+    amp_level: AmpLevel = AmpLevel.O0
+    """MindSpore's automatic mixed precision, O0-O3."""
+    keep_batchnorm_fp32: bool = True
+    """With O3: BatchNorm stays float32."""
 
     def relations(self) -> Iterator[str]:
         if self.loss_scale_manager is LossScaleManager.dynamic and self.accumulation_steps > 1:
@@ -238,46 +322,75 @@ class TrainStepConfig:
 
 @dataclass
 class CallbacksConfig:
+    """What runs around the train loop: progress, logging, evaluation, checkpoints, hooks."""
+
     progress_bar: bool = True
+    """A progress bar per stage on the console."""
     log_every_n_steps: Annotated[int, Count] = 1
-    stop_on_divergence: bool = True  # a non-finite loss/weights ends the run FAILED
+    """`train/loss` to MLflow every this many steps."""
+    stop_on_divergence: bool = True
+    """A non-finite loss or weights end the run FAILED."""
     eval_every_n_epochs: Annotated[int, Count] = 1
+    """Evaluate on the test split every this many epochs."""
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
+    """Full checkpoints that a resume reads."""
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
-    # your own hooks (engine.hooks.HookBase subclasses), each a `_target_` node, run after
-    # sporeflow's measuring hooks: e.g. [{_target_: sporeflow.engine.hooks.EarlyStopping, patience: 3}]
+    """The best checkpoints by an evaluation metric."""
     hooks: List[Any] = field(default_factory=list)
+    """Your own hooks (`engine.hooks.HookBase` subclasses), each a `_target_` node, run after
+    sporeflow's own: e.g. `[{_target_: sporeflow.engine.hooks.EarlyStopping, patience: 3}]`."""
 
 
 @dataclass
 class SweepConfig:
-    # what a sweep ranks jobs by and Optuna optimises: auto (= stage2/acc with boost=dim_reduce,
-    # else acc) | acc | loss | gain | <stage>/acc | <stage>/loss (config/objective.py)
+    """How a sweep (`-m`) ranks its jobs and what it registers."""
+
     objective: str = "auto"
-    # the best job's model goes to MLflow's Model Registry under this name, one version per
-    # sweep (null = "<model>-<dataset>", e.g. lenet5-digits; "" = do not register)
+    """What a sweep ranks jobs by and Optuna optimises: `auto` (stage2/acc with
+    boost=dim_reduce, else acc), `acc`, `loss`, `gain`, `<stage>/acc`, `<stage>/loss`."""
     registered_model: Optional[str] = None
+    """The best job's model goes to MLflow's Model Registry under this name, one version per
+    sweep; null = `<model>-<dataset>`, `""` = no registration."""
 
 
 @dataclass
 class RunConfig:
+    """The root of a composed config: the run-level keys and every node."""
+
     model: Dict[str, Any] = field(default_factory=dict)
+    """The network: a `_target_` node (group `model`)."""
     dataset: Dict[str, Any] = field(default_factory=dict)
+    """The data set and its transforms: a `_target_` node (group `dataset`)."""
     optimizer: Dict[str, Any] = field(default_factory=dict)
+    """The optimizer factory and its schedule: a `_target_` node (group `optimizer`)."""
     loss: Dict[str, Any] = field(default_factory=dict)
+    """The loss: a `_target_` node (group `loss`)."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """How many processes train one job (group `parallel`)."""
     boost: BoostConfig = field(default_factory=BoostConfig)
+    """Dimension-reduce training (group `boost`)."""
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    """Around the train loop (group `callbacks`)."""
     train: TrainStepConfig = field(default_factory=TrainStepConfig)
+    """The custom train step."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """MindSpore's CPU kernels on this machine."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """MLflow."""
     sweep: SweepConfig = field(default_factory=SweepConfig)
-    epochs: Annotated[int, Count] = 10  # passes over the training split
-    seed: int = 1  # MindSpore, numpy, python and dataset shuffling
-    mode: Mode = Mode.graph  # MindSpore's execution mode
+    """Sweeps (`-m`)."""
+    epochs: Annotated[int, Count] = 10
+    """Passes over the training split (stage 1's with boost=dim_reduce)."""
+    seed: int = 1
+    """Seeds MindSpore, numpy, python and dataset shuffling."""
+    mode: Mode = Mode.graph
+    """MindSpore's execution mode."""
     device_target: DeviceTarget = DeviceTarget.CPU
-    experiment: Optional[str] = None  # the preset from experiments/ (set by experiment=NAME)
-    resume: Any = False  # false | true (the newest run) | a run dir
+    """The device MindSpore runs on."""
+    experiment: Optional[str] = None
+    """The preset from `experiments/`, set by `experiment=NAME`."""
+    resume: Any = False
+    """`false`, `true` (the newest run under `outputs/`) or a run dir to continue."""
 
     @property
     def dim_reduce(self) -> bool:

@@ -1,1 +1,1 @@
-"""Networks by name. Any nn.Cell reachable by `_target_` works as well (see README)."""
+"""Networks by name. Any nn.Cell reachable by `_target_` works as well (docs/components.md)."""

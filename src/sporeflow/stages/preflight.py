@@ -38,7 +38,7 @@ def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
 def check_store(tracking: DictConfig) -> None:
     """A database store (postgresql://...) must connect and accept the credentials: no journal
     can make a wrong password right. (An HTTP server that is down is not refused: its records
-    wait in the journal, README "When things go wrong".)"""
+    wait in the journal, docs/troubleshooting.md.)"""
     refusal = database_refusal(tracking.uri) if tracking.enabled else None
     if refusal:
         raise ConfigError(refusal)

@@ -1,9 +1,9 @@
-"""Regenerate the README's example outputs from the current code: `make readme-examples`.
+"""Regenerate the manual's example outputs from the current code: `make docs-examples`.
 
-Each example sits between `<!-- example: NAME -->` and `<!-- /example -->` in README.md; this
-script runs the README's own commands in a fresh launch dir, puts what they printed in
+Each example sits between `<!-- example: NAME -->` and `<!-- /example -->` on a page of docs/;
+this script runs the page's own commands in a fresh launch dir, puts what they printed in
 place of the old block, and writes the sentence that reads it from the same figures, so the
-prose cannot claim what the output does not show. Nothing else in README.md changes.
+prose cannot claim what the output does not show. Nothing else on the page changes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+PAGES = sorted((REPO / "docs").glob("*.md"))
 BLOCK = re.compile(r"(<!-- example: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /example -->)", re.S)
 SWEEP = ["-m", "boost=dim_reduce", "boost.rho=0.4,0.55,0.7", "boost.sigma=0.2,0.4"]
 
@@ -96,27 +96,32 @@ def _straddles(ci: str) -> bool:
 MAKERS = {"gain-line": gain_line, "sweep-table": sweep_table}
 
 
+def examples() -> dict[str, Path]:
+    """Each example's name -> the page that holds it."""
+    return {m.group("name"): page for page in PAGES for m in BLOCK.finditer(page.read_text())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=sorted(MAKERS), help="examples to regenerate")
     args = parser.parse_args(argv)
-    text = README.read_text()
-    found = {m.group("name") for m in BLOCK.finditer(text)}
+    found = examples()
     for name in args.names:
         if name not in MAKERS or name not in found:
             sys.exit(
-                f"no example {name!r}: README.md marks {sorted(found)}; this script makes {sorted(MAKERS)}"
+                f"no example {name!r}: docs/ marks {sorted(found)}; this script makes {sorted(MAKERS)}"
             )
         with tempfile.TemporaryDirectory() as launch:
             body = MAKERS[name](Path(launch))
+        page = found[name]
         text = BLOCK.sub(
             lambda m, name=name, body=body: (
                 m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0)
             ),
-            text,
+            page.read_text(),
         )
-        print(f"README.md: example {name} regenerated", file=sys.stderr)
-    README.write_text(text)
+        page.write_text(text)
+        print(f"{page.relative_to(REPO)}: example {name} regenerated", file=sys.stderr)
     return 0
 
 

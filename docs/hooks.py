@@ -2,6 +2,7 @@
 
 - `<!-- reference: schema -->` / `<!-- reference: groups -->` on a page become the tables that
   sporeflow.config.reference generates from the schema and from conf/ at every build;
+  `<!-- reference: optuna-sweeper -->` the table of the Optuna sweeper's settings;
 - `<!-- include: NAME -->` becomes the repository's NAME (CHANGELOG.md, CONTRIBUTING.md,
   BENCHMARKS.md), so that those files stay where a repository keeps them and are pages too.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import SporeflowOptunaSweeperConf
 from sporeflow.config.reference import groups_markdown, schema_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,4 +37,8 @@ def _include(match: re.Match) -> str:
 def on_page_markdown(markdown: str, **_) -> str:
     markdown = INCLUDE.sub(_include, markdown)
     markdown = markdown.replace("<!-- reference: schema -->", schema_markdown())
+    markdown = markdown.replace(
+        "<!-- reference: optuna-sweeper -->",
+        schema_markdown(SporeflowOptunaSweeperConf, "hydra.sweeper", depth="####"),
+    )
     return markdown.replace("<!-- reference: groups -->", groups_markdown(REPO / "conf"))

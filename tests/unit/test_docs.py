@@ -132,9 +132,13 @@ def test_a_documented_sporeflow_command_parses(page, command, tmp_path):
 # -- the generated option reference --------------------------------------------------------
 
 
-def test_every_schema_field_has_a_meaning():
-    missing = [o.key for o in reference.options() if not o.meaning]
-    assert not missing, f"schema fields without a docstring under them: {missing}"
+def test_every_schema_and_sweeper_field_has_a_meaning():
+    from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import SporeflowOptunaSweeperConf
+
+    sweeper = [o for n in reference.nodes(SporeflowOptunaSweeperConf) for o in n.options]
+    missing = [o.key for o in [*reference.options(), *sweeper] if not o.meaning]
+    assert not missing, f"fields without a docstring under them: {missing}"
+    assert {o.key for o in sweeper} >= {"n_trials", "storage", "pruner"}
 
 
 def _rows(markdown: str) -> dict[str, list[str]]:

@@ -54,29 +54,43 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SporeflowOptunaSweeperConf:
+    """`hydra/sweeper=sporeflow_optuna`: an Optuna study on ask/tell, shared by every process
+    that names the same study and storage."""
+
     _target_: str = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     study_name: str = "sporeflow"
-    storage: Optional[str] = (
-        "sqlite:///optuna.db"  # relative paths: the launch dir; null = in memory
-    )
-    n_trials: int = 10  # trials of the whole study, over every process sharing it
-    n_jobs: int = 1  # trials running at a time (with a joblib or submitit launcher)
-    batched: bool = (
-        False  # true: wait for all n_jobs trials before asking more (the official plugin)
-    )
-    direction: Optional[str] = None  # maximize | minimize; null: from the app's sweep.objective
-    sampler: str = "tpe"  # tpe | random | grid
-    seed: int = 1  # the sampler's seed
-    n_startup_trials: int = 4  # random trials before TPE models the results
-    heartbeat_interval: int = 10  # seconds; a trial silent for 3 intervals is a dead process's
-    max_failure_rate: float = 0.0  # the sweep exits non-zero when more of its trials failed
-    # none | median | hyperband: stop a job whose evaluation each epoch is behind the others'
+    """The study's name in its storage; start the same command again to continue it."""
+    storage: Optional[str] = "sqlite:///optuna.db"
+    """Where the study lives: a relative sqlite path is in the launch dir, `postgresql://...`
+    shares it between machines; null = in memory."""
+    n_trials: int = 10
+    """Trials of the whole study, over every process sharing it."""
+    n_jobs: int = 1
+    """Trials running at a time (with a joblib or submitit launcher)."""
+    batched: bool = False
+    """true: wait for all `n_jobs` trials before asking for more (the official plugin's way);
+    false: a free slot starts the next trial at once."""
+    direction: Optional[str] = None
+    """`maximize` or `minimize`; null: from the app's `sweep.objective` (a loss is minimised)."""
+    sampler: str = "tpe"
+    """`tpe`, `random`, or `grid` (every point of a choice/range space once, in order)."""
+    seed: int = 1
+    """The sampler's seed."""
+    n_startup_trials: int = 4
+    """Random trials before TPE models the results; also the trials that complete before any
+    is pruned."""
+    heartbeat_interval: int = 10
+    """Seconds; a trial silent for three intervals belonged to a dead process and is failed."""
+    max_failure_rate: float = 0.0
+    """The sweep exits non-zero when a larger share of its trials failed."""
     pruner: str = "none"
-    pruner_min_epochs: int = (
-        1  # a trial trains at least this many epochs (pruned after one of them at the earliest)
-    )
-    # flat (boost.rho: ...) or nested (boost: {rho: ...}); null: the command line's sweeps only
+    """`none`, `median` or `hyperband`: stop a job whose evaluation each epoch is behind the
+    others'."""
+    pruner_min_epochs: int = 1
+    """A trial trains at least this many epochs before it can be pruned."""
     params: Optional[Dict[str, Any]] = field(default_factory=dict)
+    """The search space: flat (`boost.rho: interval(0.3, 0.8)`) or nested; null: the command
+    line's sweeps only."""
 
 
 ConfigStore.instance().store(

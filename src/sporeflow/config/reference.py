@@ -75,6 +75,8 @@ def nodes(cls: type = RunConfig, path: str = "") -> Iterator[Node]:
     meanings = field_meanings(cls)
     own, below = [], []
     for f in fields(cls):
+        if f.name.startswith("_"):
+            continue  # `_target_` and the like: how Hydra builds the node, not an option
         key = f"{path}.{f.name}" if path else f.name
         if is_dataclass(hints[f.name]):
             below.append((hints[f.name], key))
@@ -158,14 +160,15 @@ def _cell(text: str) -> str:
     return "`".join(parts)
 
 
-def schema_markdown() -> str:
-    """A table per schema node: key, type, default, allowed, meaning."""
+def schema_markdown(root: type = RunConfig, path: str = "", depth: str = "###") -> str:
+    """A table per node of the dataclass `root` (the run schema unless told): key, type,
+    default, allowed, meaning; `path` is the dotted key `root` lives at."""
     out = []
-    for node in nodes():
+    for node in nodes(root, path):
         if not node.options:
             continue
         title = f"`{node.path}`" if node.path else "Run-level keys"
-        out += [f"### {title}", "", node.doc, ""]
+        out += [f"{depth} {title}", "", node.doc, ""]
         out += ["| key | type | default | allowed | meaning |", "| --- | --- | --- | --- | --- |"]
         out += [
             f"| `{o.key}` | {o.type} | {_cell(f'`{o.default}`')} | {_cell(o.allowed)} | {_cell(o.meaning)} |"

@@ -56,7 +56,8 @@ def gain_line(launch: Path) -> str:
 
 
 def sweep_table(launch: Path) -> str:
-    """The 6-job rho x sigma sweep's table, best first, and the sentence that reads it."""
+    """The 6-job rho x sigma sweep's table, best first, its decision, and the sentence that
+    reads them."""
     err = train(launch, *SWEEP)
     lines = err.splitlines()
     start = next(
@@ -75,6 +76,10 @@ def sweep_table(launch: Path) -> str:
     straddle = [r for r in rows if _straddles(r[ci_field])]
     significant = [r for r in rows if float(r[p_field]) < 0.05]
     best = rows[0]
+    decided = [
+        ln.strip() for ln in lines if ln.startswith(("winner: ", "tie: ", "leading: ", "best: "))
+    ]
+    verdict = "a tie" if decided and decided[0].startswith("tie: ") else "a winner"
     reading = (
         f"Read it as: job {best[0]} leads on the objective (stage 2's accuracy); "
         f"{len(straddle)} of {len(rows)} gain intervals straddle zero"
@@ -83,9 +88,11 @@ def sweep_table(launch: Path) -> str:
             if not significant
             else "; significant at 5%: " + ", ".join(f"job {r[0]}" for r in significant)
         )
-        + ". On this toy job the sweep cannot tell the settings apart; decide on more eval data or seeds."
+        + f". The sweep's own decision, from stage 2's per-image outcomes of every point, is {verdict}"
+        + (": more eval data or seeds may decide." if verdict == "a tie" else ".")
     )
-    return "\n".join("    " + ln for ln in table) + "\n\n" + reading + "\n"
+    shown = [*table, "", *decided]
+    return "\n".join(("    " + ln).rstrip() for ln in shown) + "\n\n" + reading + "\n"
 
 
 def _straddles(ci: str) -> bool:

@@ -16,7 +16,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
+from statsmodels.stats.contingency_tables import mcnemar
 
 from helpers.browser import ASSISTANT_CLOSED, Browser, chromium, keep_for_docs
 from helpers.machine import unavailable
@@ -52,11 +54,29 @@ def test_a_sweep_is_one_parent_run_with_jobs_named_by_what_differs(rho_sweep):
     assert sweep.data.metrics["best/stage2/acc"] == pytest.approx(best.data.metrics["stage2/acc"])
     assert sweep.data.params["best.boost.rho"] == best.data.params["boost.rho"]
     assert sweep.data.tags["sweep.best_run_id"] == best.info.run_id
-    assert client.get_run(best.info.run_id).data.tags["sporeflow.best_in_sweep"] == "true"
+    # a winner only if stage 2's per-image outcomes (the pipelines' own artifacts) say so:
+    # the exact McNemar test of statsmodels, here the only comparison (Holm changes nothing)
+    other = next(p for p in pipelines if p is not best)
+    a, b = (stage2_outcomes(client, p) for p in (best, other))
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    winner = mcnemar(table, exact=True).pvalue < 0.05 and a.sum() > b.sum()
+    assert sweep.data.tags["sporeflow.decision"] == ("winner" if winner else "tie")
+    best_tags = client.get_run(best.info.run_id).data.tags
+    assert best_tags["sporeflow.best_in_sweep"] == ("true" if winner else "false")
+    assert ("\nwinner: " if winner else "\ntie: ") in proc.stderr
     assert sweep.data.metrics["jobs_finished"] == 2 and sweep.data.metrics["jobs_failed"] == 0
     names = {a.path for a in client.list_artifacts(sweep.info.run_id)}
     assert {"comparison.csv", "comparison.md", "gain_vs_params.png", "best_job_curves.png"} <= names
     assert "sweep FINISHED: 2 jobs finished, 0 failed" in proc.stderr
+
+
+def stage2_outcomes(client, pipeline) -> np.ndarray:
+    """Stage 2's right/wrong per test image, as the pipeline's run keeps it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(pipeline.info.run_id, "predictions/stage2", tmp)
+        return np.load(Path(path) / "predictions.npy")
 
 
 def test_a_sweep_trains_stage1_and_each_baseline_once(rho_sweep):

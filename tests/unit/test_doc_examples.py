@@ -47,7 +47,15 @@ def test_the_gain_line_has_the_current_format_and_its_verdict_fits_p():
 
 def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     body = examples()["sweep-table"]
-    lines = [ln for ln in body.splitlines() if ln.startswith("    ")]
+    lines = [
+        ln
+        for ln in body.splitlines()
+        if ln.startswith("    ") and ln.split()[0].isdigit() or ln.strip().startswith("job ")
+    ]
+    decision = next(
+        ln.strip() for ln in body.splitlines() if ln.strip().startswith(("winner: ", "tie: "))
+    )
+    assert ("is a tie" in body) == decision.startswith("tie: ")
     keys = ["boost.rho", "boost.sigma"]
     metrics = {
         k: 0.5

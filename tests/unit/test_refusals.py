@@ -239,3 +239,10 @@ def test_a_setting_of_a_node_that_is_off_is_named_once(tmp_path, monkeypatch):
         "[sporeflow] note: boost.rho=0.4 has no effect: boost=none (it is a setting of boost=dim_reduce)",
         "[sporeflow] note: train.ema.decay=0.5 has no effect while train.ema.enabled=false",
     ]
+
+
+def test_resume_in_a_sweep_is_refused_before_hydra_makes_anything(tmp_path):
+    """`-m resume=true lr=a,b` continued one old run in both jobs and reported its result twice."""
+    (line,) = refused(["-m", "resume=true", "optimizer.lr=0.01,0.02"], tmp_path)
+    assert line.startswith("resume=true in a sweep (-m): every job would continue that one run")
+    assert not (tmp_path / "multirun").exists()

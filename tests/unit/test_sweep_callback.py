@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import open_dict
+from statsmodels.stats.contingency_tables import mcnemar
 
 from helpers.inprocess import TINY, context
 from helpers.store import client_of, runs_of
@@ -112,7 +114,19 @@ def test_each_job_leaves_its_outcome_with_the_value_its_run_recorded(sweep):
         assert outcome["overrides"] == [f"optimizer.lr={LRS[int(job)]}", "epochs=1"]
 
 
-def test_the_summary_ranks_the_jobs_and_tags_the_best(sweep):
+def predictions_of(launch, run) -> np.ndarray:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return np.load(
+            client_of(launch).download_artifacts(run.info.run_id, "predictions.npy", tmp)
+        )
+
+
+def test_the_summary_ranks_the_jobs_and_decides_on_their_per_image_outcomes(sweep):
+    """The leading job is a winner only when the exact McNemar test (statsmodels, on the jobs'
+    own prediction artifacts) says the other is worse; the parent, the job's run and the
+    registered version all carry the decision."""
     launch, callback = sweep
     runs = {r.info.run_id: r for r in runs_of(launch)}
     parent = runs[callback.run_id]
@@ -123,7 +137,20 @@ def test_the_summary_ranks_the_jobs_and_tags_the_best(sweep):
         if r.data.tags.get("sweep.run_id") == callback.run_id and r.info.run_id != best.info.run_id
     ]
     assert all(best.data.metrics["final/acc"] >= r.data.metrics["final/acc"] for r in others)
-    assert best.data.tags["sporeflow.best_in_sweep"] == "true"
+    (other,) = others
+    a, b = predictions_of(launch, best), predictions_of(launch, other)
+    assert a.mean() == pytest.approx(best.data.metrics["final/acc"])
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    shown_worse = mcnemar(table, exact=True).pvalue < 0.05 and a.sum() > b.sum()
+    decision = "winner" if shown_worse else "tie"
+    assert parent.data.tags["sporeflow.decision"] == decision
+    assert best.data.tags["sporeflow.decision"] == decision
+    assert best.data.tags["sporeflow.best_in_sweep"] == ("true" if shown_worse else "false")
+    if not shown_worse:
+        assert (
+            parent.data.tags["sporeflow.tied_with"]
+            == f"optimizer.lr={other.data.params['optimizer.lr']}"
+        )
     assert parent.data.metrics["best/final/acc"] == best.data.metrics["final/acc"]
     for name in ("comparison.txt", "comparison.md", "comparison.csv"):
         assert (launch / "multirun" / name).is_file()
@@ -131,6 +158,7 @@ def test_the_summary_ranks_the_jobs_and_tags_the_best(sweep):
     assert len(csv_lines) == 3 and csv_lines[1].startswith(best.data.tags["sweep.job"] + ",")
     versions = client_of(launch).search_model_versions(f"run_id = '{best.info.run_id}'")
     assert len(versions) == 1 and versions[0].tags["objective"] == "final/acc"
+    assert versions[0].tags["sporeflow.decision"] == decision
 
 
 def test_a_failed_job_fails_the_sweep_and_is_named_on_its_parent(tmp_path, monkeypatch):

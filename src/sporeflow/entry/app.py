@@ -28,7 +28,7 @@ from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.core.context import RunContext, SweepJob
-from sporeflow.core.errors import SporeflowError, TrialPruned
+from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.entry import messages
 from sporeflow.launch import msrun
 from sporeflow.runtime import cpu_isa
@@ -256,6 +256,19 @@ def _interrupted(ex: signals.Interrupted, multirun: bool) -> None:
     os._exit(ex.exit_code)
 
 
+def refuse_resume_in_sweep(args: list[str]) -> None:
+    """`-m ... resume=...` would continue one earlier run in every job and report its old
+    result under each setting: refused before Hydra makes anything."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key == "resume" and value.lower() not in ("false", ""):
+            raise ConfigError(
+                f"resume={value} in a sweep (-m): every job would continue that one run; "
+                "resume a single run without -m, or start the sweep again (stage 1 and the "
+                "baselines it finished are reused)"
+            )
+
+
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
     user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
@@ -266,6 +279,8 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
     else:
         sys.stderr = messages.WithoutHydraJobLine(sys.stderr)
     try:
+        if multirun:
+            refuse_resume_in_sweep(sys.argv[1:])
         _run_ending_sweeps(hydra_main)
     except signals.Interrupted as ex:
         _interrupted(ex, multirun)

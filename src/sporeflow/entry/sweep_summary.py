@@ -21,6 +21,7 @@ from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
 from sporeflow.entry.sweep_study import model_stage
 from sporeflow.report import sweep_report as report
 from sporeflow.report import views
+from sporeflow.report.decision import Decision
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.sync import sync
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -89,7 +90,8 @@ class Summary:
         ranked = report.ranked(jobs, key)
         header, rows = report.table_rows(ranked, sweep.keys)
         self._tables(header, rows)
-        best = ranked[0] if ranked and key in ranked[0].metrics else None
+        decision = report.sweep_decision(self.tracker, ranked, sweep.keys, key)
+        best = leading_job(ranked, key, decision)
         plots = self._plots(ranked, key, best)
         self.parent.log_metrics(
             {
@@ -103,7 +105,7 @@ class Summary:
         if key:
             self._view(key, sorted({m for j in jobs for m in j.metrics}))
         if best is not None:
-            lines += self._best(best, key)
+            lines += self._best(best, key, decision)
         lines += self._trials(jobs)
         lines += [f"failed: job {o['job']} ({self._label(o)}): {o['error']}" for o in failed]
         written = ", ".join(p.name for p in plots)
@@ -140,20 +142,32 @@ class Summary:
         )
         self.parent.set_tags({"sweep.view": views.share_key(run_id)})
 
-    def _best(self, best, key: str) -> list[str]:
-        """The best job: its params and objective on the parent, its run tagged, its model
-        registered (a new version of `sweep.registered_model`)."""
+    def _best(self, best, key: str, decision: Decision | None) -> list[str]:
+        """The leading job: its params and objective on the parent, the decision (`winner` or
+        `tie`, and what it ties with) as tags of the parent, the job's run and its registered
+        model version, so that nobody takes a tie for a winner."""
         self.parent.log_params({f"best.{k}": v for k, v in best.values.items()})
         self.parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
-        self.parent.set_tags({"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number)})
-        self.tracker.run(best.run_id).set_tags({"sporeflow.best_in_sweep": "true"})
-        lines = [f"best: job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"]
+        verdict = decision_tags(decision)
+        self.parent.set_tags(
+            {"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number), **verdict}
+        )
+        winner = decision is not None and decision.kind == "winner"
+        self.tracker.run(best.run_id).set_tags(
+            {"sporeflow.best_in_sweep": "true" if winner else "false", **verdict}
+        )
+        said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
+        if decision is None:
+            lines = [f"best: {said} (a {key} objective has no per-image outcomes: no tie test)"]
+        else:
+            lines = [decision.line(key), f"{'best' if winner else 'leading'}: {said}"]
         name = self.sweep.registered_model
         if name:
             value = f"{best.metrics[key]:.6g}"
-            tags = {"objective": key, "value": value, "sweep": self.sweep.run_id}
+            tags = {"objective": key, "value": value, "sweep": self.sweep.run_id, **verdict}
             self.parent.register_model(best.run_id, model_stage(key), name, tags)
-            lines.append(f"its model: registered model {name!r}, a new version")
+            kind = verdict.get("sporeflow.decision", "undecided")
+            lines.append(f"its model: registered model {name!r}, a new version tagged {kind}")
         return lines
 
     def _trials(self, jobs: list) -> list[str]:
@@ -181,6 +195,24 @@ class Summary:
             f"Optuna: {len(trials)} trials this run, best trial of the study {best['trial']} "
             f"value {float(best['value']):.4f}"
         ]
+
+
+def leading_job(ranked: list, key: str, decision: Decision | None):
+    """The job that speaks for the sweep: the decided point's job with the best objective
+    (with seeds a point is several jobs), else the best-ranked job; None when none finished."""
+    if decision is not None:
+        jobs = set(decision.best.jobs.values())
+        return next(j for j in ranked if j.number in jobs)
+    return ranked[0] if ranked and key in ranked[0].metrics else None
+
+
+def decision_tags(decision: Decision | None) -> dict[str, str]:
+    if decision is None:
+        return {}
+    tags = {"sporeflow.decision": decision.kind}
+    if decision.kind == "tie":
+        tags["sporeflow.tied_with"] = "; ".join(p.label for p in decision.tied)[:4000]
+    return tags
 
 
 def best_trial(sweep: Sweep, trials: list[dict]) -> dict | None:

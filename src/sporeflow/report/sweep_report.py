@@ -10,12 +10,16 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from sporeflow.config import objective
 from sporeflow.core.context import short_value
 from sporeflow.report.comparison import save_figure
+from sporeflow.report.decision import Decision, Point, decide
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,7 @@ class Job:
     metrics: dict = field(default_factory=dict)
     failure: str = ""
     pipeline: bool = False
+    seed: str = ""  # the seed it ran with (a point's jobs differ only there)
 
 
 def swept_values(overrides: str, params: dict, keys: list[str]) -> dict:
@@ -71,6 +76,7 @@ def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job
                 dict(run.data.metrics),
                 tags.get("sporeflow.failure", ""),
                 tags.get("stage") == "pipeline",
+                run.data.params.get("seed", ""),
             )
         )
     return sorted(jobs, key=lambda j: j.number)
@@ -85,6 +91,52 @@ def ranked(jobs: list[Job], key: str) -> list[Job]:
     sign = -1.0 if objective.maximize(key) else 1.0
     scored = sorted((j for j in jobs if key in j.metrics), key=lambda j: sign * j.metrics[key])
     return scored + [j for j in jobs if key not in j.metrics]
+
+
+def point_label(job: Job, keys: list[str]) -> str:
+    """A job's point: its swept settings but the seed ("(defaults)" when the seed is all)."""
+    return " ".join(f"{k}={short_value(job.values.get(k, ''))}" for k in keys if k != "seed") or (
+        "(defaults)"
+    )
+
+
+def decided_stage(key: str, pipeline: bool) -> str | None:
+    """Whose per-image outcomes decide an objective: `<stage>/acc` that stage's, `gain` stage
+    2's (a point's baselines are its seed's, shared by every point), `acc` the plain run's;
+    None for a loss (no per-image outcome to pair)."""
+    if key.endswith("loss"):
+        return None
+    if not pipeline:
+        return "final"
+    return "stage2" if key == "gain" else key.partition("/")[0]
+
+
+def job_outcomes(tracker: Tracker, job: Job, stage: str) -> np.ndarray | None:
+    """Right/wrong per test image of the job's `stage`, from its run's artifacts (a pipeline
+    keeps every stage's under predictions/<stage>/); None when the store has none."""
+    wanted = "predictions" if job.pipeline else "predictions.npy"
+    with tempfile.TemporaryDirectory() as tmp:
+        if not tracker.download(job.run_id, [wanted], Path(tmp)):
+            return None
+        path = Path(tmp) / (f"predictions/{stage}/predictions.npy" if job.pipeline else wanted)
+        return np.load(path, allow_pickle=False) if path.is_file() else None
+
+
+def sweep_decision(tracker: Tracker, jobs: list[Job], keys: list[str], key: str) -> Decision | None:
+    """The decision between the sweep's points (its finished jobs grouped by their settings but
+    the seed); None when the objective has no per-image outcomes."""
+    points: dict[str, Point] = {}
+    for job in jobs:
+        stage = decided_stage(key, job.pipeline)
+        if job.status != "FINISHED" or stage is None or key not in job.metrics:
+            continue
+        found = job_outcomes(tracker, job, stage)
+        if found is None:
+            continue
+        point = points.setdefault(point_label(job, keys), Point(point_label(job, keys)))
+        seed = int(job.seed) if job.seed.lstrip("-").isdigit() else job.number
+        point.jobs[seed], point.outcomes[seed] = job.number, found
+    return decide(list(points.values()))
 
 
 def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[str]]]:

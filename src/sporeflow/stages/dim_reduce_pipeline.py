@@ -42,7 +42,7 @@ from sporeflow.runtime.mindspore_context import barrier
 from sporeflow.stages import reuse
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
-from sporeflow.stages.results import StageResult, load_predictions
+from sporeflow.stages.results import PREDICTIONS, StageResult, load_predictions
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.runs import guarded
 from sporeflow.stages.spec import StageSpec, baseline_spec, stage1_spec, stage2_spec
@@ -247,6 +247,14 @@ class DimReducePipeline:
                 self.parent.log_metrics({f"{CURVE_PREFIX}{name}": evaluated["acc"]}, step)
         self.parent.flush()
 
+    def _log_predictions(self) -> None:
+        """Every stage's right/wrong per test image on the pipeline's run (reused stages
+        included), `predictions/<stage>/predictions.npy`: what a sweep's decision pairs."""
+        for name, result in self.stages.items():
+            path = result.stage_dir / PREDICTIONS if result.stage_dir else None
+            if path is not None and path.is_file():
+                self.parent.log_artifact(path, f"predictions/{name}")
+
     def _compare(self) -> dict[str, float]:
         results = {name: r.metrics for name, r in self.stages.items()}
         correct = {name: r.correct for name, r in self.stages.items() if r.correct is not None}
@@ -255,6 +263,7 @@ class DimReducePipeline:
             metrics["pca_seconds"] = self.pca_seconds
         self.parent.log_metrics(metrics, 0, flush=True)
         self._log_curves()
+        self._log_predictions()
         table = summary_table(results) + ("\n" + paired_lines(paired) if paired else "")
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:

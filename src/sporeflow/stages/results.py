@@ -28,10 +28,12 @@ class StageResult:
     reused_from: str | None = None  # the MLflow run it was reused from, when not trained here
 
 
-def save_predictions(stage_dir: Path, correct: np.ndarray) -> None:
-    """`<stage dir>/predictions.npy`: right/wrong per eval image."""
-    with atomic_path(Path(stage_dir) / PREDICTIONS) as tmp:
+def save_predictions(stage_dir: Path, correct: np.ndarray) -> Path:
+    """`<stage dir>/predictions.npy`: right/wrong per eval image (a sweep decides on them)."""
+    path = Path(stage_dir) / PREDICTIONS
+    with atomic_path(path) as tmp:
         np.save(tmp, correct.astype(bool))
+    return path
 
 
 def load_predictions(stage_dir: Path) -> np.ndarray | None:

@@ -1,0 +1,151 @@
+"""Whether a sweep has a winner: its points compared on their per-image outcomes, so that a
+lead smaller than the noise of the test images is called a tie, not a best.
+
+A *point* is a sweep job's settings without its seed; its jobs are its seeds. Two points are
+compared paired within a seed (the same seed trained the same stage 1 and evaluates the same
+test images) and stratified across seeds: the difference in accuracy is the pooled difference
+over every common seed's images, its 95% interval the Wald interval of paired proportions with
+each seed's variance added (Agresti, Categorical Data Analysis, 10.1), its p-value the exact
+McNemar test on the discordant images of all seeds (the conditional test of matched pairs in
+strata). The best point (highest pooled accuracy) is compared with every other point, the
+p-values Holm-corrected: it is the *winner* when it is better than every other at 5%, else the
+points it cannot be told from *tie* with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sporeflow.report.paired import Z95, PairedComparison, compare_paired
+
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Stratified:
+    """The first of two points against the second, over the seeds both ran."""
+
+    strata: tuple[PairedComparison, ...]
+
+    @property
+    def n(self) -> int:
+        return sum(s.n for s in self.strata)
+
+    @property
+    def images(self) -> int:
+        """How many more images the first point gets right, over all common seeds."""
+        return sum(s.images for s in self.strata)
+
+    @property
+    def diff(self) -> float:
+        return self.images / self.n if self.n else 0.0
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        var = sum((s.only_first + s.only_second) - s.images**2 / s.n for s in self.strata if s.n)
+        half = Z95 * math.sqrt(max(0.0, var)) / self.n if self.n else math.inf
+        return self.diff - half, self.diff + half
+
+    @property
+    def p_value(self) -> float:
+        """Exact two-sided McNemar p-value on the discordant images of every seed."""
+        pooled = PairedComparison(
+            self.n,
+            sum(s.only_first for s in self.strata),
+            sum(s.only_second for s in self.strata),
+        )
+        return pooled.p_value
+
+
+def stratified(first: dict[int, np.ndarray], second: dict[int, np.ndarray]) -> Stratified:
+    """Two points' per-image outcomes by seed (seed -> right/wrong per test image)."""
+    common = sorted(set(first) & set(second))
+    return Stratified(tuple(compare_paired(first[s], second[s]) for s in common))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+@dataclass
+class Point:
+    """One setting of a sweep: its label, and per seed the job and its per-image outcomes."""
+
+    label: str
+    jobs: dict[int, int] = field(default_factory=dict)  # seed -> job number
+    outcomes: dict[int, np.ndarray] = field(default_factory=dict)  # seed -> right per image
+
+    @property
+    def accuracy(self) -> float:
+        right = sum(int(o.sum()) for o in self.outcomes.values())
+        total = sum(o.size for o in self.outcomes.values())
+        return right / total if total else math.nan
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(self.outcomes)
+
+
+@dataclass
+class Versus:
+    point: Point
+    against_best: Stratified
+    p_holm: float
+
+    @property
+    def worse(self) -> bool:
+        """Shown worse than the best at 5% after Holm's correction."""
+        return self.p_holm < ALPHA and self.against_best.images > 0
+
+
+@dataclass
+class Decision:
+    best: Point
+    others: list[Versus]
+
+    @property
+    def kind(self) -> str:
+        return "winner" if self.others and all(v.worse for v in self.others) else "tie"
+
+    @property
+    def tied(self) -> list[Point]:
+        return [v.point for v in self.others if not v.worse]
+
+    def line(self, objective: str) -> str:
+        seeds = len(self.best.seeds)
+        images = sum(o.size for o in self.best.outcomes.values()) // max(seeds, 1)
+        evidence = f"(Holm, {seeds} seed{'s' * (seeds != 1)}, {images} test images each)"
+        best = f"{self.best.label} ({objective} {self.best.accuracy:.4f})"
+        if not self.others:
+            return f"tie: only one point, {best}: nothing to compare it with"
+        if self.kind == "winner":
+            return f"winner: {best}, better than every other point at 5% {evidence}"
+        names = ", ".join(f"{p.label} ({p.accuracy:.4f})" for p in self.tied)
+        return (
+            f"tie: {best} cannot be told apart from {names} at 5% {evidence}; "
+            "more seeds or test images may decide"
+        )
+
+
+def decide(points: list[Point]) -> Decision | None:
+    """The best point (highest pooled accuracy) against every other; None without outcomes."""
+    scored = [p for p in points if p.outcomes]
+    if not scored:
+        return None
+    best = max(scored, key=lambda p: p.accuracy)
+    others = [p for p in scored if p is not best]
+    versus = [stratified(best.outcomes, p.outcomes) for p in others]
+    adjusted = holm([v.p_value if v.strata else 1.0 for v in versus])
+    return Decision(
+        best, [Versus(p, v, q) for p, v, q in zip(others, versus, adjusted, strict=True)]
+    )

@@ -1,0 +1,92 @@
+"""A sweep's decision (report.decision) against independent references: the stratified paired
+difference and its variance from numpy on the per-image differences, the exact McNemar p-value
+from statsmodels and scipy, Holm's correction from statsmodels; and the rule: a winner only when
+every other point is shown worse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+
+from sporeflow.report.decision import Point, decide, holm, stratified
+
+
+def outcomes(rng, n, acc):
+    return rng.random(n) < acc
+
+
+def test_stratified_difference_and_interval_match_numpy_on_the_per_image_differences():
+    rng = np.random.default_rng(0)
+    first = {s: outcomes(rng, 300 + 40 * s, 0.8) for s in (1, 2, 3)}
+    second = {s: outcomes(rng, 300 + 40 * s, 0.75) for s in (1, 2, 3)}
+    second[4] = outcomes(rng, 300, 0.7)  # a seed the first point did not run: not paired
+    result = stratified(first, second)
+    d = {s: first[s].astype(int) - second[s].astype(int) for s in (1, 2, 3)}
+    n = sum(v.size for v in d.values())
+    assert result.n == n
+    assert result.diff == pytest.approx(sum(v.sum() for v in d.values()) / n)
+    var = sum(v.size * np.var(v) for v in d.values()) / n**2  # each seed's own variance
+    low, high = result.ci95
+    assert high - result.diff == pytest.approx(1.959963984540054 * np.sqrt(var))
+    assert result.diff - low == pytest.approx(high - result.diff)
+
+
+def test_pooled_exact_mcnemar_matches_statsmodels_and_scipy():
+    rng = np.random.default_rng(1)
+    first = {s: outcomes(rng, 200, 0.7) for s in (1, 2)}
+    second = {s: outcomes(rng, 200, 0.66) for s in (1, 2)}
+    result = stratified(first, second)
+    a, b = np.concatenate([first[1], first[2]]), np.concatenate([second[1], second[2]])
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    assert result.p_value == pytest.approx(mcnemar(table, exact=True).pvalue)
+    only_a, only_b = table[0][1], table[1][0]
+    assert result.p_value == pytest.approx(binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
+@pytest.mark.parametrize(
+    "p", [[0.01, 0.04, 0.03, 0.5], [0.2], [0.001, 0.001, 0.9], [0.049, 0.02, 0.3, 0.01, 0.011]]
+)
+def test_holm_matches_statsmodels(p):
+    assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
+
+
+def point(label, per_seed):
+    return Point(label, {s: i for i, s in enumerate(per_seed)}, per_seed)
+
+
+def test_a_point_clearly_ahead_of_all_others_is_the_winner():
+    rng = np.random.default_rng(2)
+    truth = {s: outcomes(rng, 2000, 0.7) for s in (1, 2)}
+    strong = point("rho=0.4", {s: truth[s] | (rng.random(2000) < 0.5) for s in truth})
+    weak = [point(f"rho={r}", truth) for r in (0.55, 0.7)]
+    decision = decide([*weak, strong])
+    assert decision.best is strong and decision.kind == "winner" and decision.tied == []
+    line = decision.line("stage2/acc")
+    assert line.startswith("winner: rho=0.4 (stage2/acc 0.") and "2 seeds, 2000 test images" in line
+
+
+def test_points_within_the_noise_are_a_tie_however_the_order_falls():
+    """The README sweep's case: settings one or two images apart. The leader is named as such,
+    never as a winner, and every point it cannot be told from is listed."""
+    rng = np.random.default_rng(3)
+    base = outcomes(rng, 360, 0.9)
+    points = []
+    for k in range(4):
+        flipped = base.copy()
+        flipped[rng.choice(360, size=k, replace=False)] ^= True
+        points.append(point(f"job{k}", {1: flipped}))
+    decision = decide(points)
+    assert decision.kind == "tie"
+    assert {p.label for p in decision.tied} | {decision.best.label} == {f"job{k}" for k in range(4)}
+    assert decision.line("acc").startswith(f"tie: {decision.best.label} (acc ")
+    assert "cannot be told apart" in decision.line("acc")
+
+
+def test_one_point_is_no_winner_and_no_outcomes_is_no_decision():
+    only = point("lr=0.1", {1: np.ones(10, bool)})
+    assert decide([only]).kind == "tie"
+    assert "only one point" in decide([only]).line("acc")
+    assert decide([Point("failed")]) is None

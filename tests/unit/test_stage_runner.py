@@ -165,3 +165,42 @@ def test_sporeflow_compare_lists_each_pipeline_and_each_configuration(
         "boost.rho=0.4",
         "boost.rho=0.7",
     }
+
+
+def test_a_stage1_of_other_data_with_the_same_config_is_not_reused_and_the_log_says_why(
+    idx_dir, tmp_path, caplog, monkeypatch
+):
+    """One pixel of the test images changed on disk, the config unchanged: stage 1 and the
+    baseline run again (a reused stage 1 would be measured against other images), and the
+    log names the run it did not reuse and its data digest against this job's."""
+    import gzip
+    import logging
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    overrides = [
+        "dataset=fashion_mnist",
+        f"dataset.root={idx_dir}",
+        f"dataset.cache_dir={tmp_path / 'cache'}",
+        "dataset.image_size=8",
+        "model=mlp",
+        "model.hidden=16",
+        "callbacks.progress_bar=false",
+        "debug=dim_reduce",
+        "boost.baselines=[snapshot_mean]",  # one untrained baseline: the test stays short
+    ]
+    run_job(compose_job, tmp_path, overrides, run="a")
+    images = idx_dir / "t10k-images-idx3-ubyte.gz"
+    raw = bytearray(gzip.decompress(images.read_bytes()))
+    raw[-1] ^= 0xFF
+    images.write_bytes(gzip.compress(bytes(raw)))
+    with caplog.at_level(logging.INFO, logger="sporeflow"):
+        run_job(compose_job, tmp_path, overrides, run="b")
+    stages = by_stage(runs_of(tmp_path))
+    assert len(stages["stage1"]) == 2 and len(stages["snapshot_mean"]) == 2
+    first = min(stages["stage1"], key=lambda r: r.info.start_time)
+    (why,) = [r.getMessage() for r in caplog.records if "not reusing" in r.getMessage()][:1]
+    assert why.startswith(
+        f"stage1: not reusing MLflow run {first.info.run_id} (same config): data "
+    )
+    assert "code" not in why and "mindspore" not in why
+    assert first.data.tags["provenance.mindspore"] == __import__("mindspore").__version__

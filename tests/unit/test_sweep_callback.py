@@ -172,3 +172,34 @@ def test_a_failed_job_fails_the_sweep_and_is_named_on_its_parent(tmp_path, monke
     outcome = json.loads((tmp_path / "multirun" / "1" / JOB_FILE).read_text())
     assert outcome["status"] == "FAILED" and "yields no batch of 32" in outcome["error"]
     assert "Traceback" in outcome["traceback"]
+
+
+def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkeypatch, capsys):
+    """`optimizer.lr=a,b seed=1,2`: two points of two jobs each. The decision pools each
+    point's seeds, pairing images within a seed; recomputed here from the jobs' artifacts with
+    statsmodels on the concatenated outcomes (the pooled discordant counts are the same)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    grid = [(lr, seed) for lr in LRS for seed in (1, 2)]
+    jobs = [[f"optimizer.lr={lr}", f"seed={seed}", "epochs=1"] for lr, seed in grid]
+    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", "seed=1,2", "epochs=1"])
+    err = capsys.readouterr().err
+    runs = runs_of(tmp_path)
+    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    by_point: dict[str, list] = {lr: [] for lr in LRS}
+    for run in sorted(
+        (r for r in runs if r.data.tags.get("sweep.run_id") == callback.run_id),
+        key=lambda r: r.data.params["seed"],
+    ):
+        by_point[run.data.params["optimizer.lr"]].append(predictions_of(tmp_path, run))
+    pooled = {lr: np.concatenate(arrays) for lr, arrays in by_point.items()}
+    best_lr = max(LRS, key=lambda lr: (pooled[lr].mean(), -LRS.index(lr)))
+    other_lr = next(lr for lr in LRS if lr != best_lr)
+    a, b = pooled[best_lr], pooled[other_lr]
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    winner = mcnemar(table, exact=True).pvalue < 0.05 and a.sum() > b.sum()
+    assert parent.data.tags["sporeflow.decision"] == ("winner" if winner else "tie")
+    line = next(ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: ")))
+    assert line.split(" (")[0].split(": ", 1)[1] == f"optimizer.lr={best_lr}", line
+    assert "(Holm, 2 seeds, 64 test images each)" in line
+    if not winner:
+        assert parent.data.tags["sporeflow.tied_with"] == f"optimizer.lr={other_lr}"

@@ -39,6 +39,7 @@ from sporeflow.report.comparison import (
 )
 from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import barrier
+from sporeflow.stages import provenance as made_with
 from sporeflow.stages import reuse
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
@@ -64,6 +65,7 @@ class DimReducePipeline:
         self.pca_seconds: float | None = None  # None: the basis was given or found cached
         self._layout: Layout | None = None
         self._mean: dict | None = None
+        self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
@@ -73,6 +75,7 @@ class DimReducePipeline:
         return guarded(self.parent, self._stages)
 
     def _stages(self) -> dict[str, float]:
+        self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
         stage1 = self._keep(self._stage1())
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = self._snapshots(stage1)
@@ -83,7 +86,10 @@ class DimReducePipeline:
         for name in (b.value for b in self.boost.baselines):
             self._keep(
                 self._baseline(
-                    baseline_spec(self.cfg, self.ctx.run_dir, name, stage1.checkpoint), snapshots
+                    baseline_spec(
+                        self.cfg, self.ctx.run_dir, name, stage1.checkpoint, self.provenance
+                    ),
+                    snapshots,
                 )
             )
         return self._compare()
@@ -100,7 +106,7 @@ class DimReducePipeline:
 
     # --- stage 1 -------------------------------------------------------------------------------
     def _stage1(self) -> StageResult:
-        spec = stage1_spec(self.cfg, self.ctx.run_dir, keeps_snapshots=self.worker.is_node_main)
+        spec = stage1_spec(self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance)
         if self.boost.stage1_run:
             return self._named_stage1(spec)
         return self.runner.reused_or_run(

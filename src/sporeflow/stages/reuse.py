@@ -43,8 +43,8 @@ def _digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def stage1_fingerprint(cfg: DictConfig) -> str:
-    """Identifies a stage-1 run by everything that shapes its weights and snapshots."""
+def stage1_config(cfg: DictConfig) -> str:
+    """The part of the config that shapes a stage-1 run's weights and snapshots."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     key = {k: container[k] for k in STAGE1_KEYS}
     key["snapshot"] = container["boost"]["snapshot"]
@@ -52,16 +52,26 @@ def stage1_fingerprint(cfg: DictConfig) -> str:
     return _digest(key)
 
 
-def baseline_fingerprint(cfg: DictConfig, stage1: str, name: str) -> str:
+def stage1_fingerprint(cfg: DictConfig, provenance: dict[str, str]) -> str:
+    """Identifies a stage-1 run: its config part and what else made it (stages.provenance)."""
+    return _digest({"config": stage1_config(cfg), "provenance": provenance})
+
+
+def baseline_config(cfg: DictConfig, stage1_config_digest: str, name: str) -> str:
     """A baseline is shaped by stage 1, its epoch budget and (annealed) the anneal factor."""
     key = {
-        "stage1": stage1,
+        "stage1": stage1_config_digest,
         "baseline": name,
         "epochs": cfg.boost.baseline_epochs or cfg.boost.epochs,
     }
     if name == "annealed":
         key["anneal_factor"] = cfg.boost.anneal_factor
     return _digest(key)
+
+
+def baseline_fingerprint(cfg: DictConfig, name: str, provenance: dict[str, str]) -> str:
+    config = baseline_config(cfg, stage1_config(cfg), name)
+    return _digest({"config": config, "provenance": provenance})
 
 
 def finished_runs(tracker: Tracker, tag: str, fingerprint: str) -> list:

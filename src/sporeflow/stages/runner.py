@@ -17,6 +17,7 @@ from sporeflow.config.components import build_dataset
 from sporeflow.config.facts import worker_batch_size
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stages import provenance as made_with
 from sporeflow.stages import reuse, training
 from sporeflow.stages.evaluation import evaluate_weights
 from sporeflow.stages.results import StageResult
@@ -135,7 +136,21 @@ class StageRunner:
             if result is not None:
                 log.info("reusing %s from MLflow run %s (%s)", spec.name, run.info.run_id, run_dir)
                 return result
+        self._say_why_not_reused(spec)
         return None
+
+    def _say_why_not_reused(self, spec: StageSpec) -> None:
+        """A finished run with the same config but other code, MindSpore or data is not reused:
+        the newest such run is named with what differs."""
+        same_config = reuse.finished_runs(self.tracker, spec.config_tag, spec.config_digest)
+        if same_config:
+            why = made_with.differences(same_config[0], spec.provenance)
+            log.info(
+                "%s: not reusing MLflow run %s (same config): %s",
+                spec.name,
+                same_config[0].info.run_id,
+                "; ".join(why) or "its files are not usable here",
+            )
 
     def share(self, result: StageResult, spec: StageSpec) -> None:
         """A reusable run on a store other machines reach: its files go with it (reuse.share)."""

@@ -13,10 +13,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sporeflow.stages import provenance as made_with
 from sporeflow.stages import reuse
 
 STAGE1_TAG = "stage1_fingerprint"
 BASELINE_TAG = "baseline_fingerprint"
+CONFIG_TAG = "{}_config"  # beside a fingerprint tag: its config part alone (why not reused)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class StageSpec:
     snapshot_dir: Path | None = None  # keep weight snapshots here (boost.snapshot)
     reuse_tag: str | None = None  # the tag a reusable stage's fingerprint is stored under
     fingerprint: str | None = None
+    config_digest: str | None = None  # the fingerprint's config part (the rest: provenance)
+    provenance: dict = field(default_factory=dict)  # code, MindSpore and data it is made with
     tags: dict = field(default_factory=dict)  # more tags on the stage's run
 
     @property
@@ -48,8 +52,22 @@ class StageSpec:
             changed["optimizer.lr"] = self.lr
         return changed
 
+    @property
+    def config_tag(self) -> str | None:
+        return (
+            CONFIG_TAG.format(self.reuse_tag.removesuffix("_fingerprint"))
+            if self.reuse_tag
+            else None
+        )
+
     def run_tags(self) -> dict:
-        reuse_tags = {self.reuse_tag: self.fingerprint} if self.reusable else {}
+        reuse_tags = {}
+        if self.reusable:
+            reuse_tags = {
+                self.reuse_tag: self.fingerprint,
+                self.config_tag: self.config_digest,
+                **made_with.tags(self.provenance),
+            }
         return {"run_dir": str(self.stage_dir), **reuse_tags, **self.tags}
 
 
@@ -58,7 +76,9 @@ def plain_spec(cfg: DictConfig, run_dir: Path) -> StageSpec:
     return StageSpec("train", Path(run_dir), cfg.epochs)
 
 
-def stage1_spec(cfg: DictConfig, run_dir: Path, keeps_snapshots: bool) -> StageSpec:
+def stage1_spec(
+    cfg: DictConfig, run_dir: Path, keeps_snapshots: bool, provenance: dict[str, str]
+) -> StageSpec:
     """Stage 1: plain training that keeps weight snapshots (on the worker that writes them)."""
     stage_dir = Path(run_dir) / "stage1"
     return StageSpec(
@@ -67,7 +87,9 @@ def stage1_spec(cfg: DictConfig, run_dir: Path, keeps_snapshots: bool) -> StageS
         cfg.epochs,
         snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
         reuse_tag=STAGE1_TAG,
-        fingerprint=reuse.stage1_fingerprint(cfg),
+        fingerprint=reuse.stage1_fingerprint(cfg, provenance),
+        config_digest=reuse.stage1_config(cfg),
+        provenance=provenance,
     )
 
 
@@ -89,11 +111,13 @@ def stage2_spec(
     )
 
 
-def baseline_spec(cfg: DictConfig, run_dir: Path, name: str, stage1_weights: Path) -> StageSpec:
+def baseline_spec(
+    cfg: DictConfig, run_dir: Path, name: str, stage1_weights: Path, provenance: dict[str, str]
+) -> StageSpec:
     """A baseline stage 2 must beat: plain continuation (`baseline`), the same at a lower rate
     (`annealed`), or the snapshots' mean evaluated without training (`snapshot_mean`)."""
     budget = cfg.boost.baseline_epochs or cfg.boost.epochs
-    fingerprint = reuse.baseline_fingerprint(cfg, reuse.stage1_fingerprint(cfg), name)
+    fingerprint = reuse.baseline_fingerprint(cfg, name, provenance)
     lr = cfg.optimizer.lr * cfg.boost.anneal_factor if name == "annealed" else None
     return StageSpec(
         name,
@@ -103,4 +127,6 @@ def baseline_spec(cfg: DictConfig, run_dir: Path, name: str, stage1_weights: Pat
         init_weights=stage1_weights,
         reuse_tag=BASELINE_TAG,
         fingerprint=fingerprint,
+        config_digest=reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
+        provenance=provenance,
     )

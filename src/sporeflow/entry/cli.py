@@ -107,7 +107,8 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     tracker = Tracker(uri, args.experiment)
     jobs = report.sweep_jobs(tracker, run.info.run_id, keys)
     key = report.objective_key(jobs, tags.get("sweep.objective", "auto"))
-    header, rows = report.table_rows(report.ranked(jobs, key), keys)
+    ranked = report.ranked(jobs, key)
+    header, rows = report.table_rows(ranked, keys)
     if args.format == "text":
         print(
             f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
@@ -115,6 +116,9 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(report.render(header, rows, args.format), end="")
+    decision = report.sweep_decision(tracker, ranked, keys, key)
+    if args.format == "text" and decision is not None:
+        print(decision.line(key))  # the same verdict the sweep ended with, from the same store
     return 0
 
 

@@ -115,8 +115,8 @@ class TrackingConfig:
     run_name: Optional[str] = None
     """The run's name; null: `<model>-<dataset>`."""
     drain_timeout: Annotated[float, NonNegative] = 30.0
-    """Seconds a run waits at its end for the store to take what its journal still holds; what
-    is left is named with `sporeflow sync <run dir>`."""
+    """Seconds a run waits at its end for a writer that makes no progress (the store busy or
+    down); what is left is named with `sporeflow sync <run dir>`."""
     log_model: bool = True
     """Each stage's final network as an MLflow model (python_function + MINDIR); stand-alone
     and data-parallel jobs."""

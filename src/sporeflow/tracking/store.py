@@ -90,6 +90,16 @@ def store_lock(uri: str):
         yield
 
 
+def _import_client(uri: str) -> None:
+    """Import MLflow's client (and, for a database, its SQLAlchemy store, whose mappers take
+    seconds to configure) before `store_lock`: under load a writer holding the lock while it
+    imports kept every other job's writer waiting."""
+    import mlflow.tracking
+
+    if not uri.startswith(("http://", "https://")):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+
 def create_sqlite_store(db: Path) -> None:
     """Build an empty MLflow store at `db` all at once (call under `store_lock`): the schema is
     migrated in `<db>.creating`, which then gets the real name unless one exists by now."""
@@ -229,6 +239,7 @@ class Store:
 
         for chatty in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow tables..."
             logging.getLogger(chatty).setLevel(logging.WARNING)
+        _import_client(self.uri)  # seconds of imports, outside the lock other writers wait on
         with store_lock(self.uri):
             if db is not None and not db.exists():
                 self.call("create the store", partial(create_sqlite_store, db))

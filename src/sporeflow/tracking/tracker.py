@@ -6,8 +6,8 @@ journal (tracking.journal) and counts as made; the writer (tracking.writer, star
 first write, restarted if it dies) applies it to the store, retrying while the store is busy
 or down. The process does not import MLflow for its writes; a read (stage-1 reuse, resume)
 opens the store here, and a store that cannot be read is "not found" with a warning, so that
-stage is trained anew. At the end the process waits `tracking.drain_timeout` seconds for the
-writer; what is still unsent is named in one console line with the command that sends it.
+stage is trained anew. At the end the process waits for the writer while it makes progress,
+and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one console line with the command that sends it.
 Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 
@@ -179,13 +179,8 @@ class Tracker:
             return 0
         self._append(Op.close)
         self._journal.close()
-        writer = self._writer
-        if writer is not None:
-            try:
-                writer.wait(timeout=self.drain_timeout)
-            except subprocess.TimeoutExpired:
-                writer.terminate()
-                writer.wait(timeout=30)
+        if self._writer is not None:
+            self._drain(self._writer)
         self.left = pending(self._journal.path)
         if self.left:
             print(
@@ -194,6 +189,38 @@ class Tracker:
                 file=sys.stderr,
             )
         return self.left
+
+    def _drain(self, writer: subprocess.Popen) -> None:
+        """Wait for the writer while it gets on: `drain_timeout` counts seconds in which it
+        neither applied a record nor used the CPU (a store that is down, not a busy machine
+        on which a niced writer waits its turn). Then SIGTERM (it stops after the write in
+        progress), and SIGKILL if even that does not end it: training never fails because
+        tracking is slow; the journal keeps what is left."""
+        last, idle_since = self._writer_progress(writer), time.monotonic()
+        while writer.poll() is None:
+            time.sleep(0.2)
+            now = self._writer_progress(writer)
+            if now != last:
+                last, idle_since = now, time.monotonic()
+            elif time.monotonic() - idle_since > self.drain_timeout:
+                break
+        if writer.poll() is None:
+            writer.terminate()
+            try:
+                writer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                writer.kill()
+                writer.wait()
+
+    def _writer_progress(self, writer: subprocess.Popen) -> tuple[int, float]:
+        """(records applied, the writer's CPU seconds): either moving is progress."""
+        import psutil
+
+        try:
+            cpu = sum(psutil.Process(writer.pid).cpu_times()[:2])
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            cpu = -1.0
+        return self.applied().seq, round(cpu, 1)
 
     def _run_name(self) -> str:
         return next(iter(self._names.values()), "?")

@@ -7,7 +7,8 @@ first write, restarted if it dies) applies it to the store, retrying while the s
 or down. The process does not import MLflow for its writes; a read (stage-1 reuse, resume)
 opens the store here, and a store that cannot be read is "not found" with a warning, so that
 stage is trained anew. At the end the process waits for the writer while it makes progress,
-and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one console line with the command that sends it.
+and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one
+console line with the command that sends it.
 Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 

@@ -33,6 +33,20 @@ def _device_before_any_kernel() -> None:
 _device_before_any_kernel()
 
 
+@pytest.fixture(autouse=True)
+def _hydra_version_base_as_it_was():
+    """`initialize(version_base="1.3")` sets a process-wide default (whether a job changes into
+    its output dir, among others); make test runs files of both tiers in one process, so a test
+    that composes must not change how the next test's Hydra app behaves (Hydra's own launcher
+    suites expect the unset base)."""
+    from hydra.version import VersionBase
+
+    base = VersionBase.instance()
+    before = base.version_base
+    yield
+    base.version_base = before
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(["optimizer=sgd", ...]) -> the composed DictConfig, as train.py would see it."""

@@ -234,3 +234,31 @@ def test_a_process_killed_while_creating_a_sqlite_store_leaves_one_that_opens(tm
     assert store.connect()
     assert MlflowClient(uri).get_experiment_by_name("x") is not None
     assert not (tmp_path / "mlflow.db.creating").exists()
+
+
+@pytest.mark.parametrize(
+    "work,waited",
+    [
+        ("import time; t = time.process_time()\nwhile time.process_time() - t < 4: pass", True),
+        ("import time; time.sleep(60)", False),
+    ],
+    ids=["computing", "sleeping"],
+)
+def test_the_end_of_a_run_waits_for_a_writer_that_computes_not_for_one_that_sleeps(
+    tmp_path, work, waited
+):
+    """drain_timeout (1 s here) counts seconds without progress: a writer that computes (as a
+    niced one importing MLflow on a busy machine does) is waited for; one that only sleeps (as
+    between tries of a store that is down) is stopped, and stopping it never raises."""
+    import time
+
+    tracker = Tracker("sqlite:///unused.db", "e", journal_dir=tmp_path, drain_timeout=1.0)
+    writer = subprocess.Popen([sys.executable, "-c", work])
+    started = time.monotonic()
+    tracker._drain(writer)
+    took = time.monotonic() - started
+    assert writer.returncode is not None
+    if waited:
+        assert writer.returncode == 0 and took >= 3.5
+    else:
+        assert writer.returncode == -signal.SIGTERM and took < 10

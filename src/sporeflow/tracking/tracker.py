@@ -192,18 +192,20 @@ class Tracker:
         return self.left
 
     def _drain(self, writer: subprocess.Popen) -> None:
-        """Wait for the writer while it gets on: `drain_timeout` counts seconds in which it
-        neither applied a record nor used the CPU (a store that is down, not a busy machine
-        on which a niced writer waits its turn). Then SIGTERM (it stops after the write in
-        progress), and SIGKILL if even that does not end it: training never fails because
-        tracking is slow; the journal keeps what is left."""
-        last, idle_since = self._writer_progress(writer), time.monotonic()
+        """Wait for the writer while it gets on: `drain_timeout` counts the seconds in which it
+        neither applied a record nor computed (a store that is busy or down: the writer sleeps
+        between tries), not those in which a niced writer waits its turn on a busy machine.
+        Then SIGTERM (it stops after the write in progress), and SIGKILL if even that does not
+        end it: training never fails because tracking is slow; the journal keeps the rest."""
+        window = WriterWindow(self, writer)
+        idle_since = time.monotonic()
         while writer.poll() is None:
             time.sleep(0.2)
-            now = self._writer_progress(writer)
-            if now != last:
-                last, idle_since = now, time.monotonic()
-            elif time.monotonic() - idle_since > self.drain_timeout:
+            if window.closed() and window.progressed():
+                idle_since = time.monotonic()
+            if window.closed():
+                window = WriterWindow(self, writer)
+            if time.monotonic() - idle_since > self.drain_timeout:
                 break
         if writer.poll() is None:
             writer.terminate()
@@ -212,16 +214,6 @@ class Tracker:
             except subprocess.TimeoutExpired:
                 writer.kill()
                 writer.wait()
-
-    def _writer_progress(self, writer: subprocess.Popen) -> tuple[int, float]:
-        """(records applied, the writer's CPU seconds): either moving is progress."""
-        import psutil
-
-        try:
-            cpu = sum(psutil.Process(writer.pid).cpu_times()[:2])
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            cpu = -1.0
-        return self.applied().seq, round(cpu, 1)
 
     def _run_name(self) -> str:
         return next(iter(self._names.values()), "?")
@@ -360,6 +352,35 @@ class Tracker:
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
         return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
+
+
+class WriterWindow:
+    """A couple of seconds of a writer's life: did it apply a record, or compute (at least
+    WORKING_SHARE of a core)? A writer retrying a store that is down uses almost none."""
+
+    WORKING_SHARE = 0.05
+
+    def __init__(self, tracker: Tracker, writer: subprocess.Popen):
+        self.tracker, self.writer = tracker, writer
+        # shorter than the timeout it feeds, long enough for the CPU clock's 10 ms ticks
+        self.seconds = max(0.2, min(2.0, tracker.drain_timeout / 2))
+        self.start, self.seq, self.cpu = time.monotonic(), tracker.applied().seq, self._cpu()
+
+    def _cpu(self) -> float:
+        import psutil
+
+        try:
+            return float(sum(psutil.Process(self.writer.pid).cpu_times()[:2]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return 0.0
+
+    def closed(self) -> bool:
+        return time.monotonic() - self.start >= self.seconds
+
+    def progressed(self) -> bool:
+        elapsed = time.monotonic() - self.start
+        computed = self._cpu() - self.cpu >= self.WORKING_SHARE * elapsed
+        return self.tracker.applied().seq > self.seq or computed
 
 
 class TrackedRun:

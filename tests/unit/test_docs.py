@@ -95,7 +95,7 @@ def _one_job(overrides: list[str]) -> list[str]:
             value = value.start
         elif isinstance(value, IntervalSweep):
             value = value.start
-        if ov.is_sweep_override() or isinstance(value, (int, float)):
+        if ov.is_sweep_override():
             job.append(f"{ov.get_key_element()}={value}")
         else:
             job.append(ov.input_line)

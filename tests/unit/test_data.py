@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,6 +28,36 @@ def test_digits_split_is_stratified_and_complete():
     assert x_train.shape[1:] == (8, 8, 1) and x_train.dtype == np.uint8
     assert x_train.max() == 255
     assert set(np.unique(y_test)) == set(range(10))
+
+
+def test_the_cached_digits_split_is_scikit_learns_and_is_read_without_importing_it(
+    tmp_path, monkeypatch
+):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    load_digits_split.cache_clear()
+    made = [load_digits_split(split, 0.25) for split in ("train", "test")]
+    (cached,) = (tmp_path / "sporeflow" / "digits").glob("split-*0.25.npz")
+    digits = load_digits()
+    _, _, y_train, y_test = train_test_split(
+        digits.images, digits.target, test_size=0.25, random_state=0, stratify=digits.target
+    )
+    assert np.array_equal(made[0][1], y_train) and np.array_equal(made[1][1], y_test)
+    code = (
+        "import sys; from sporeflow.data.digits import load_digits_split as f; "
+        "x, y = f('test', 0.25); print(len(y), 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+    ).stdout.split()
+    assert out == [str(len(y_test)), "False"], cached
+    load_digits_split.cache_clear()
 
 
 def test_digits_pipeline_shapes_and_normalisation():

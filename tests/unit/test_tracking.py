@@ -7,8 +7,10 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import AppliedState, Journal, JournalTail, read_records, sibling
+from sporeflow.tracking.sqlite_store import empty_store
 from sporeflow.tracking.store import Store, default_uri, flatten, resolve_uri
 from sporeflow.tracking.tracker import Tracker
 
@@ -222,11 +225,15 @@ Store(sys.argv[1], "x").connect()
 """
 
 
-def test_a_process_killed_while_creating_a_sqlite_store_leaves_one_that_opens(tmp_path):
+def test_a_process_killed_while_creating_a_sqlite_store_leaves_one_that_opens(
+    tmp_path, monkeypatch
+):
     """A fresh store takes seconds of MLflow migrations; a process SIGKILLed in them (as a
     writer was in CI) must not leave a half-built database that every later open refuses
     ("table ... already exists")."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cache = tmp_path / "cache"  # no kept empty store yet: this store's build migrates
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     child = subprocess.run([sys.executable, "-c", KILLED_MID_MIGRATION, uri], timeout=120)
     assert child.returncode == -signal.SIGKILL
     assert not (tmp_path / "mlflow.db").exists()
@@ -234,6 +241,42 @@ def test_a_process_killed_while_creating_a_sqlite_store_leaves_one_that_opens(tm
     assert store.connect()
     assert MlflowClient(uri).get_experiment_by_name("x") is not None
     assert not (tmp_path / "mlflow.db.creating").exists()
+    kept = cache / "sporeflow" / "mlflow" / f"empty-store-mlflow{version('mlflow')}.db"
+    assert kept.is_file() and not list(kept.parent.glob(".*"))  # the killed build's file is gone
+
+
+def schema(db: Path) -> set:
+    """Every table and index as a set of its lines (MLflow's migrations order a table's
+    constraints differently from one build to the next), and the migration head."""
+    with sqlite3.connect(db) as con:
+        found = {
+            frozenset(line.strip().rstrip(",") for line in sql.splitlines())
+            for (sql,) in con.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL")
+        }
+        found |= set(con.execute("SELECT version_num FROM alembic_version"))
+    con.close()
+    return found
+
+
+def test_a_store_copied_from_the_kept_empty_one_is_the_store_mlflow_builds(tmp_path, monkeypatch):
+    """A new sqlite store is a copy of one MLflow migrated (kept in the user cache): the same
+    schema and migration head as a store MLflow builds itself, the same "Default" experiment
+    location, the kept store's content (a marker put in it here) in every copy."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    by_mlflow = f"sqlite:///{tmp_path}/mlflow_own.db"
+    MlflowClient(by_mlflow).search_experiments()
+    ours = f"sqlite:///{tmp_path}/ours.db"
+    assert Store(ours, "x", tmp_path / "artifacts").connect()
+    assert schema(tmp_path / "ours.db") == schema(tmp_path / "mlflow_own.db")
+    default = [MlflowClient(u).get_experiment("0") for u in (by_mlflow, ours)]
+    assert default[0].name == default[1].name == "Default"
+    assert default[0].artifact_location == default[1].artifact_location
+    with sqlite3.connect(empty_store()) as kept:
+        kept.execute("CREATE TABLE marker (x INTEGER)")
+    kept.close()
+    assert Store(f"sqlite:///{tmp_path}/second.db", "x").connect()
+    assert frozenset(["CREATE TABLE marker (x INTEGER)"]) in schema(tmp_path / "second.db")
 
 
 @pytest.mark.parametrize(
@@ -262,3 +305,21 @@ def test_the_end_of_a_run_waits_for_a_writer_that_computes_not_for_one_that_slee
         assert writer.returncode == 0 and took >= 3.5
     else:
         assert writer.returncode == -signal.SIGTERM and took < 10
+
+
+def test_a_models_pins_are_still_checked_against_what_is_installed(caplog):
+    """Model logging gives MLflow's pin check only the pinned names (mapping every installed
+    distribution took 3.3 s): a pin this environment does not satisfy is still warned about,
+    a satisfied one is not, and MLflow's own map is left as it was."""
+    from mlflow.utils import requirements_utils
+
+    from sporeflow.tracking.models import _pins_checked_alone, requirements
+
+    pins = requirements()
+    before = requirements_utils._MODULES_TO_PACKAGES
+    with _pins_checked_alone(pins), caplog.at_level("WARNING", logger="mlflow"):
+        requirements_utils.warn_dependency_requirement_mismatches(pins)
+        assert "mismatches" not in caplog.text
+        requirements_utils.warn_dependency_requirement_mismatches(["mindspore==0.0.1"])
+    assert "mindspore (current: " in caplog.text and "required: mindspore==0.0.1" in caplog.text
+    assert requirements_utils._MODULES_TO_PACKAGES is before

@@ -8,11 +8,12 @@ load into a float32 network and back.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import mindspore as ms
 from mindspore import dtype as mstype
 from mindspore import nn
+
+from sporeflow.storage.cache import user_cache_dir
 
 
 def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) -> nn.Cell:
@@ -22,8 +23,7 @@ def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) ->
     # MindSpore's rewrite writes the rewritten network's source to ./rewritten_network/, imports
     # it and reads it again at graph compile: keep it in a cache dir, not the launch directory
     here = os.getcwd()
-    scratch = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sporeflow" / "amp"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = user_cache_dir("amp")
     os.chdir(scratch)
     try:
         wrapped = ms.amp.auto_mixed_precision(network, level)

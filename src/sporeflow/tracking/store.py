@@ -6,9 +6,7 @@ plain job's first step. A sqlite store busy with another process's write ("datab
 locked") is retried with back-off; other failures raise `StoreError` to the caller, who
 decides (the writer retries for as long as its run lives; a read falls back to "not found").
 Several processes may open one fresh sqlite store at once: its creation (schema migration,
-experiment) happens under a file lock beside the database. A new sqlite store is built in a side
-file and renamed into place, so a process killed during MLflow's migrations (seconds on a fresh
-store) leaves no half-built database that every later open would refuse.
+experiment) happens under a file lock beside the database (tracking.sqlite_store builds it).
 
 Store: `tracking.uri`, else $MLFLOW_TRACKING_URI, else `sqlite:///<launch dir>/mlflow.db` with
 artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there shows all.
@@ -28,6 +26,7 @@ from typing import Any, TypeVar
 
 from sporeflow.core.uris import database_lock, database_problem, is_database, redacted
 from sporeflow.storage.locks import exclusive
+from sporeflow.tracking.sqlite_store import create_sqlite_store
 
 log = logging.getLogger(__name__)
 
@@ -98,30 +97,6 @@ def _import_client(uri: str) -> None:
 
     if not uri.startswith(("http://", "https://")):
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-
-
-def create_sqlite_store(db: Path) -> None:
-    """Build an empty MLflow store at `db` all at once (call under `store_lock`): the schema is
-    migrated in `<db>.creating`, which then gets the real name unless one exists by now."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.tracking import MlflowClient
-
-    db.parent.mkdir(parents=True, exist_ok=True)
-    partial_db = db.with_name(db.name + ".creating")
-    partial_db.unlink(missing_ok=True)  # left by a process killed while creating
-    uri = f"sqlite:///{partial_db}"
-    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # runs every migration
-    engine = SqlAlchemyStore._engine_map.pop(uri, None)  # noqa: SLF001  (MLflow caches per URI)
-    if engine is not None:
-        engine.dispose()
-    with open(partial_db, "rb+") as f:
-        os.fsync(f.fileno())
-    try:
-        os.link(partial_db, db)  # never over a store another program (mlflow ui) made meanwhile
-    except FileExistsError:
-        pass
-    finally:
-        partial_db.unlink()
 
 
 def process_tags(me: Mapping[str, Any] | None = None) -> dict[str, str]:

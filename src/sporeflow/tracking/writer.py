@@ -137,4 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    logging.shutdown()
+    # Everything is applied and the log flushed: skip tearing down MLflow's module graph at
+    # interpreter exit (1.5 s of garbage collection that the trainer's drain waits on).
+    os._exit(exit_code)

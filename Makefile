@@ -7,12 +7,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-slow test-all lint format bench docs docs-serve docs-examples clean help
+.PHONY: install train test test-fast test-slow lint format bench docs docs-serve docs-examples clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
-	@echo "make test    - install if needed, then run the test suite but the slow tests, on 2 cores"
-	@echo "make test-slow - the tests marked slow, one at a time; make test-all runs both"
+	@echo "make test    - install if needed, then run the whole test suite on 2 cores (what CI runs)"
+	@echo "make test-fast - all but the tests marked slow; make test-slow - only those"
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
@@ -36,21 +36,22 @@ RUN := PATH="$(abspath $(VENV))/bin:$$PATH" $(PY)
 train: install
 	$(RUN) train.py $(ARGS)
 
-# `make test` leaves the tests marked slow (about a minute each) to `make test-slow`; CI runs both.
-# It runs on both cores (pytest-xdist), a test file per worker at a time so that a module's
-# shared runs are made once; the slow tests (msrun jobs of two workers each, a SLURM cluster)
-# run one at a time.
+# `make test` runs the whole suite on both cores (pytest-xdist): a test file per worker at a
+# time, so that a module's shared runs are made once, the longest files first
+# (tests/helpers/ordering.py; --no-loadscope-reorder keeps that order) so that both workers end
+# together. `make test-fast` leaves out the tests marked slow (about a minute each or more:
+# msrun jobs, sweeps, a SLURM cluster); `make test-slow` runs only those.
 PYTEST := $(RUN) -m pytest
-PARALLEL ?= -n 2 --dist loadfile
+PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 test: install
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
+
+test-fast: install
 	$(PYTEST) -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
 
 test-slow: install
-	$(PYTEST) -m slow $(PYTEST_ARGS)
-
-test-all: install
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m slow $(PARALLEL) $(PYTEST_ARGS)
 
 # mypy checks the layers below config (they import no Hydra): the ones most code stands on
 TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking

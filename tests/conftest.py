@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from helpers import ordering
 from helpers.formats import write_idx
 from helpers.train import CONF
 from sporeflow.entry.hydra_setup import register_configs
@@ -31,6 +32,14 @@ def _device_before_any_kernel() -> None:
 
 
 _device_before_any_kernel()
+
+
+def pytest_configure(config):
+    ordering.install(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    items[:] = ordering.longest_first(items)
 
 
 @pytest.fixture(autouse=True)

@@ -203,3 +203,6 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     assert "(Holm, 2 seeds, 64 test images each)" in line
     if not winner:
         assert parent.data.tags["sporeflow.tied_with"] == f"optimizer.lr={other_lr}"
+    (version,) = client_of(tmp_path).search_model_versions()
+    decision = "winner" if winner else "tie"
+    assert f"its model: models:/{version.name}/{version.version}, tagged {decision}" in err

@@ -165,9 +165,11 @@ class Summary:
         if name:
             value = f"{best.metrics[key]:.6g}"
             tags = {"objective": key, "value": value, "sweep": self.sweep.run_id, **verdict}
-            self.parent.register_model(best.run_id, model_stage(key), name, tags)
+            number = self.parent.register_model(
+                best.run_id, model_stage(key), name, tags, self.tracker.drain_timeout
+            )
             kind = verdict.get("sporeflow.decision", "undecided")
-            lines.append(f"its model: registered model {name!r}, a new version tagged {kind}")
+            lines.append(f"its model: {registered(name, number)}, tagged {kind}")
         return lines
 
     def _trials(self, jobs: list) -> list[str]:
@@ -230,3 +232,12 @@ def best_trial(sweep: Sweep, trials: list[dict]) -> dict | None:
         return None
     sign = 1.0 if objective.maximize(sweep.objective) else -1.0  # "auto" is an accuracy
     return max(complete, key=lambda t: sign * float(t["value"]))
+
+
+def registered(name: str, version: str | None) -> str:
+    """How the console names a new registry version: the URI that loads it, when known."""
+    if version:
+        return f"models:/{name}/{version}"
+    if version == "":
+        return f"not registered as {name!r} (the run logged no model)"
+    return f"a new version of {name!r} (its number once the tracking writer has sent it)"

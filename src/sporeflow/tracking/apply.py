@@ -139,12 +139,18 @@ class Applier:
             Op.link_model: lambda run_id, g, _: self.store.link_model(
                 run_id, self.resolve(g[0]["source"]), g[0]["name"]
             ),
-            Op.register: lambda run_id, g, _: self.store.register_model(run_id, g[0]),
+            Op.register: self._register,
             Op.text: lambda run_id, g, _: self.store.log_text(run_id, g[0]["text"], g[0]["file"]),
             Op.resume: self._resume,
             Op.end: self._end,
             Op.delete: lambda run_id, g, _: self.store.delete_run(run_id),
         }
+
+    def _register(self, run_id: str, group: list[dict], _uncertain: bool) -> None:
+        """A new registry version; its number is kept with the applied state (the sweep that
+        asked prints it)."""
+        record = group[0]
+        self.state.versions[str(record["seq"])] = self.store.register_model(run_id, record) or ""
 
     def _metrics(self, run_id: str, group: list[dict], uncertain: bool) -> None:
         """One batch; points an interrupted earlier try already stored are not sent again."""

@@ -180,6 +180,7 @@ class AppliedState:
     open: list[str] = field(default_factory=list)  # runs created/resumed here, not ended yet
     in_flight: list[int] | None = None  # [first, last] seq being written when last saved
     rejected: int = 0  # records the store refused (named in the writer's log)
+    versions: dict[str, str] = field(default_factory=dict)  # register seq -> version ("" none)
 
     @classmethod
     def load(cls, journal: Path) -> AppliedState:

@@ -376,15 +376,15 @@ class Store:
                 lambda: self._client.log_outputs(run_id, [LoggedModelOutput(model_id, step=0)]),
             )
 
-    def register_model(self, run_id: str, record: Mapping[str, Any]) -> None:
+    def register_model(self, run_id: str, record: Mapping[str, Any]) -> str | None:
         """A journal `register` record: a version of the model the source run logged, unless
-        this run registered it already (a replay)."""
+        this run registered it already (a replay); returns the version (None: no model)."""
         from sporeflow.tracking.models import register
 
         self.connect()
         experiment_id = str(self.experiment_id)
         with _global_tracking_uri(self.uri):  # MLflow's registry looks up models:/m-... there
-            self.call(
+            return self.call(
                 "register_model",
                 lambda: register(self._client, experiment_id, run_id, dict(record)),
             )

@@ -391,9 +391,10 @@ class TrackedRun:
         self.run_id = run_id
         self._pending: list[list] = []
 
-    def _append(self, op: Op, **fields: Any) -> None:
-        if self.run_id is not None:
-            self.tracker._append(op, run=self.run_id, **fields)  # noqa: SLF001 - one module's pair
+    def _append(self, op: Op, **fields: Any) -> int | None:
+        if self.run_id is None:
+            return None
+        return self.tracker._append(op, run=self.run_id, **fields)  # noqa: SLF001 - one module's pair
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._append(Op.params, params={k: redact_text(str(v)) for k, v in params.items()})
@@ -471,11 +472,16 @@ class TrackedRun:
         self._append(Op.link_model, source=source_run, name=name)
 
     def register_model(
-        self, source_run: str, stage: str, name: str, tags: Mapping[str, str]
-    ) -> None:
+        self, source_run: str, stage: str, name: str, tags: Mapping[str, str], timeout: float
+    ) -> str | None:
         """Register the model that `source_run` (or its child run of `stage`) logged as a new
-        version of registered model `name`, tagged with this run and `tags`."""
-        self._append(Op.register, source=source_run, stage=stage, name=name, tags=dict(tags))
+        version of registered model `name`, tagged with this run and `tags`; wait up to
+        `timeout` s for the writer and return the version ("" when that run logged no model,
+        None when the store does not have it by then)."""
+        seq = self._append(Op.register, source=source_run, stage=stage, name=name, tags=dict(tags))
+        if seq is None or not self.tracker.wait_applied(timeout):
+            return None
+        return self.tracker.applied().versions.get(str(seq))
 
     def end(self, status: str = "FINISHED") -> None:
         """Flush metrics and close the run; status FINISHED, FAILED or KILLED."""

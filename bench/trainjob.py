@@ -7,14 +7,21 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_train(args: list[str], launch_dir: Path, env: dict | None = None) -> float:
-    """Wall seconds of `python train.py ARGS` run in `launch_dir` (raises with its stderr on failure)."""
-    cmd = [sys.executable, str(REPO / "train.py"), *args]
+def run_train(
+    args: list[str], launch_dir: Path, env: dict | None = None, repo: Path = REPO
+) -> float:
+    """Wall seconds of `python train.py ARGS` run in `launch_dir` (raises with its stderr on
+    failure); `repo`: another checkout's train.py (its src/ first on the path)."""
+    cmd = [sys.executable, str(repo / "train.py"), *args]
+    if repo != REPO:
+        env = {**(env or os.environ), "PYTHONPATH": str(repo / "src")}
     start = time.perf_counter()
     proc = subprocess.run(
         cmd,
@@ -26,6 +33,23 @@ def run_train(args: list[str], launch_dir: Path, env: dict | None = None) -> flo
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return time.perf_counter() - start
+
+
+@contextmanager
+def checkout(rev: str) -> Iterator[Path]:
+    """A git worktree of `rev` (removed after): older code run on this venv, side by side."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        where = Path(tmp) / rev
+        git = ["git", "-C", str(REPO)]
+        subprocess.run(
+            [*git, "worktree", "add", "--detach", str(where), rev], check=True, capture_output=True
+        )
+        try:
+            yield where
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(where)], check=True)
 
 
 def runs(launch_dir: Path, filter_string: str = ""):

@@ -177,8 +177,11 @@ def test_a_server_down_for_the_whole_run_is_caught_up_by_sporeflow_sync(referenc
     proc = run_train(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "run"
-    kept = [ln for ln in proc.stderr.splitlines() if "tracking records of run" in ln]
+    lines = proc.stderr.splitlines()
+    kept = [ln for ln in lines if "tracking records of run" in ln]
     assert len(kept) == 1 and f"send them with: sporeflow sync {run_dir}" in kept[0], kept
+    early = [i for i, ln in enumerate(lines) if ln.startswith("[sporeflow] tracking: connect to")]
+    assert len(early) == 1 and early[0] < lines.index(kept[0]), "said once, while it trained"
     later.start()
     try:
         first = sporeflow_cli(tmp_path, "sync", str(run_dir))

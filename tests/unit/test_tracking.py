@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,10 +19,17 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sporeflow.tracking.apply import Applier
-from sporeflow.tracking.journal import AppliedState, Journal, JournalTail, read_records, sibling
+from sporeflow.tracking.journal import (
+    PROBLEM,
+    AppliedState,
+    Journal,
+    JournalTail,
+    read_records,
+    sibling,
+)
 from sporeflow.tracking.sqlite_store import empty_store
 from sporeflow.tracking.store import Store, default_uri, flatten, resolve_uri
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.tracker import PROBLEM_LOOK_S, Tracker
 
 
 def config(**kw):
@@ -130,8 +138,20 @@ def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_pa
     )
     with tracker:
         write_a_run(tracker, tmp_path, steps=10)
+        problem = sibling(tracker.journal, PROBLEM)
+        while not problem.exists():  # the writer's first try, within seconds
+            time.sleep(0.1)
+        time.sleep(PROBLEM_LOOK_S)
+        tracker.start_run("late")  # the next record: the trainer says it, once
+        tracker.start_run("later")
+        said, why = capsys.readouterr().err.splitlines(), problem.read_text()
     records = read_records(tracker.journal, 0)
     assert tracker.left == len(records) > 0
+    assert why.startswith(f"connect to {uri}: ")
+    assert said == [
+        f"[sporeflow] tracking: {why}; training goes on, its records wait in {tracker.journal} "
+        "and are sent once the store answers"
+    ]
     err = capsys.readouterr().err
     assert (
         f"{tracker.left} tracking records of run parent are kept in {tracker.journal}; "

@@ -166,6 +166,9 @@ def journals_under(root: Path) -> list[Path]:
     return sorted(set(found), key=lambda p: (p.stat().st_mtime, str(p)))
 
 
+PROBLEM = ".writer.problem"  # beside the journal while the store cannot be reached: why
+
+
 def sibling(journal: Path, suffix: str) -> Path:
     """`<stem>.applied.json`, `<stem>.writer.log`, `<stem>.writer.pid` beside a journal."""
     return journal.with_name(journal.name[: -len(SUFFIX)] + suffix)

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
 from sporeflow.tracking.journal import (
+    PROBLEM,
     AppliedState,
     Journal,
     Op,
@@ -49,6 +50,7 @@ __all__ = ["Tracker", "TrackedRun", "flatten"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DRAIN_TIMEOUT_S = 30.0
+PROBLEM_LOOK_S = 1.0  # how often a record's append looks for the writer's problem file
 
 
 class Tracker:
@@ -73,6 +75,7 @@ class Tracker:
         self.drain_timeout = drain_timeout
         self._journal: Journal | None = None
         self._writer: subprocess.Popen | None = None
+        self._problem_said, self._problem_looked = False, float("-inf")
         self._store: Store | None = None
         self._unread: str | None = None  # why the store could not be read, once warned
         self._names: dict[str, str] = {}  # run key -> name, for the end line
@@ -120,7 +123,28 @@ class Tracker:
             )
         seq = self._journal.append(op, **fields)
         self._ensure_writer()
+        self._say_problem()
         return seq
+
+    def _say_problem(self) -> None:
+        """The writer's first failed contact with the store, as one console line, once: the
+        user learns within seconds, not at the end, that nothing is being stored yet."""
+        if self._problem_said or self._journal is None:
+            return
+        now = time.monotonic()
+        if now - self._problem_looked < PROBLEM_LOOK_S:
+            return
+        self._problem_looked = now
+        try:
+            problem = sibling(self._journal.path, PROBLEM).read_text().strip()
+        except OSError:
+            return
+        self._problem_said = True
+        print(
+            f"[sporeflow] tracking: {problem}; training goes on, its records wait in "
+            f"{self._journal.path} and are sent once the store answers",
+            file=sys.stderr,
+        )
 
     def _ensure_writer(self) -> None:
         """Start the writer, or a new one if it died (SIGKILL, OOM): the journal is the truth."""

@@ -13,7 +13,8 @@ lives. It ends when
 - SIGTERM: it stops after the write in progress.
 Ctrl-C (SIGINT to the whole foreground group) is ignored: the owner decides when to stop.
 It runs at nice 10: on a busy machine the training process gets the CPU first.
-Its log is `<stem>.writer.log` beside the journal; its pid `<stem>.writer.pid`.
+Its log is `<stem>.writer.log` beside the journal; its pid `<stem>.writer.pid`; while the store
+cannot be reached, `<stem>.writer.problem` says why (the trainer prints it once).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from sporeflow.core.processes import is_alive
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.apply import Applier
-from sporeflow.tracking.journal import header_of, sibling
+from sporeflow.tracking.journal import PROBLEM, header_of, sibling
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.system_metrics import SystemMetrics
 
@@ -78,6 +79,7 @@ def _follow(journal: Path, header: dict, applier: Applier, stop: type[_Stop]) ->
             applied = applier.apply_pending()
             if failures:
                 log.info("store reachable again after %d failed tries", failures)
+                sibling(journal, PROBLEM).unlink(missing_ok=True)
             failures = 0
             if applier.closed and not applier.pending():
                 return 0
@@ -90,6 +92,8 @@ def _follow(journal: Path, header: dict, applier: Applier, stop: type[_Stop]) ->
                 time.sleep(IDLE_S)
         except StoreError as ex:
             failures += 1
+            if failures == 1:  # the trainer says it on its console (Tracker.say_problem)
+                write_text_atomic(sibling(journal, PROBLEM), str(ex))
             pause = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
             log.warning("try %d failed (%s); next in %.1f s", failures, ex, pause)
             if owner_gone_at is not None and time.monotonic() - owner_gone_at > header.get(

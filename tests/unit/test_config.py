@@ -103,3 +103,39 @@ def test_cli_help_lists_groups(tmp_path):
     assert set(groups) == set(GROUPS)
     assert groups["dataset"].split(", ") == options("dataset")
     assert "mlflow ui" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides,said",
+    [
+        (
+            ["boost=dim_reduce", "tracking.enabled=false"],
+            "boost.reuse_stage1, boost.reuse_baselines",
+        ),
+        (
+            ["boost=dim_reduce", "tracking.enabled=false", "boost.reuse_stage1=false"],
+            "boost.reuse_baselines",
+        ),
+        (["boost=dim_reduce"], None),
+        (
+            [
+                "boost=dim_reduce",
+                "tracking.enabled=false",
+                "boost.reuse_stage1=false",
+                "boost.reuse_baselines=false",
+            ],
+            None,
+        ),
+        (["tracking.enabled=false"], None),
+    ],
+)
+def test_a_dim_reduce_job_without_a_store_says_that_reuse_is_off(compose_cfg, overrides, said):
+    from sporeflow.config.facts import reuse_off_reason
+
+    reason = reuse_off_reason(validate(compose_cfg(overrides)))
+    if said is None:
+        assert reason is None
+    else:
+        assert (
+            reason.startswith("reuse is off: tracking.enabled=false") and f"({said} need" in reason
+        )

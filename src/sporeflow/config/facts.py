@@ -27,3 +27,18 @@ def worker_batch_size(cfg: Any) -> int:
 
 def global_batch_size(cfg: Any) -> int:
     return worker_batch_size(cfg) * cfg.parallel.workers
+
+
+def reuse_off_reason(cfg: Any) -> str | None:
+    """Why a dim-reduce job asked to reuse finished stages cannot (None: it can, or did not
+    ask): reuse finds them in the MLflow store, and `tracking.enabled=false` has none."""
+    if not is_dim_reduce(cfg) or cfg.tracking.enabled:
+        return None
+    asked = [k for k in ("reuse_stage1", "reuse_baselines") if cfg.boost[k]]
+    if not asked:
+        return None
+    return (
+        "reuse is off: tracking.enabled=false, and finished stages are found in the MLflow "
+        "store; stage 1 and the baselines are trained in this job "
+        f"({', '.join(f'boost.{k}' for k in asked)} need tracking on)"
+    )

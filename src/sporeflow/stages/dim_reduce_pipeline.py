@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from sporeflow.config.components import build_model
+from sporeflow.config.facts import reuse_off_reason
 from sporeflow.config.schema import StartFrom
 from sporeflow.dim_reduce.pca import (
     Layout,
@@ -75,6 +76,9 @@ class DimReducePipeline:
         return guarded(self.parent, self._stages)
 
     def _stages(self) -> dict[str, float]:
+        reuse_off = reuse_off_reason(self.cfg)
+        if reuse_off and self.worker.is_main:
+            log.warning(reuse_off)
         self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
         stage1 = self._keep(self._stage1())
         barrier(self.worker)  # rank 0 has written every snapshot

@@ -90,3 +90,51 @@ def test_one_point_is_no_winner_and_no_outcomes_is_no_decision():
     assert decide([only]).kind == "tie"
     assert "only one point" in decide([only]).line("acc")
     assert decide([Point("failed")]) is None
+
+
+def test_a_points_interval_is_the_stratified_wald_interval_of_statsmodels_strata():
+    """Each seed's images a stratum: the pooled accuracy's variance is the image-weighted sum of
+    each seed's binomial variance, which statsmodels' normal interval gives per seed."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    rng = np.random.default_rng(5)
+    per_seed = {1: outcomes(rng, 360, 0.8), 2: outcomes(rng, 500, 0.6)}
+    low, high = point("p", per_seed).ci95
+    total = sum(o.size for o in per_seed.values())
+    var = 0.0
+    for o in per_seed.values():
+        lo, hi = proportion_confint(int(o.sum()), o.size, alpha=0.05, method="normal")
+        var += (o.size / total) ** 2 * ((hi - lo) / 2 / 1.959963984540054) ** 2
+    pooled = sum(int(o.sum()) for o in per_seed.values()) / total
+    assert (low, high) == pytest.approx(
+        (pooled - 1.96 * var**0.5, pooled + 1.96 * var**0.5), abs=1e-4
+    )
+    one = point("q", {1: per_seed[1]}).ci95  # one seed: exactly statsmodels' interval
+    assert one == pytest.approx(
+        proportion_confint(int(per_seed[1].sum()), 360, alpha=0.05, method="normal")
+    )
+
+
+def test_one_row_per_point_best_first_with_its_seeds_jobs_and_verdict():
+    rng = np.random.default_rng(2)
+    truth = {s: outcomes(rng, 2000, 0.7) for s in (1, 2)}
+    strong = Point("rho=0.4", {1: 4, 2: 5}, {s: truth[s] | (rng.random(2000) < 0.5) for s in truth})
+    weak = Point("rho=0.7", {1: 0, 2: 1}, truth)
+    decision = decide([weak, strong])
+    header, rows = decision.rows("stage2/acc")
+    assert header == [
+        "point",
+        "seeds",
+        "jobs",
+        "stage2/acc",
+        "95% CI",
+        "vs best",
+        "95% CI",
+        "p Holm",
+        "verdict",
+    ]
+    assert [r[:3] for r in rows] == [["rho=0.4", "1,2", "4,5"], ["rho=0.7", "1,2", "0,1"]]
+    assert rows[0][-1] == "winner" and rows[1][-1] == "worse"
+    versus = decision.others[0].against_best
+    assert float(rows[1][5]) == pytest.approx(-versus.diff, abs=1e-4)
+    assert float(rows[1][7]) == pytest.approx(decision.others[0].p_holm, rel=1e-2)

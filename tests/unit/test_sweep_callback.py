@@ -203,6 +203,13 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     assert "(Holm, 2 seeds, 64 test images each)" in line
     if not winner:
         assert parent.data.tags["sporeflow.tied_with"] == f"optimizer.lr={other_lr}"
+    points = (tmp_path / "multirun" / "points.txt").read_text().splitlines()  # one row a point
+    assert points[0].split()[:3] == ["point", "seeds", "jobs"]
+    assert [ln.split()[:2] for ln in points[1:]] == [
+        [f"optimizer.lr={best_lr}", "1,2"],
+        [f"optimizer.lr={other_lr}", "1,2"],
+    ]
+    assert points[2].split()[-1] == ("worse" if winner else "tie")
     (version,) = client_of(tmp_path).search_model_versions()
     decision = "winner" if winner else "tie"
     assert f"its model: models:/{version.name}/{version.version}, tagged {decision}" in err

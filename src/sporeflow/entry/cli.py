@@ -90,7 +90,8 @@ def _sweep_run(client, exp, which: str):
 
 
 def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
-    """One row per job of one sweep, best first by its objective, swept keys as columns."""
+    """One row per job of one sweep, best first by its objective, swept keys as columns; as
+    text, first one row per point (the jobs' settings but the seed) and the verdict last."""
     from sporeflow.report import sweep_report as report
     from sporeflow.tracking.tracker import Tracker
 
@@ -115,8 +116,10 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
             f"{len(jobs)} jobs, best first by {key}",
             file=sys.stderr,
         )
-    print(report.render(header, rows, args.format), end="")
     decision = report.sweep_decision(tracker, ranked, keys, key)
+    if args.format == "text" and decision is not None:  # one row per point, its jobs below
+        print(report.render(*decision.rows(key)))
+    print(report.render(header, rows, args.format), end="")
     if args.format == "text" and decision is not None:
         print(decision.line(key))  # the same verdict the sweep ended with, from the same store
     return 0

@@ -28,6 +28,7 @@ from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
 TABLES = (("text", "comparison.txt"), ("markdown", "comparison.md"), ("csv", "comparison.csv"))
+POINTS = "points.txt"  # one row per point: pooled over its seeds, against the best
 
 
 @dataclass
@@ -102,6 +103,10 @@ class Summary:
             0,
         )
         lines = [report.render(header, rows).rstrip()]
+        if decision is not None:
+            points = report.render(*decision.rows(key))
+            self.parent.log_artifact(write_text_atomic(self.sweep.sweep_dir / POINTS, points))
+            lines.insert(0, points)
         if key:
             self._view(key, sorted({m for j in jobs for m in j.metrics}))
         if best is not None:

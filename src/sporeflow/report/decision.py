@@ -95,6 +95,17 @@ class Point:
     def seeds(self) -> list[int]:
         return sorted(self.outcomes)
 
+    @property
+    def ci95(self) -> tuple[float, float]:
+        """The pooled accuracy's 95% Wald interval, each seed's test images a stratum (the
+        strata weighted by their images: var = sum n_s p_s (1 - p_s) / N^2)."""
+        total = sum(o.size for o in self.outcomes.values())
+        if not total:
+            return math.nan, math.nan
+        var = sum(o.size * o.mean() * (1.0 - o.mean()) for o in self.outcomes.values() if o.size)
+        half = Z95 * math.sqrt(var) / total
+        return self.accuracy - half, self.accuracy + half
+
 
 @dataclass
 class Versus:
@@ -121,6 +132,22 @@ class Decision:
     def tied(self) -> list[Point]:
         return [v.point for v in self.others if not v.worse]
 
+    def rows(self, objective: str) -> tuple[list[str], list[list[str]]]:
+        """(header, rows): one row per point, the best first, then by accuracy: its seeds and
+        jobs, pooled accuracy and interval, its difference from the best (interval, Holm p)
+        and the verdict (`winner` or `leading` for the best, `worse` or `tie` for the rest)."""
+        header = ["point", "seeds", "jobs", objective, "95% CI", "vs best", "95% CI", "p Holm"]
+        lead = "winner" if self.kind == "winner" else "leading"
+        rows = [_point_row(self.best) + ["-", "-", "-", lead]]
+        for v in sorted(self.others, key=lambda v: -v.point.accuracy):
+            low, high = v.against_best.ci95
+            rows.append(
+                _point_row(v.point)
+                + [f"{-v.against_best.diff:+.4f}", f"{-high:+.4f}..{-low:+.4f}", f"{v.p_holm:.3g}"]
+                + ["worse" if v.worse else "tie"]
+            )
+        return [*header, "verdict"], rows
+
     def line(self, objective: str) -> str:
         seeds = len(self.best.seeds)
         images = sum(o.size for o in self.best.outcomes.values()) // max(seeds, 1)
@@ -135,6 +162,17 @@ class Decision:
             f"tie: {best} cannot be told apart from {names} at 5% {evidence}; "
             "more seeds or test images may decide"
         )
+
+
+def _point_row(point: Point) -> list[str]:
+    low, high = point.ci95
+    return [
+        point.label,
+        ",".join(map(str, point.seeds)),
+        ",".join(str(point.jobs[s]) for s in point.seeds),
+        f"{point.accuracy:.4f}",
+        f"{low:.4f}..{high:.4f}",
+    ]
 
 
 def decide(points: list[Point]) -> Decision | None:

@@ -158,7 +158,8 @@ case $cmd in
   run) node=0; case ${1:-} in --node=*) node=${1#--node=}; shift ;; esac
     [ "${1:-}" = "--" ] && shift; in_node "$node" "$@" ;;
   server) [ "${1:-}" = "--" ] && shift
-    in_node 0 mlflow server --backend-store-uri "sqlite:///$DIR/mlflow.db" \
+    # MLflow's job runner (GenAI jobs, idle consumers polling) is not needed: off, as sporeflow's servers
+    in_node 0 env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow server --backend-store-uri "sqlite:///$DIR/mlflow.db" \
       --artifacts-destination "$DIR/artifacts" --serve-artifacts \
       --host "${ADDR[0]}" --port "${1:?which port}" --workers 1 ;;
   stop-node) [ "${1:-}" = "--" ] && shift; ip netns pids "${NS[${1:?which node}]}" | xargs -r kill -9 ;;

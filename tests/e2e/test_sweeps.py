@@ -24,6 +24,7 @@ from helpers.browser import ASSISTANT_CLOSED, Browser, chromium, keep_for_docs
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
 from helpers.train import multirun, sporeflow_cli, start_multirun
+from sporeflow.entry.cli import server_env
 from sporeflow.report import views
 
 pytestmark = pytest.mark.e2e
@@ -420,8 +421,11 @@ def _mlflow_server(cwd: Path) -> tuple[subprocess.Popen, int]:
             "127.0.0.1",
             "--port",
             str(port),
+            "--workers",
+            "1",
         ],
         cwd=cwd,
+        env=server_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.store import client_of, runs_of
 from helpers.train import run_train, sporeflow_cli, start_and_wait_for_a_checkpoint
+from sporeflow.entry.cli import server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +61,7 @@ class Server:
                 "--workers",
                 "1",
             ],
+            env=server_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

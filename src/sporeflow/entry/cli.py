@@ -11,6 +11,7 @@ sporeflow sync DIR
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -155,15 +156,23 @@ def ui(args: argparse.Namespace) -> int:
         "127.0.0.1",
         "--port",
         str(args.port),
+        "--workers",
+        "1",  # one user's browser on this machine
     ]
     print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
     return _serve(server)
 
 
+def server_env() -> dict[str, str]:
+    """`mlflow server`'s environment: MLflow's job runner (GenAI jobs and trace rollups, idle
+    consumers polling all the time) off unless the user turned it on; sporeflow needs none."""
+    return {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+
+
 def _serve(command: list[str]) -> int:
     """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker."""
     signals.install()
-    proc = start_group(command)
+    proc = start_group(command, env=server_env())
     try:
         return proc.wait()
     except signals.Interrupted as ex:

@@ -285,13 +285,15 @@ def sweep_runs(cluster: Cluster, launch: Path) -> tuple:
 
 def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     """One sweep, two two-node jobs that would train far too long: job 0 is cancelled with
-    scancel once it trains, job 1 runs into its one-minute time limit. The sweep waits for both,
-    ends FAILED and names each with SLURM's state; both jobs' runs end KILLED saying why; no
-    process of either job is left on either node."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=500", "hydra.launcher.timeout_min=1")
+    scancel once it trains, job 1 runs into its two-minute time limit (one minute was less than
+    a loaded CI machine took to start job 0's run: it then timed out before the scancel). The
+    sweep waits for both, ends FAILED and names each with SLURM's state; both jobs' runs end
+    KILLED saying why; no process of either job is left on either node."""
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=5000", "hydra.launcher.timeout_min=2")
     try:
         (array,) = {job.split("_")[0] for job in squeue(cluster)}
-        cluster.on_node0("scancel", f"{array}_0")
+        cancelled = cluster.on_node0("scancel", f"{array}_0")
+        assert cancelled.returncode == 0, cancelled.stderr
         out, _ = sweep.communicate(timeout=400)
     finally:
         if sweep.poll() is None:
@@ -302,7 +304,7 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     failure = parent.data.tags["sporeflow.failure"]
     assert f"job 0: SLURM job {array}_0: CANCELLED by 0 (cancelled (scancel))" in failure, failure
     assert f"job 1: SLURM job {array}_1: TIMEOUT (past its time limit" in failure, failure
-    assert "time limit 00:01:00 on node[0-1]" in failure
+    assert "time limit 00:02:00 on node[0-1]" in failure
     assert sorted(jobs) == [0, 1]
     assert jobs[0].info.status == "KILLED" and "CANCELLED" in jobs[0].data.tags["sporeflow.failure"]
     assert jobs[1].info.status == "KILLED" and "TIMEOUT" in jobs[1].data.tags["sporeflow.failure"]

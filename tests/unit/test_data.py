@@ -12,7 +12,7 @@ import pytest
 
 from helpers.formats import write_cifar_bin, write_idx, write_jpeg_tree
 from sporeflow.core.errors import DataError
-from sporeflow.data.digits import Digits, load_digits_split
+from sporeflow.data.digits import Digits, digits_splits, load_digits_split
 from sporeflow.data.idx import IdxImages, ensure_raw
 from sporeflow.data.sampling import EpochSampler
 
@@ -37,7 +37,7 @@ def test_the_cached_digits_split_is_scikit_learns_and_is_read_without_importing_
     from sklearn.model_selection import train_test_split
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    load_digits_split.cache_clear()
+    digits_splits.cache_clear()
     made = [load_digits_split(split, 0.25) for split in ("train", "test")]
     (cached,) = (tmp_path / "sporeflow" / "digits").glob("split-*0.25.npz")
     digits = load_digits()
@@ -57,7 +57,19 @@ def test_the_cached_digits_split_is_scikit_learns_and_is_read_without_importing_
         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
     ).stdout.split()
     assert out == [str(len(y_test)), "False"], cached
-    load_digits_split.cache_clear()
+    digits_splits.cache_clear()
+
+
+def test_the_digits_split_is_made_when_no_cache_can_be_kept(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"  # the cache's parent is a file: no folder can be made
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    digits_splits.cache_clear()
+    try:
+        x_test, y_test = load_digits_split("test", 0.2)
+    finally:
+        digits_splits.cache_clear()
+    assert len(x_test) == len(y_test) == 360 and x_test.shape[1:] == (8, 8, 1)
 
 
 def test_digits_pipeline_shapes_and_normalisation():

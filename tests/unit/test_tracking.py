@@ -139,7 +139,9 @@ def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_pa
     with tracker:
         write_a_run(tracker, tmp_path, steps=10)
         problem = sibling(tracker.journal, PROBLEM)
+        deadline = time.monotonic() + 60
         while not problem.exists():  # the writer's first try, within seconds
+            assert time.monotonic() < deadline, "the writer never said why it cannot send"
             time.sleep(0.1)
         time.sleep(PROBLEM_LOOK_S)
         tracker.start_run("late")  # the next record: the trainer says it, once

@@ -18,7 +18,7 @@ import numpy as np
 from sporeflow.core.ranges import Count, OpenUnit
 from sporeflow.data.base import DataSource, ImageDataset
 from sporeflow.storage.cache import user_cache_dir
-from sporeflow.storage.files import atomic_path
+from sporeflow.storage.files import DiskFullError, atomic_path
 
 
 def _sklearn_file(name: str) -> Path:
@@ -32,25 +32,45 @@ def _sklearn_file(name: str) -> Path:
 DIGITS_CSV = "datasets/data/digits.csv.gz"
 
 
-@functools.lru_cache(maxsize=4)
 def load_digits_split(
     split: str, test_fraction: Annotated[float, OpenUnit]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Images (N, 8, 8, 1) uint8 and labels (N,) int32 of one split. Both splits are kept in
-    the user cache, keyed by scikit-learn's version and the fraction: importing scikit-learn
-    for its split costs every job of a sweep about two seconds."""
-    cached = user_cache_dir("digits") / (
-        f"split-sklearn{version('scikit-learn')}-test{test_fraction!r}.npz"
-    )
+    """Images (N, 8, 8, 1) uint8 and labels (N,) int32 of one split."""
+    x_train, y_train, x_test, y_test = digits_splits(test_fraction)
+    return (x_train, y_train) if split == "train" else (x_test, y_test)
+
+
+@functools.lru_cache(maxsize=4)
+def digits_splits(test_fraction: float) -> tuple[np.ndarray, ...]:
+    """split_digits(test_fraction), read once per process from the user cache, keyed by
+    scikit-learn's version and the fraction (importing scikit-learn for its split costs every
+    job of a sweep about two seconds); made and kept there when absent or unreadable, made
+    only when there is no cache to write."""
+    names = ("x_train", "y_train", "x_test", "y_test")
+    cached = _cache_file(test_fraction)
+    if cached is None:
+        return split_digits(test_fraction)
     try:
         with np.load(cached) as arrays:
-            return arrays[f"x_{split}"], arrays[f"y_{split}"]
+            return tuple(arrays[n] for n in names)
     except (OSError, KeyError, ValueError):
-        pass  # absent, or a partial file of an older layout: split again
-    x_train, y_train, x_test, y_test = split_digits(test_fraction)
-    with atomic_path(cached) as tmp:
-        np.savez(tmp, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return (x_train, y_train) if split == "train" else (x_test, y_test)
+        pass  # absent or partial: split again
+    made = split_digits(test_fraction)
+    try:
+        with atomic_path(cached) as tmp:
+            np.savez(tmp, **dict(zip(names, made, strict=True)))
+    except (OSError, DiskFullError):
+        pass  # a cache that cannot be written only costs the next job the split
+    return made
+
+
+def _cache_file(test_fraction: float) -> Path | None:
+    """Where the split is kept; None when the user cache cannot be made (a read-only home)."""
+    try:
+        folder = user_cache_dir("digits")
+    except OSError:
+        return None
+    return folder / f"split-sklearn{version('scikit-learn')}-test{test_fraction!r}.npz"
 
 
 def split_digits(test_fraction: float) -> tuple[np.ndarray, ...]:

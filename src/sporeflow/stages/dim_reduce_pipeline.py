@@ -207,7 +207,7 @@ class DimReducePipeline:
             return
         self.parent.set_tags({"pca_basis_run": owner})
         if new and basis_path.stat().st_size <= MAX_BASIS_ARTIFACT_MB * 2**20:
-            self.tracker.run(owner).log_artifact(basis_path, "pca")
+            self.tracker.run(owner).log_artifact(basis_path, "pca", checksum=True)
 
     def _snapshot_mean(self, snapshots: list[Path]) -> dict[str, np.ndarray]:
         """The snapshot mean, read once per job (stage 2's start and the snapshot_mean baseline)."""

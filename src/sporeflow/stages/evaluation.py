@@ -46,7 +46,7 @@ def evaluate_weights(
     result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
     path = save_atomic(network, checkpoint_dir(spec.stage_dir) / "final.ckpt")
     correct = correct_per_example(network, eval_data)
-    run.log_artifact(save_predictions(spec.stage_dir, correct))
+    run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
     record_data(run, data)
     record_model(cfg, run, network, path, eval_data, spec.stage_dir, 0)
     run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)

@@ -8,7 +8,11 @@ its own copy.
 Across machines (a store other machines reach: an MLflow server or a database) a reused run's
 files need not be on this disk: the run that trained them also leaves them as artifacts
 (`share`: final weights, predictions, stage 1's snapshots with their file times, its PCA basis)
-and `fetch` copies them into `<launch dir>/.sporeflow/runs/<run id>/`, laid out as a run dir."""
+and `fetch` copies them into `<launch dir>/.sporeflow/runs/<run id>/`, laid out as a run dir.
+Whoever can write to the artifact store could otherwise choose the weights every machine of
+the team trains on: each shared file's SHA-256 is tagged on its run by the process that made it
+(`TrackedRun.log_artifact(checksum=True)`), and a fetched copy whose files do not match, or
+whose snapshot manifest names a file outside its folder, is not reused."""
 
 from __future__ import annotations
 
@@ -26,8 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.facts import global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
+from sporeflow.storage.files import sha256_file
 from sporeflow.storage.locks import exclusive
-from sporeflow.tracking.tracker import TrackedRun, Tracker
+from sporeflow.tracking.tracker import TrackedRun, Tracker, checksum_tag
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,7 @@ def local_or_fetched(tracker: Tracker, run, launch_dir: Path) -> Path:
     run_dir = Path(run.data.tags.get("run_dir", ""))
     if (run_dir / "predictions.npy").is_file() or not tracker.shared:
         return run_dir
-    return fetch(tracker, run.info.run_id, launch_dir) or run_dir
+    return fetch(tracker, run, launch_dir) or run_dir
 
 
 @contextmanager
@@ -187,7 +192,7 @@ def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> No
     their file times, unless they are larger than MAX_SHARED_SNAPSHOTS_MB."""
     predictions = Path(stage_dir) / "predictions.npy"
     if predictions.is_file():
-        run.log_artifact(predictions)
+        run.log_artifact(predictions, checksum=True)
     if snapshots is None or not snapshots.is_dir():
         return
     files = sorted(p for p in snapshots.iterdir() if p.is_file())
@@ -195,14 +200,15 @@ def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> No
     if size_mb > MAX_SHARED_SNAPSHOTS_MB:
         log.info("stage 1's snapshots (%.0f MB) stay on this disk: no reuse elsewhere", size_mb)
         return
-    run.log_artifacts(files, "snapshots")
+    run.log_artifacts(files, "snapshots", checksum=True)
     run.log_text(json.dumps({p.name: p.stat().st_mtime_ns for p in files}), f"snapshots/{MANIFEST}")
 
 
-def fetch(tracker: Tracker, run_id: str, launch_dir: Path) -> Path | None:
+def fetch(tracker: Tracker, run, launch_dir: Path) -> Path | None:
     """Another machine's run dir, from the store's artifacts: a local copy laid out as its run
     dir (made once per launch dir; concurrent jobs each download, the first copy stays), or
-    None when the store has none of its files."""
+    None when the store has none of its files or they are not the files the run made."""
+    run_id = run.info.run_id
     dst = Path(launch_dir) / FETCHED_DIR / run_id
     if (dst / ".complete").is_file():
         return dst
@@ -212,11 +218,10 @@ def fetch(tracker: Tracker, run_id: str, launch_dir: Path) -> Path | None:
     try:
         if not tracker.download(run_id, SHARED, part):
             return None
-        manifest = part / "snapshots" / MANIFEST
-        if manifest.is_file():  # the file times the basis cache key was made with
-            for name, mtime_ns in json.loads(manifest.read_text()).items():
-                os.utime(part / "snapshots" / name, ns=(mtime_ns, mtime_ns))
-            manifest.unlink()
+        problem = unverified(part, run.data.tags) or restore_snapshot_times(part)
+        if problem:
+            log.warning("not reusing run %s from %s: %s", run_id, tracker.uri, problem)
+            return None
         (part / ".complete").touch()
         try:
             part.rename(dst)
@@ -226,3 +231,33 @@ def fetch(tracker: Tracker, run_id: str, launch_dir: Path) -> Path | None:
         return dst if (dst / ".complete").is_file() else None
     finally:
         shutil.rmtree(part, ignore_errors=True)
+
+
+def unverified(folder: Path, tags: dict[str, str]) -> str | None:
+    """The first fetched file under `folder` whose SHA-256 is not the one its run's tags
+    recorded (or that has none), said in a few words; None when every file matches."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if name == f"snapshots/{MANIFEST}":  # names and times only: checked by its reader
+            continue
+        expected = tags.get(checksum_tag(name))
+        if expected is None:
+            return f"{name} has no SHA-256 recorded with its run"
+        if sha256_file(path) != expected:
+            return f"{name} is not the file its run made (SHA-256 differs from the recorded one)"
+    return None
+
+
+def restore_snapshot_times(folder: Path) -> str | None:
+    """Give the fetched snapshots the file times the basis cache key was made with (the
+    manifest beside them), or say which manifest entry is not a file of that folder."""
+    manifest = folder / "snapshots" / MANIFEST
+    if not manifest.is_file():
+        return None
+    for name, mtime_ns in json.loads(manifest.read_text()).items():
+        target = manifest.parent / str(name)
+        if Path(str(name)).name != name or name in ("", ".", "..") or not target.is_file():
+            return f"snapshots/{MANIFEST} names {name!r}, not a file of its folder"
+        os.utime(target, ns=(int(mtime_ns), int(mtime_ns)))
+    manifest.unlink()
+    return None

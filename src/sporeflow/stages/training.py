@@ -174,10 +174,10 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     last_step = last_epoch * stage.steps_per_epoch
     weights, correct = _export(stage, run, ema_ranked, last_step)
     if stage.worker.is_main:
-        run.log_artifact(save_predictions(spec.stage_dir, correct))
+        run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
         run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
         run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
-        run.log_artifact(weights, "checkpoints")
+        run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(
         spec.name,
         exported,

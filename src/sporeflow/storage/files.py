@@ -10,6 +10,7 @@ names that lack them.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -60,3 +61,16 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return write_bytes_atomic(path, text.encode())
+
+
+CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """A file's SHA-256 (hex), read in chunks: what a run records of the files it shares and
+    what a machine that fetches them checks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()

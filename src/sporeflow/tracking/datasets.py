@@ -15,7 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-CHUNK = 1 << 20
+from sporeflow.storage.files import sha256_file
+
 CONTEXT_TAG = "mlflow.data.context"
 
 
@@ -27,10 +28,7 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
         for f in sorted(q for q in p.rglob("*") if q.is_file()):
             h.update(f"{f.relative_to(p)}\0{f.stat().st_size}\n".encode())
         return h.hexdigest()
-    with open(p, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(p)
 
 
 def digest(name: str, files: list[str], selection: str) -> str:

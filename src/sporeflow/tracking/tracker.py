@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
+from sporeflow.storage.files import sha256_file
 from sporeflow.tracking.journal import (
     PROBLEM,
     AppliedState,
@@ -50,6 +51,7 @@ __all__ = ["Tracker", "TrackedRun", "flatten"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DRAIN_TIMEOUT_S = 30.0
+CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 PROBLEM_LOOK_S = 1.0  # how often a record's append looks for the writer's problem file
 
 
@@ -442,16 +444,25 @@ class TrackedRun:
         if self.run_id is not None:
             self.tracker.sync()
 
-    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifact(
+        self, path: str | os.PathLike, artifact_path: str | None = None, checksum: bool = False
+    ) -> None:
+        """`checksum`: also tag the file's SHA-256 (`checksum_tag`), taken here by the process
+        that made the file, for a machine that later fetches the artifact to check it by."""
+        if checksum and self.run_id is not None:
+            artifact_file = "/".join(filter(None, [artifact_path, Path(path).name]))
+            self.set_tags({checksum_tag(artifact_file): sha256_file(path)})
         self._append(Op.artifact, path=str(Path(path).resolve()), dir=artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self._append(Op.text, text=redact_text(text), file=artifact_file)
 
-    def log_artifacts(self, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+    def log_artifacts(
+        self, paths: Iterable[Path], artifact_path: str | None = None, checksum: bool = False
+    ) -> None:
         for p in paths:
             if Path(p).exists():
-                self.log_artifact(p, artifact_path)
+                self.log_artifact(p, artifact_path, checksum)
 
     def log_dataset(
         self, name: str, location: str, files: list[str], selection: str, rows: int, context: str
@@ -519,3 +530,9 @@ def _tag_value(value: Any) -> Any:
     """A tag naming a run this process created (a journal key) goes as a reference the writer
     resolves to the run's MLflow id; every other value as text, URI passwords as ***."""
     return run_ref(value) if is_key(value) else redact_text(str(value))
+
+
+def checksum_tag(artifact_file: str) -> str:
+    """The tag holding the SHA-256 of a run's artifact `artifact_file` (e.g.
+    `sha256/checkpoints/final.ckpt`): in the tracking database, apart from the artifact store."""
+    return f"{CHECKSUM_TAG}{artifact_file}"

@@ -115,8 +115,9 @@ def test_help_lists_commands():
 
 
 def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path):
-    """`sporeflow ui` starts `mlflow server` (which starts uvicorn and huey workers); SIGTERM to
-    the command ends all of them and frees the port."""
+    """`sporeflow ui` starts `mlflow server` (which starts uvicorn and huey workers) and prints
+    its links once that server answers on the port (with the port taken: exit 2, no links);
+    SIGTERM to the command ends all of them and frees the port."""
     import signal
     import socket
     import time
@@ -132,6 +133,20 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    with socket.socket() as other:  # another user's server holds the port: no links to it
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        taken = subprocess.run(
+            [SPOREFLOW, "ui", "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert taken.returncode == 2 and not taken.stdout, taken.stdout
+    (line,) = taken.stderr.strip().splitlines()
+    assert f"--port {port}" in line and "taken" in line, line
     ui = subprocess.Popen(
         [SPOREFLOW, "ui", "--port", str(port)],
         cwd=tmp_path,
@@ -141,6 +156,10 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
         text=True,
     )
     try:
+        first = ui.stdout.readline()  # the links come once the server answers on the port
+        assert f"http://127.0.0.1:{port}/" in first, first
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as health:
+            assert health.status == 200
         deadline, page = time.monotonic() + 120, None
         while page is None and time.monotonic() < deadline and ui.poll() is None:
             try:

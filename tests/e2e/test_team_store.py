@@ -16,6 +16,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers.postgres import PASSWORD as DB_PASSWORD
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
 from helpers.train import TRAIN, multirun, run_train, train_command
@@ -31,37 +32,56 @@ def runs_in(uri: str) -> list:
     return client.search_runs([experiment.experiment_id], max_results=1000) if experiment else []
 
 
+ADMIN_PASSWORD = "admin-Pass-0001"
+TRAINER, TRAINER_PASSWORD = "bob", "bob-Pass-00001"
+VIEWER, VIEWER_PASSWORD = "carol", "carol-Pass-0001"
+
+
 @pytest.fixture(scope="module")
 def team_server(postgres, tmp_path_factory):
-    """`sporeflow server --db <postgresql> --artifacts <dir>` on a free port, the password in
-    PGPASSWORD as docs/team.md says: (url, db uri, its folder)."""
-    from helpers.postgres import PASSWORD
-
+    """`sporeflow server --auth` on a free port as docs/team.md sets it up: the database's URI
+    (password included) in MLFLOW_BACKEND_STORE_URI, the admin's password in
+    SPOREFLOW_SERVER_ADMIN_PASSWORD, a trainer and a viewer added with `sporeflow server
+    add-user`; this module's jobs and clients log in as the trainer (MLFLOW_TRACKING_USERNAME
+    and _PASSWORD in the environment while it runs): (url, db uri, its folder, the server)."""
     db = postgres.new_database("team")
     root = tmp_path_factory.mktemp("team_server")
     port = free_port()
     log = open(root / "server.log", "w")
+    secrets = {"MLFLOW_BACKEND_STORE_URI": db, "SPOREFLOW_SERVER_ADMIN_PASSWORD": ADMIN_PASSWORD}
     proc = subprocess.Popen(
-        [
-            SPORECLI,
-            "server",
-            "--db",
-            postgres.uri("team", password=None),
-            "--artifacts",
-            str(root / "artifacts"),
-            "--port",
-            str(port),
-        ],
-        env={**os.environ, "PGPASSWORD": PASSWORD},
+        [SPORECLI, "server", "--auth", "--artifacts", str(root / "artifacts"), "--port", str(port)],
+        cwd=root,
+        env={**os.environ, **secrets},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     wait_until_healthy(url, proc, timeout=120)
-    yield url, db, root
+    for name, password, role in (
+        (TRAINER, TRAINER_PASSWORD, []),
+        (VIEWER, VIEWER_PASSWORD, ["--viewer"]),
+    ):
+        added = subprocess.run(
+            [SPORECLI, "server", "add-user", name, "--url", url, *role],
+            input=password + "\n",
+            env={**os.environ, **login("admin", ADMIN_PASSWORD)},
+            capture_output=True,
+            text=True,
+        )
+        assert added.returncode == 0, added.stderr
+    saved = {k: os.environ.get(k) for k in login("", "")}
+    os.environ.update(login(TRAINER, TRAINER_PASSWORD))
+    yield url, db, root, proc
+    for key, value in saved.items():
+        os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     stop(proc)
     log.close()
+
+
+def login(user: str, password: str) -> dict[str, str]:
+    return {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
 
 
 def test_a_job_tracks_straight_into_postgresql(postgres, tmp_path):
@@ -86,7 +106,7 @@ def test_a_job_tracks_straight_into_postgresql(postgres, tmp_path):
 
 
 def test_the_team_server_takes_runs_models_and_artifacts(team_server, tmp_path):
-    url, db, root = team_server
+    url, db, root, _ = team_server
     proc = run_train(["epochs=1", f"tracking.uri={url}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [r for r in runs_in(db) if r.info.run_name.startswith("lenet5")][-1:]
@@ -94,13 +114,83 @@ def test_the_team_server_takes_runs_models_and_artifacts(team_server, tmp_path):
     # the logged model's files went to the server's artifact folder, not the launch dir
     weights = list((root / "artifacts").rglob("weights.ckpt"))
     assert weights and not list(tmp_path.glob("mlruns")) and not list(tmp_path.glob("mlartifacts"))
+    # the job ran as the trainer the module logs in as (MLflow records the login's user)
+    assert run.info.user_id == TRAINER
+
+
+def test_the_team_server_lets_in_only_its_users_and_shows_no_secret(team_server, tmp_path):
+    """Without a login: 401, and a job refuses before any work (exit 2, one line naming what to
+    set); a viewer reads but cannot write; no password is on any command line of the server's
+    processes (`ps` shows those to every local user)."""
+    import urllib.error
+    import urllib.request
+
+    import psutil
+
+    url, _, _, server = team_server
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?max_results=1")
+    assert refused.value.code == 401
+    anonymous = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+    for env, why in (
+        (anonymous, "asks for a login (HTTP 401)"),
+        ({**os.environ, **login(TRAINER, "wrong-Pass-001")}, "refused the login of user 'bob'"),
+    ):
+        proc = subprocess.run(
+            train_command([f"tracking.uri={url}"], tmp_path)[0],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        (line,) = [x for x in proc.stderr.splitlines() if f"tracking.uri={url}" in x]
+        assert why in line and "MLFLOW_TRACKING_USERNAME" in line, line
+        assert not list(tmp_path.rglob("checkpoints")), "no work may start"
+    viewer = {**os.environ, **login(VIEWER, VIEWER_PASSWORD)}
+    code = (
+        "from mlflow.tracking import MlflowClient; import sys; c = MlflowClient(sys.argv[1]);"
+        "e = c.get_experiment_by_name('sporeflow'); print(len(c.search_runs([e.experiment_id])));"
+        "c.create_run(e.experiment_id)"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", code, url], env=viewer, capture_output=True, text=True
+    )
+    assert int(read.stdout.split()[0]) >= 1, read.stderr[-2000:]  # reads the trainer's runs
+    assert read.returncode != 0 and "403" in read.stderr, "a viewer cannot write"
+    shown = [
+        " ".join(p.cmdline())
+        for p in [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
+    ]
+    assert any("basic-auth" in c for c in shown), shown
+    assert not [c for c in shown if "team-secret" in c or ADMIN_PASSWORD in c], shown
+
+
+def test_a_server_beyond_loopback_or_a_password_on_its_command_line_is_refused(postgres, tmp_path):
+    """`--host 0.0.0.0` turns logins on and needs the admin's password first (no --insecure);
+    a database password on `--db` is refused (`ps` shows it): exit 2, one line, no server."""
+    no_password = postgres.uri(password=None)
+    anyone = [SPORECLI, "server", "--artifacts", str(tmp_path / "a"), "--home", str(tmp_path / "h")]
+    env = {k: v for k, v in os.environ.items() if k != "SPOREFLOW_SERVER_ADMIN_PASSWORD"}
+    env["PGPASSWORD"] = DB_PASSWORD
+    for extra, why in (
+        (["--db", no_password, "--host", "0.0.0.0"], "set SPOREFLOW_SERVER_ADMIN_PASSWORD"),
+        (["--db", postgres.uri()], "a password on the command line"),
+    ):
+        proc = subprocess.run(
+            [*anyone, *extra], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        (line,) = proc.stderr.strip().splitlines()
+        assert why in line and "team-secret" not in line, line
 
 
 @pytest.mark.slow
 def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_path):
     """8 joblib jobs at once: every run FINISHED, each with the same param keys and every
     epoch's metrics; every record each job journalled was applied (counted from the journals)."""
-    url, db, _ = team_server
+    url, db, _, _ = team_server
     proc = multirun(
         tmp_path,
         "hydra/launcher=joblib",
@@ -151,8 +241,9 @@ def test_a_wrong_password_or_a_closed_port_exits_2_without_the_password(postgres
                 "hparams_search=dim_reduce_optuna",
                 f"hydra.sweeper.storage={uri}",
             ),
-            subprocess.run(
-                [SPORECLI, "server", "--db", uri, "--artifacts", str(tmp_path / "a")],
+            subprocess.run(  # the URI in the environment: a password on --db is refused
+                [SPORECLI, "server", "--artifacts", str(tmp_path / "a")],
+                env={**os.environ, "MLFLOW_BACKEND_STORE_URI": uri},
                 capture_output=True,
                 text=True,
             ),
@@ -280,7 +371,7 @@ def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server
     """Two sweeper processes (two launch dirs) on one study and one server: one sweep parent
     run for the study, every job of both its child, job numbers = trial numbers; started again
     with a larger n_trials, a process continues the same parent."""
-    url, _, _ = team_server
+    url, _, _, _ = team_server
     storage = postgres.new_database("study_parent")
     procs = [sporeflow_search(tmp_path / m, storage, url, 4) for m in ("a", "b")]
     for proc in procs:
@@ -322,7 +413,7 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
     import hashlib
     import shutil
 
-    url, _, _ = team_server
+    url, _, _, _ = team_server
     common = ["debug=dim_reduce", "boost.baselines=[baseline]", "seed=7", f"tracking.uri={url}"]
     for machine in ("a", "b"):
         (tmp_path / machine).mkdir()
@@ -362,7 +453,7 @@ def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
 ):
     """Machine b starts while machine a's stage 1 is RUNNING in the server: b waits for it
     (the local file lock cannot see another machine) and reuses it instead of training its own."""
-    url, _, _ = team_server
+    url, _, _, _ = team_server
     args = ["debug=dim_reduce", "epochs=12", "boost.baselines=[baseline]", "seed=8"]
     args.append(f"tracking.uri={url}")
 

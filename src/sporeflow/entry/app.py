@@ -27,7 +27,7 @@ from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
-from sporeflow.core import signals
+from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.entry import messages
@@ -272,6 +272,7 @@ def refuse_resume_in_sweep(args: list[str]) -> None:
 
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
+    telemetry.off_unless_chosen()
     user_wants_traceback = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let exceptions reach us instead of Hydra's exit(1)
     multirun = bool({"-m", "--multirun"} & set(sys.argv[1:]))

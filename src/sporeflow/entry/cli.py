@@ -3,7 +3,8 @@
 sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PNG]]
                   [--sweep ID|latest] [--format text|csv|markdown]
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
-sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [-- MLFLOW ARGS]
+sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [--auth] [-- MLFLOW ARGS]
+sporeflow server add-user NAME --url URL [--viewer]
 sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
 sporeflow sync DIR
 """
@@ -15,11 +16,15 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sporeflow.config.schema import TrackingConfig
-from sporeflow.core import signals
+from sporeflow.core import signals, telemetry
 from sporeflow.core.processes import start_group, stop_group
+from sporeflow.core.uris import redacted
+from sporeflow.entry.team_server import DB_ENV
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment_name  # the schema's default, written once there
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
@@ -143,81 +148,93 @@ def ui(args: argparse.Namespace) -> int:
         if sweep is not None
         else []
     )
-    for label, link in ui_links(base, exp.experiment_id, sweep, jobs):
-        print(f"{label:12s} {link}")
-    if args.links_only:
-        return 0
-    server = [
-        str(Path(sys.executable).parent / "mlflow"),
-        "server",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(args.port),
-        "--workers",
-        "1",  # one user's browser on this machine
+    links = [
+        f"{label:12s} {link}" for label, link in ui_links(base, exp.experiment_id, sweep, jobs)
     ]
-    print(f"serving {uri} at {base} (Ctrl-C stops it)", file=sys.stderr)
-    return _serve(server)
+    if args.links_only:
+        print("\n".join(links))
+        return 0
+    taken = port_taken(args.port)
+    if taken:
+        print(f"--port {args.port}: {taken}; give another --port", file=sys.stderr)
+        return 2
+    server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
+    server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
+    print(f"serving {redacted(uri)} at {base} (Ctrl-C stops it)", file=sys.stderr)
+    return _serve(server, {DB_ENV: uri}, ready=(base, lambda: print("\n".join(links), flush=True)))
 
 
-def server_env() -> dict[str, str]:
+def port_taken(port: int) -> str | None:
+    """Why 127.0.0.1:`port` cannot be ours (another process, perhaps another user's server,
+    holds it: links printed now would open theirs), or None."""
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as ex:
+            return f"127.0.0.1:{port} is taken ({ex.strerror}), perhaps by another user's server"
+    return None
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """`mlflow server`'s environment: MLflow's job runner (GenAI jobs and trace rollups, idle
-    consumers polling all the time) off unless the user turned it on; sporeflow needs none."""
-    return {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    consumers polling all the time) and its usage telemetry off unless the user turned them on;
+    sporeflow needs neither. `extra` (the database URI, the auth app's settings) on top."""
+    quiet = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return {**quiet, **os.environ, **(extra or {})}
 
 
-def _serve(command: list[str]) -> int:
-    """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker."""
+def _serve(
+    command: list[str],
+    extra_env: dict[str, str] | None = None,
+    ready: tuple[str, Callable[[], None]] | None = None,
+) -> int:
+    """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker.
+    `ready` = (its URL, what to do once it answers there): links are printed only then."""
     signals.install()
-    proc = start_group(command, env=server_env())
+    proc = start_group(command, env=server_env(extra_env))
     try:
+        if ready is not None and _answers(ready[0], proc):
+            ready[1]()
         return proc.wait()
     except signals.Interrupted as ex:
         stop_group(proc, ex.signum, grace=10.0)
         return ex.exit_code
 
 
+def _answers(url: str, proc) -> bool:
+    """Wait until the server we started answers at `url`; False if it ended first."""
+    from sporeflow.tracking.store import server_problem
+
+    while proc.poll() is None:
+        if server_problem(url, timeout=2.0) is None:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def server(args: argparse.Namespace) -> int:
     """A team's store: `mlflow server` over a database (PostgreSQL), artifacts served from a
-    folder, so every machine needs only tracking.uri=http://<host>:<port>."""
-    from sporeflow.core.uris import database_problem, is_database, redacted
+    folder, so every machine needs only tracking.uri=http://<host>:<port>; logins on whenever
+    it listens beyond loopback (entry/team_server.py). `sporeflow server add-user NAME --url
+    URL [--viewer]` adds a user to a running server."""
+    from sporeflow.entry import team_server
 
-    if not is_database(args.db):
-        print(
-            f"--db {args.db}: not a database URI; give postgresql://user:password@host:port/db",
-            file=sys.stderr,
-        )
+    try:
+        if args.mlflow_args[:1] == ["add-user"]:
+            team_server.add_user(_add_user_parser().parse_args(args.mlflow_args[1:]))
+            return 0
+        if not args.artifacts:
+            raise team_server.Refusal(
+                "--artifacts: missing; the folder the server keeps artifacts in"
+            )
+        plan = team_server.plan(args, str(Path(sys.executable).parent / "mlflow"))
+    except team_server.Refusal as ex:
+        print(ex, file=sys.stderr)
         return 2
-    problem = database_problem(args.db)
-    if problem:
-        print(f"--db {redacted(args.db)}: cannot connect: {problem}", file=sys.stderr)
-        return 2
-    artifacts = Path(args.artifacts).resolve()
-    artifacts.mkdir(parents=True, exist_ok=True)
-    command = [
-        str(Path(sys.executable).parent / "mlflow"),
-        "server",
-        "--backend-store-uri",
-        args.db,
-        "--artifacts-destination",
-        str(artifacts),
-        "--serve-artifacts",
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-        *(args.mlflow_args[1:] if args.mlflow_args[:1] == ["--"] else args.mlflow_args),
-    ]
-    shown = args.host if args.host not in ("0.0.0.0", "::") else "<this machine's name>"
-    print(
-        f"serving {redacted(args.db)} with artifacts in {artifacts} at http://{args.host}:{args.port}"
-        f" (Ctrl-C stops it); on every machine: tracking.uri=http://{shown}:{args.port}",
-        file=sys.stderr,
-    )
-    return _serve(command)
+    team_server.announce(args, plan)
+    return _serve(plan.command, plan.env)
 
 
 def merge_ckpt(args: argparse.Namespace) -> int:
@@ -341,18 +358,51 @@ def _server_parser(sub) -> None:
         help="a team's store: mlflow server over PostgreSQL, artifacts served from a folder",
         description=server.__doc__,
     )
-    p.add_argument("--db", required=True, help="postgresql://user:password@host:port/database")
-    p.add_argument("--artifacts", required=True, help="folder the server keeps artifacts in")
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+        "--db",
+        help="postgresql://user@host:port/database, its password in PGPASSWORD or ~/.pgpass "
+        "(or the whole URI in $MLFLOW_BACKEND_STORE_URI)",
+    )
+    p.add_argument("--artifacts", help="folder the server keeps artifacts in (required)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (0.0.0.0: every interface; beyond loopback logins are on)",
     )
     p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--auth", action="store_true", help="logins on also on 127.0.0.1")
+    p.add_argument(
+        "--insecure", action="store_true", help="no logins beyond loopback (anyone gets in)"
+    )
+    p.add_argument(
+        "--admin-password-file",
+        help="file holding the admin's password (else $SPOREFLOW_SERVER_ADMIN_PASSWORD); "
+        "needed the first time logins are on",
+    )
+    p.add_argument(
+        "--home",
+        default="sporeflow-server",
+        help="folder for the server's own files: secret key, users (default: ./sporeflow-server)",
+    )
     p.add_argument(
         "mlflow_args",
         nargs=argparse.REMAINDER,
-        help="after --: more `mlflow server` options (e.g. -- --allowed-hosts host:5000)",
+        help="after --: more `mlflow server` options (e.g. -- --workers 4); or add-user NAME",
     )
     p.set_defaults(fn=server)
+
+
+def _add_user_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sporeflow server add-user",
+        description="Add a user to a running server with logins on, as its admin "
+        "(MLFLOW_TRACKING_USERNAME=admin, MLFLOW_TRACKING_PASSWORD); the new password is read "
+        "from a prompt or stdin.",
+    )
+    p.add_argument("name")
+    p.add_argument("--url", required=True, help="the server, e.g. http://store:5000")
+    p.add_argument("--viewer", action="store_true", help="reads every run, writes none")
+    return p
 
 
 def _merge_parser(sub) -> None:
@@ -386,6 +436,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    telemetry.off_unless_chosen()
     args = parser().parse_args(argv)
     return args.fn(args)
 

@@ -54,7 +54,7 @@ from sporeflow.entry.sweep_study import (
 from sporeflow.entry.sweep_summary import Summary, Sweep, end_job_runs, status_line
 from sporeflow.launch import slurm
 from sporeflow.tracking.journal import is_key
-from sporeflow.tracking.store import StoreError, database_refusal
+from sporeflow.tracking.store import StoreError, store_refusal
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class SweepRun(Callback):
         sweeper will refuse: no parent run then; the sweeper or the first job refuses them (exit
         2, one line: Hydra turns a callback's exception into a warning)."""
         try:
-            if database_refusal(config.tracking.uri):  # each job refuses it (exit 2)
+            if store_refusal(config.tracking.uri):  # each job refuses it (exit 2)
                 return False
             if config.hydra.sweeper.get("_target_") == search_space.OPTUNA_SWEEPER:
                 sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)

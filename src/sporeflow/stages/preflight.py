@@ -21,7 +21,7 @@ from sporeflow.storage.checkpoints import (
     newest_complete_checkpoint,
 )
 from sporeflow.storage.run_marker import find_resume_dir
-from sporeflow.tracking.store import database_refusal
+from sporeflow.tracking.store import store_refusal
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
@@ -36,10 +36,11 @@ def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
 
 
 def check_store(tracking: DictConfig) -> None:
-    """A database store (postgresql://...) must connect and accept the credentials: no journal
-    can make a wrong password right. (An HTTP server that is down is not refused: its records
-    wait in the journal, docs/troubleshooting.md.)"""
-    refusal = database_refusal(tracking.uri) if tracking.enabled else None
+    """A database store (postgresql://...) must connect and accept the credentials, a server
+    that answers must take this machine's login: no journal can make a wrong password right.
+    (An HTTP server that is down is not refused: its records wait in the journal,
+    docs/troubleshooting.md.)"""
+    refusal = store_refusal(tracking.uri) if tracking.enabled else None
     if refusal:
         raise ConfigError(refusal)
 

@@ -136,17 +136,58 @@ def server_problem(uri: str, timeout: float = 3.0) -> str | None:
         return str(getattr(ex, "reason", ex))
 
 
-def database_refusal(configured: str | None) -> str | None:
-    """Why a database store (postgresql://...) cannot be used, in one line naming the key and
-    the URI without its password; None when it connects, or is not a database."""
+def store_refusal(configured: str | None) -> str | None:
+    """Why a store cannot be used, in one line naming the key and the URI without its password:
+    a database that does not connect or take the credentials, or a server that answers but
+    refuses this machine's login (no journal makes either right). None otherwise; a server
+    that does not answer is not refused: its records wait in the journal."""
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or ""
-    if not is_database(uri):
-        return None
-    problem = database_problem(uri)
-    if problem is None:
-        return None
     key = "tracking.uri" if configured else "MLFLOW_TRACKING_URI"
-    return f"{key}={redacted(uri)}: cannot connect: {problem}"
+    if is_database(uri):
+        problem = database_problem(uri)
+        return f"{key}={redacted(uri)}: cannot connect: {problem}" if problem else None
+    if uri.startswith(("http://", "https://")):
+        problem = login_problem(uri)
+        return f"{key}={redacted(uri)}: {problem}" if problem else None
+    return None
+
+
+def login_problem(uri: str, timeout: float = 5.0) -> str | None:
+    """Why a server that answers refuses this machine's requests (HTTP 401 or 403), saying
+    where MLflow takes the login from; None when it takes them or does not answer at all."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    if server_problem(uri, timeout):
+        return None
+    from mlflow.utils.credentials import read_mlflow_creds  # env first, then ~/.mlflow/credentials
+
+    creds = read_mlflow_creds()
+    request = urllib.request.Request(
+        f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1"
+    )
+    if creds.username:
+        token = base64.b64encode(f"{creds.username}:{creds.password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return None
+    except urllib.error.HTTPError as ex:
+        return _login_refusal(ex.code, creds.username)
+    except OSError:
+        return None
+
+
+def _login_refusal(status: int, username: str | None) -> str | None:
+    where = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)"
+    if status == 401 and not username:
+        return f"the server asks for a login (HTTP 401): set {where}"
+    if status == 401:
+        return f"the server refused the login of user {username!r} (HTTP 401): check {where}"
+    if status == 403:
+        return f"user {username!r} may not read this server's runs (HTTP 403)"
+    return None
 
 
 class Store:

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from sporeflow.core import telemetry
 from sporeflow.core.processes import is_alive
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.apply import Applier
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m sporeflow.tracking.writer <journal>", file=sys.stderr)
         return 2
     journal = Path(args[0])
+    telemetry.off_unless_chosen()  # started by hand (sporeflow sync), not by a trainer
     logging.basicConfig(
         filename=sibling(journal, ".writer.log"),
         level=logging.INFO,

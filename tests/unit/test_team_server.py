@@ -1,0 +1,73 @@
+"""`sporeflow server`'s checks and files, in-process (issue 35); the running server with logins
+is tests/e2e/test_team_store.py's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import stat
+
+import pytest
+
+from sporeflow.core import telemetry
+from sporeflow.entry import cli, team_server
+from sporeflow.entry.team_server import Refusal
+
+
+def args(tmp_path, **kw) -> argparse.Namespace:
+    base = {"host": "127.0.0.1", "port": 5000, "db": None, "admin_password_file": None}
+    return argparse.Namespace(**{**base, "home": str(tmp_path / "home"), **kw})
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("localhost", True)]
+    + [("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("store.example", False)],
+)
+def test_only_loopback_addresses_count_as_this_machine_only(host, loopback):
+    assert team_server.is_loopback(host) is loopback
+
+
+def test_the_allowed_hosts_are_the_served_address_this_machine_and_loopback():
+    named = team_server.allowed_hosts("10.1.2.3", 5001).split(",")
+    assert {"10.1.2.3", "10.1.2.3:5001", "127.0.0.1:5001", "localhost:5001"} <= set(named)
+    everywhere = team_server.allowed_hosts("0.0.0.0", 5001).split(",")
+    assert f"{socket.gethostname()}:5001" in everywhere and "0.0.0.0:5001" not in everywhere
+
+
+def test_a_database_password_on_the_command_line_is_refused_without_showing_it(tmp_path):
+    with pytest.raises(Refusal, match=r"--db postgresql://u:\*\*\*@h/db: a password") as ex:
+        team_server.database_uri(args(tmp_path, db="postgresql://u:hunter2@h/db"))
+    assert "hunter2" not in str(ex.value)
+
+
+def test_the_server_s_secret_key_and_auth_config_are_made_once_and_private(tmp_path, monkeypatch):
+    monkeypatch.delenv(team_server.ADMIN_PASSWORD_ENV, raising=False)
+    with pytest.raises(Refusal, match="no admin yet: set SPOREFLOW_SERVER_ADMIN_PASSWORD"):
+        team_server.auth_env(args(tmp_path), tmp_path / "home")
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("from-a-file-0001\n")
+    first = team_server.auth_env(
+        args(tmp_path, admin_password_file=str(secret_file)), tmp_path / "home"
+    )
+    assert first["MLFLOW_AUTH_ADMIN_PASSWORD"] == "from-a-file-0001"
+    monkeypatch.setenv(team_server.ADMIN_PASSWORD_ENV, "from-the-env-01")
+    again = team_server.auth_env(args(tmp_path), tmp_path / "home")
+    assert again["MLFLOW_AUTH_ADMIN_PASSWORD"] == "from-the-env-01"
+    assert again["MLFLOW_FLASK_SERVER_SECRET_KEY"] == first["MLFLOW_FLASK_SERVER_SECRET_KEY"]
+    assert len(first["MLFLOW_FLASK_SERVER_SECRET_KEY"]) == 64
+    for name in ("secret_key", "basic_auth.ini"):
+        assert stat.S_IMODE((tmp_path / "home" / name).stat().st_mode) == 0o600
+    assert "default_permission = READ" in (tmp_path / "home" / "basic_auth.ini").read_text()
+
+
+@pytest.mark.parametrize(("chosen", "expected"), [(None, "true"), ("false", "false")])
+def test_mlflow_telemetry_is_off_unless_the_user_chose(monkeypatch, capsys, chosen, expected):
+    monkeypatch.setenv(telemetry.SWITCH, chosen or "")  # restored after the test
+    if chosen is None:
+        monkeypatch.delenv(telemetry.SWITCH)
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    assert os.environ[telemetry.SWITCH] == expected
+    assert cli.server_env()[telemetry.SWITCH] == expected

@@ -408,12 +408,13 @@ def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server
 def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_server, tmp_path):
     """Machine a trains stage 1 and the baseline against the team's server, then its disk is
     gone; machine b (another launch dir, nothing shared but the server) runs another rho: it
-    finds both by fingerprint, copies their files from the server's artifacts and trains
-    neither again; its basis is the one a computed (no PCA again)."""
+    finds both by fingerprint, copies their files from the server's artifacts (each checked
+    against the SHA-256 its run recorded) and trains neither again; its basis is the one a
+    computed (no PCA again). Weights replaced in the artifact store are not reused (machine c)."""
     import hashlib
     import shutil
 
-    url, _, _, _ = team_server
+    url, _, root, _ = team_server
     common = ["debug=dim_reduce", "boost.baselines=[baseline]", "seed=7", f"tracking.uri={url}"]
     for machine in ("a", "b"):
         (tmp_path / machine).mkdir()
@@ -446,6 +447,18 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
     assert bases and [p.name for p in (fetched / "pca").glob("*.npy")] == bases, "a's basis"
     assert "gain_p_value" in mine.data.metrics, "the comparison had the baseline's predictions"
     assert "pca_seconds" not in mine.data.metrics, "no PCA computed on b"
+
+    # someone who can write to the server's artifact folder replaces stage 1's weights: machine
+    # c (a third launch dir) checks what it fetched, trains its own stage 1 and says why
+    (stored,) = (root / "artifacts").rglob(f"{stage1.info.run_id}/artifacts/checkpoints/final.ckpt")
+    stored.write_bytes(b"not the weights stage 1 made")
+    (tmp_path / "c").mkdir()
+    third = run_train([*common, "boost.rho=0.55"], tmp_path / "c")
+    assert third.returncode == 0, third.stderr[-3000:]
+    said = [x for x in third.stderr.splitlines() if f"not reusing run {stage1.info.run_id}" in x]
+    assert said and "checkpoints/final.ckpt is not the file its run made" in said[0], said
+    assert len(seed7("stage1")) == 2, "c trained its own stage 1"
+    assert not (tmp_path / "c" / ".sporeflow" / "runs" / stage1.info.run_id).exists()
 
 
 def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(

@@ -43,26 +43,30 @@ def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[flo
     return run_pipeline(cfg, context(launch_dir, overrides, run)), cfg
 
 
-def _entry():
-    """train.py's @hydra.main function, made here with its conf/ as an absolute path (Hydra
-    finds a relative one beside the calling script only when it runs as __main__)."""
+def _entry(app: str = "train"):
+    """train.py's (or eval.py's) @hydra.main function, made here with its conf/ as an absolute
+    path (Hydra finds a relative one beside the calling script only when it runs as __main__)."""
     import hydra
 
     from sporeflow.entry.app import run_task
+    from sporeflow.entry.eval_app import run_eval
     from sporeflow.entry.hydra_setup import register_configs
 
     register_configs()
+    task = {"train": run_task, "eval": run_eval}[app]
 
-    @hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")
+    @hydra.main(version_base="1.3", config_path=str(CONF), config_name=app)
     def main(cfg) -> float:
-        return run_task(cfg)
+        return task(cfg)
 
     return main
 
 
-def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int, str]:
-    """`python train.py ARGS` in `launch_dir`, in this process: (exit code, what it printed on
-    stderr). Everything the command changes in the process is put back: the argv, the working
+def train_cli(
+    args, launch_dir: Path, run_dir: str | None = "run", app: str = "train"
+) -> tuple[int, str]:
+    """`python train.py ARGS` (or eval.py: app="eval") in `launch_dir`, in this process: (exit
+    code, what it printed on stderr). Everything the command changes in the process is put back: the argv, the working
     folder, stderr, the signal handlers, HYDRA_FULL_ERROR and Hydra's global state."""
     import contextlib
     import io
@@ -77,7 +81,8 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
 
     where = [f"hydra.run.dir={Path(launch_dir) / run_dir}"] if run_dir is not None else []
     # the job is named after train.py, as when it runs as a script
-    argv = [str(TRAIN), *where, "hydra.job.name=train", "callbacks.progress_bar=false", *args]
+    argv = [str(TRAIN.with_name(f"{app}.py")), *where, f"hydra.job.name={app}"]
+    argv += ["callbacks.progress_bar=false"] * (app == "train") + list(args)
     saved = (sys.argv, os.getcwd(), sys.stderr, dict(os.environ))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     err = io.StringIO()
@@ -89,7 +94,7 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
         GlobalHydra.instance().clear()
         with contextlib.redirect_stderr(err):
             try:
-                run_cli(_entry())
+                run_cli(_entry(app))
             except SystemExit as ex:
                 code = int(ex.code or 0)
             except Exception:  # noqa: BLE001 - what the interpreter does with an uncaught error: exit 1
@@ -106,7 +111,9 @@ def train_cli(args, launch_dir: Path, run_dir: str | None = "run") -> tuple[int,
     return code, err.getvalue()
 
 
-def run_train_here(args, cwd: Path, env: dict | None = None, timeout: float = 0, run_dir="run"):
+def run_train_here(
+    args, cwd: Path, env: dict | None = None, timeout: float = 0, run_dir="run", app="train"
+):
     """helpers.train.run_train's twin in this process: `python train.py ARGS` in `cwd` with
     `env` added to the environment for the call; a CompletedProcess-like (returncode, stderr,
     stdout). For jobs that need no process of their own (no signals, no msrun, no probe of
@@ -122,7 +129,7 @@ def run_train_here(args, cwd: Path, env: dict | None = None, timeout: float = 0,
     try:
         os.environ.update(added)
         with contextlib.redirect_stdout(out):
-            code, err = train_cli(args, Path(cwd), run_dir)
+            code, err = train_cli(args, Path(cwd), run_dir, app)
     finally:
         for key, value in before.items():
             if value is None:

@@ -31,7 +31,7 @@ OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 
 
 def documented_commands(text: str) -> list[str]:
-    """The `python train.py` / `sporeflow` commands in a page's code blocks (fenced or
+    """The `python train.py` / `python eval.py` / `sporeflow` commands in a page's code blocks (fenced or
     indented), continuation lines joined, comments and `&&` chains split off."""
     found, fence = [], False
     for line in text.replace("\\\n", " ").splitlines():
@@ -43,7 +43,7 @@ def documented_commands(text: str) -> list[str]:
             continue
         for part in re.split(r"\s+#\s", stripped)[0].split("&&"):
             part = part.strip()
-            if part.startswith(("python train.py", "sporeflow ")) or part == "sporeflow":
+            if part.startswith(("python train.py", "python eval.py", "sporeflow ")) or part == "sporeflow":
                 found.append(part)
     return found
 
@@ -111,10 +111,12 @@ def test_a_documented_train_command_composes_and_validates(page, command, tmp_pa
     register_configs()
     for args in concrete(command, tmp_path):
         overrides = _one_job(_overrides(args[2:]))
+        app = Path(args[1]).stem  # train or eval
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            cfg = compose(config_name=app, overrides=overrides, return_hydra_config=True)
+        own = {"hydra", "source", "split"}  # eval.py's own keys are not a run config's
+        job = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in own])
         if any(o.startswith("model._target_=my_pkg.") for o in overrides):
             continue  # your own package: components.md shows how; it does not exist here
         validate(job)

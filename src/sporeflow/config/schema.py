@@ -20,6 +20,7 @@ from sporeflow.config import objective
 from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range
 
 SCHEMA_NAME = "sporeflow_schema"
+EVAL_SCHEMA_NAME = "sporeflow_eval_schema"  # eval.py's root (conf/eval.yaml)
 COMPONENT_GROUPS = ("model", "dataset", "optimizer", "loss")
 
 
@@ -463,3 +464,19 @@ def allowed_keys(path: str) -> list[str]:
             return []
         node = hints[part]
     return [f.name for f in fields(node)] if is_dataclass(node) else []
+
+
+class Split(Enum):
+    test = "test"
+    train = "train"
+
+
+@dataclass
+class EvalConfig(RunConfig):
+    """The root of eval.py's config: a run config (the source's own, with the keys given on
+    the command line over it) and what to evaluate."""
+
+    source: str = "???"
+    """The run to evaluate: its run dir, one of its stage dirs, or its MLflow run id."""
+    split: Split = Split.test
+    """The split evaluated, in order and without augmentation."""

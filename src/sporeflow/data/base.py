@@ -102,8 +102,10 @@ class ImageDataset(ABC):
         shard_id: int | None = None,
         seed: int = 0,
         start_epoch: int = 0,
+        augment: bool | None = None,
     ) -> mds.Dataset:
-        """The batched pipeline for `split`; shuffled by default for train only.
+        """The batched pipeline for `split`; shuffled and augmented by default for train only
+        (eval.py split=train reads it in order and as the network is evaluated).
 
         The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
         sees the same batches as one that never stopped.
@@ -117,7 +119,7 @@ class ImageDataset(ABC):
         data = self._source(split, sampler)
         ops = (
             self.decode_ops(split)
-            + (self.augment_ops() if split == "train" else [])
+            + (self.augment_ops() if (split == "train" if augment is None else augment) else [])
             + self.image_ops()
         )
         data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)

@@ -59,7 +59,7 @@ def _git_state() -> tuple[str | None, bool | None]:
     return commit, bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
-def _run_context() -> RunContext:
+def run_context() -> RunContext:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -183,7 +183,7 @@ def run_task(cfg: DictConfig) -> float:
     worker = msrun.under_msrun()
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
-    ctx = _run_context()
+    ctx = run_context()
     if worker or ctx.sweep is not None:  # a sweep's process must end its parent run
         signals.install()
     else:  # until the checks pass, an interrupt leaves nothing behind
@@ -217,13 +217,13 @@ def run_started(cfg: DictConfig, ctx: RunContext) -> bool:
 
 def remove_unused_run_dir(run_dir: Path) -> None:
     """A refused command leaves no run dir behind: Hydra made it (and wrote .hydra/ and the
-    job log) before sporeflow could check anything."""
+    job log, train.log or eval.log) before sporeflow could check anything."""
     if not run_dir.is_dir():
         return
-    if {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log", CLAIM_FILE}:
+    if all(p.name in (".hydra", CLAIM_FILE) or p.suffix == ".log" for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
         date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty; nothing above it
-        if date_dir.parent.name in ("outputs", "multirun") and not any(date_dir.iterdir()):
+        if date_dir.parent.name in ("outputs", "multirun", "eval") and not any(date_dir.iterdir()):
             date_dir.rmdir()
 
 

@@ -1,11 +1,12 @@
 """What Hydra must know before it composes a config: sporeflow's schema in its ConfigStore and
-sporeflow's resolvers. train.py calls `register_configs()` at import (so do the tests)."""
+sporeflow's resolvers. train.py and eval.py call `register_configs()` at import (so do the
+tests)."""
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from sporeflow.config.schema import SCHEMA_NAME, RunConfig
+from sporeflow.config.schema import EVAL_SCHEMA_NAME, SCHEMA_NAME, EvalConfig, RunConfig
 from sporeflow.launch import slurm
 from sporeflow.storage import run_marker, rundir
 
@@ -17,6 +18,7 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=RunConfig)
+    ConfigStore.instance().store(name=EVAL_SCHEMA_NAME, node=EvalConfig)
     # cached: Hydra copies resolver caches into each job's config, so a joblib/submitit worker
     # process resolves the sweep dir to the main process's name, not a new uid of its own
     OmegaConf.register_new_resolver("sporeflow.uid", rundir.uid, replace=True, use_cache=True)

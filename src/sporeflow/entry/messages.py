@@ -43,7 +43,8 @@ def refusal(ex: BaseException, argv: list[str] | None = None) -> str:
     lines = [describe(ex, argv)]
     if not isinstance(ex, (ConfigError, DataError)):
         lines += [line for line in other_problems(ex, argv) if line not in lines]
-    return f"{kind}: " + "\n".join(lines) + "  (python train.py --help lists groups and options)"
+    script = Path(argv[0]).name if argv and argv[0].endswith(".py") else "train.py"
+    return f"{kind}: " + "\n".join(lines) + f"  (python {script} --help lists groups and options)"
 
 
 def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
@@ -60,17 +61,29 @@ def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
     return None
 
 
+ENTRY_ONLY_KEYS = {"eval": ("source", "split")}  # an entry's own keys, not a run config's
+
+
 def _compose(script: str, overrides: list[str]):
+    """The run config `script` (train.py or eval.py) composes from these overrides."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
 
+    app = Path(script).stem if Path(script).stem in ENTRY_ONLY_KEYS else "train"
     GlobalHydra.instance().clear()
     try:
         conf = Path(script).resolve().parent / "conf"
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            return compose("train", overrides=overrides)
+            composed = compose(app, overrides=overrides)
     finally:
         GlobalHydra.instance().clear()
+    if app == "train":
+        return composed
+    plain = OmegaConf.to_container(composed)
+    for key in ENTRY_ONLY_KEYS[app]:
+        plain.pop(key, None)
+    return OmegaConf.create(plain)
 
 
 def other_problems(ex: BaseException, argv: list[str]) -> list[str]:

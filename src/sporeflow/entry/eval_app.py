@@ -1,0 +1,86 @@
+"""`python eval.py source=<run dir | stage dir | MLflow run id> [split=test|train] [key=value]`:
+a finished run's final weights evaluated again, as their own MLflow run (stage `eval`).
+
+The config is the source's own (network, data, transforms: stages.source); keys given on the
+command line replace the source's (`dataset=fashion_mnist`, `dataset.batch_size=64`). Where it
+records (`tracking`), how many processes (`parallel`: one) and this machine's kernels
+(`runtime`) are the eval's own.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from sporeflow.config.components import build_dataset
+from sporeflow.config.validation import validate
+from sporeflow.core import signals
+from sporeflow.entry import messages
+from sporeflow.entry.app import remove_unused_run_dir, run_context
+from sporeflow.runtime.mindspore_context import init_context
+from sporeflow.stages.eval_run import evaluate_source, loaded_network
+from sporeflow.stages.runs import base_name, guarded, record_config
+from sporeflow.stages.source import Source, resolve
+from sporeflow.tracking.tracker import Tracker
+
+EVAL_KEYS = ("source", "split")  # the eval's own, not a run's
+OWN_NODES = ("tracking", "parallel", "runtime")
+
+
+def run_eval(cfg: DictConfig) -> float:
+    """Resolve and check before any work (exit 2 on bad input), then evaluate; returns the
+    top-1 accuracy."""
+    ctx = run_context()
+    signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
+    lookup = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=True)
+    try:
+        source = resolve(str(cfg.source), lookup)
+        plain = validate(over_source(source.config, cfg, ctx.overrides))
+        build_dataset(plain).check()
+        init_context(plain)
+        network = loaded_network(plain, source)
+    except messages.usage_errors():
+        remove_unused_run_dir(ctx.run_dir)
+        raise
+    signals.install()
+    split = cfg.split.value if hasattr(cfg.split, "value") else str(cfg.split)
+    tracker = Tracker.from_config(plain.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
+    with tracker:
+        run = tracker.start_run(f"eval {base_name(plain)}", tags=source_tags(source, split))
+        record_config(run, plain, ctx, "eval")
+        metrics = guarded(run, lambda: evaluate_source(plain, network, split, ctx.run_dir, run))
+        shown = ", ".join(
+            f"{k}={metrics[k]:.4f}" for k in ("acc", "acc_top5", "loss") if k in metrics
+        )
+        print(
+            f"[sporeflow] eval of {source.name} on its {split} split: {shown}; "
+            f"files in {ctx.run_dir}; {tracker.describe()}",
+            file=sys.stderr,
+        )
+    return metrics["acc"]
+
+
+def source_tags(source: Source, split: str) -> dict[str, str]:
+    """What links the eval run to what it evaluated."""
+    tags = {"sporeflow.source": source.name, "sporeflow.weights": str(source.weights)}
+    if source.run_id:
+        tags["sporeflow.source_run"] = source.run_id
+    return {**tags, "eval.split": split}
+
+
+def over_source(source_config: DictConfig, cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The source's config with the eval's own nodes and every key the command line gave
+    (a group option replaces the source's whole node)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    merged = OmegaConf.create(OmegaConf.to_container(source_config))
+    for node in OWN_NODES:
+        merged[node] = cfg[node]
+    merged.resume = False
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key.split(".")[0] in EVAL_KEYS or key.startswith("hydra") or override.is_delete():
+            continue
+        OmegaConf.update(merged, key, OmegaConf.select(cfg, key), merge=False)
+    return merged

@@ -43,7 +43,10 @@ def documented_commands(text: str) -> list[str]:
             continue
         for part in re.split(r"\s+#\s", stripped)[0].split("&&"):
             part = part.strip()
-            if part.startswith(("python train.py", "python eval.py", "sporeflow ")) or part == "sporeflow":
+            if (
+                part.startswith(("python train.py", "python eval.py", "sporeflow "))
+                or part == "sporeflow"
+            ):
                 found.append(part)
     return found
 

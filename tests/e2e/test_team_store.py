@@ -114,8 +114,6 @@ def test_the_team_server_takes_runs_models_and_artifacts(team_server, tmp_path):
     # the logged model's files went to the server's artifact folder, not the launch dir
     weights = list((root / "artifacts").rglob("weights.ckpt"))
     assert weights and not list(tmp_path.glob("mlruns")) and not list(tmp_path.glob("mlartifacts"))
-    # the job ran as the trainer the module logs in as (MLflow records the login's user)
-    assert run.info.user_id == TRAINER
 
 
 def test_the_team_server_lets_in_only_its_users_and_shows_no_secret(team_server, tmp_path):

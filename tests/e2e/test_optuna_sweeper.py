@@ -23,6 +23,7 @@ from helpers.train import TRAIN, multirun
 from sporeflow.config import search_space
 
 SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
+SPHERE_PARAMS = ("x", "y", "z")  # its conf/config.yaml's hydra.sweeper.params
 
 # A grid over the command line's sweeps is BasicSweeper's contract (every point once, in order,
 # `hydra.sweeper.n_jobs` per batch); the study lives in memory. The suites' apps return None or
@@ -320,13 +321,19 @@ def test_a_trial_taken_back_by_another_process_is_not_told_twice(tmp_path):
     )
     deadline = time.monotonic() + 60
     running = []
+    # told FAIL once its job runs: the trial has all its params (told while the sweeper still
+    # sets them, its ask fails instead: the sweeper then says so and does not run it)
     while not running and time.monotonic() < deadline:
         time.sleep(0.3)
         try:
             study = optuna.load_study(study_name="sphere", storage=storage)
         except KeyError:
             continue
-        running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+        running = [
+            t
+            for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            if len(t.params) == len(SPHERE_PARAMS)
+        ]
     study.tell(running[0].number, state=optuna.trial.TrialState.FAIL)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]

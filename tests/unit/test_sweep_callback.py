@@ -180,8 +180,11 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     statsmodels on the concatenated outcomes (the pooled discordant counts are the same)."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     grid = [(lr, seed) for lr in LRS for seed in (1, 2)]
-    jobs = [[f"optimizer.lr={lr}", f"seed={seed}", "epochs=1"] for lr, seed in grid]
-    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", "seed=1,2", "epochs=1"])
+    # the registry version is printed once the writer has it: on a loaded machine (three test
+    # workers on two cores) that took longer than the default 30 s drain
+    patient = ["epochs=1", "tracking.drain_timeout=300"]
+    jobs = [[f"optimizer.lr={lr}", f"seed={seed}", *patient] for lr, seed in grid]
+    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", "seed=1,2", *patient])
     err = capsys.readouterr().err
     runs = runs_of(tmp_path)
     parent = next(r for r in runs if r.info.run_id == callback.run_id)

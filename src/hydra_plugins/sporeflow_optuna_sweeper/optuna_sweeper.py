@@ -256,8 +256,9 @@ class OptunaSweeper(Sweeper):
             ended, running = shared.budget_used(study)
             if ended + running >= n_trials:
                 break
-            with shared.quiet():
-                trial = study.ask(distributions)
+            trial = shared.ask(study, distributions)
+            if trial is None:
+                continue
             if not shared.within_budget(study, trial, n_trials):
                 break
             heartbeat.add(trial._trial_id)  # noqa: SLF001

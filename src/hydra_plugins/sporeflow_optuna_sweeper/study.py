@@ -13,6 +13,7 @@ taking a dead process's trials back, and counting `n_trials` across every proces
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -207,3 +208,19 @@ class Heartbeat:
                 self._record(running)
             except (SQLAlchemyError, OSError):  # a database hiccup: the next beat tries again
                 pass
+
+
+def ask(study, distributions: dict):
+    """A new trial with its params, or None (said in one line) when another process ended it
+    while its params were being set: it found a RUNNING trial without a heartbeat yet."""
+    import optuna
+
+    try:
+        with quiet():
+            return study.ask(distributions)
+    except optuna.exceptions.UpdateFinishedTrialError as ex:
+        print(
+            f"[sporeflow] {ex} (another process ended it while it was asked): not run",
+            file=sys.stderr,
+        )
+        return None

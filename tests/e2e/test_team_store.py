@@ -453,8 +453,9 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
     (tmp_path / "c").mkdir()
     third = run_train([*common, "boost.rho=0.55"], tmp_path / "c")
     assert third.returncode == 0, third.stderr[-3000:]
-    said = [x for x in third.stderr.splitlines() if f"not reusing run {stage1.info.run_id}" in x]
-    assert said and "checkpoints/final.ckpt is not the file its run made" in said[0], said
+    logged = third.stdout.splitlines()  # Hydra's console log handler writes to stdout
+    said = [x for x in logged if f"not reusing run {stage1.info.run_id}" in x and "WARNING" in x]
+    assert said and "checkpoints/final.ckpt is not the file its run made" in said[0], logged[-40:]
     assert len(seed7("stage1")) == 2, "c trained its own stage 1"
     assert not (tmp_path / "c" / ".sporeflow" / "runs" / stage1.info.run_id).exists()
 

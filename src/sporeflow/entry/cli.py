@@ -193,7 +193,8 @@ def _serve(
     """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker.
     `ready` = (its URL, what to do once it answers there): links are printed only then."""
     signals.install()
-    proc = start_group(command, env=server_env(extra_env))
+    # the server's own output goes to stderr: stdout carries only the links (`ui`)
+    proc = start_group(command, env=server_env(extra_env), stdout=sys.stderr)
     try:
         if ready is not None and _answers(ready[0], proc):
             ready[1]()

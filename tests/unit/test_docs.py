@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from helpers.train import CONF, REPO
 from sporeflow.config import reference
-from sporeflow.config.schema import RunConfig
+from sporeflow.config.schema import EVAL_KEYS, RunConfig
 from sporeflow.config.validation import validate
 from sporeflow.entry.cli import parser
 from sporeflow.entry.hydra_setup import register_configs
@@ -118,7 +118,7 @@ def test_a_documented_train_command_composes_and_validates(page, command, tmp_pa
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose(config_name=app, overrides=overrides, return_hydra_config=True)
-        own = {"hydra", "source", "split"}  # eval.py's own keys are not a run config's
+        own = {"hydra", *EVAL_KEYS}  # eval.py's own keys are not a run config's
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in own])
         if any(o.startswith("model._target_=my_pkg.") for o in overrides):
             continue  # your own package: components.md shows how; it does not exist here

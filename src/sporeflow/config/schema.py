@@ -480,3 +480,9 @@ class EvalConfig(RunConfig):
     """The run to evaluate: its run dir, one of its stage dirs, or its MLflow run id."""
     split: Split = Split.test
     """The split evaluated, in order and without augmentation."""
+
+
+# eval.py's own keys, not a run config's (taken out before a composed eval config is validated)
+EVAL_KEYS = tuple(
+    f.name for f in fields(EvalConfig) if f.name not in {g.name for g in fields(RunConfig)}
+)

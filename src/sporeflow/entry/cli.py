@@ -24,7 +24,7 @@ from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import signals, telemetry
 from sporeflow.core.processes import start_group, stop_group
 from sporeflow.core.uris import redacted
-from sporeflow.entry.team_server import DB_ENV
+from sporeflow.entry import team_server
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment_name  # the schema's default, written once there
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
@@ -161,7 +161,9 @@ def ui(args: argparse.Namespace) -> int:
     server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
     server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
     print(f"serving {redacted(uri)} at {base} (Ctrl-C stops it)", file=sys.stderr)
-    return _serve(server, {DB_ENV: uri}, ready=(base, lambda: print("\n".join(links), flush=True)))
+    return _serve(
+        server, {team_server.DB_ENV: uri}, ready=(base, lambda: print("\n".join(links), flush=True))
+    )
 
 
 def port_taken(port: int) -> str | None:
@@ -220,8 +222,6 @@ def server(args: argparse.Namespace) -> int:
     folder, so every machine needs only tracking.uri=http://<host>:<port>; logins on whenever
     it listens beyond loopback (entry/team_server.py). `sporeflow server add-user NAME --url
     URL [--viewer]` adds a user to a running server."""
-    from sporeflow.entry import team_server
-
     try:
         if args.mlflow_args[:1] == ["add-user"]:
             team_server.add_user(_add_user_parser().parse_args(args.mlflow_args[1:]))

@@ -14,6 +14,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.components import build_dataset
+from sporeflow.config.schema import EVAL_KEYS, Split
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.entry import messages
@@ -24,7 +25,6 @@ from sporeflow.stages.runs import base_name, guarded, record_config
 from sporeflow.stages.source import Source, resolve
 from sporeflow.tracking.tracker import Tracker
 
-EVAL_KEYS = ("source", "split")  # the eval's own, not a run's
 OWN_NODES = ("tracking", "parallel", "runtime")
 
 
@@ -44,7 +44,7 @@ def run_eval(cfg: DictConfig) -> float:
         remove_unused_run_dir(ctx.run_dir)
         raise
     signals.install()
-    split = cfg.split.value if hasattr(cfg.split, "value") else str(cfg.split)
+    split = Split(cfg.split).value
     tracker = Tracker.from_config(plain.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
     with tracker:
         run = tracker.start_run(f"eval {base_name(plain)}", tags=source_tags(source, split))

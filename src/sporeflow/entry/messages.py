@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from sporeflow.config.schema import COMPONENT_GROUPS, allowed_keys
+from sporeflow.config.schema import COMPONENT_GROUPS, EVAL_KEYS, allowed_keys
 from sporeflow.config.unused import override_key
 from sporeflow.config.validation import component_settings
 from sporeflow.core.errors import ConfigError, DataError
@@ -61,16 +61,13 @@ def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
     return None
 
 
-ENTRY_ONLY_KEYS = {"eval": ("source", "split")}  # an entry's own keys, not a run config's
-
-
 def _compose(script: str, overrides: list[str]):
     """The run config `script` (train.py or eval.py) composes from these overrides."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    app = Path(script).stem if Path(script).stem in ENTRY_ONLY_KEYS else "train"
+    app = "eval" if Path(script).stem == "eval" else "train"
     GlobalHydra.instance().clear()
     try:
         conf = Path(script).resolve().parent / "conf"
@@ -81,7 +78,7 @@ def _compose(script: str, overrides: list[str]):
     if app == "train":
         return composed
     plain = OmegaConf.to_container(composed)
-    for key in ENTRY_ONLY_KEYS[app]:
+    for key in EVAL_KEYS:
         plain.pop(key, None)
     return OmegaConf.create(plain)
 

@@ -5,7 +5,6 @@ stage `eval` beside the files."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,6 @@ from sporeflow.stages.source import Source
 from sporeflow.storage.checkpoints import load_weights
 from sporeflow.storage.files import atomic_path, write_text_atomic
 from sporeflow.tracking.tracker import TrackedRun
-
-log = logging.getLogger(__name__)
 
 
 def loaded_network(cfg: DictConfig, source: Source):

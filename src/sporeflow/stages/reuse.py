@@ -255,8 +255,8 @@ def restore_snapshot_times(folder: Path) -> str | None:
     if not manifest.is_file():
         return None
     for name, mtime_ns in json.loads(manifest.read_text()).items():
-        target = manifest.parent / str(name)
-        if Path(str(name)).name != name or name in ("", ".", "..") or not target.is_file():
+        target = manifest.parent / name
+        if Path(name).name != name or name in ("", ".", "..") or not target.is_file():
             return f"snapshots/{MANIFEST} names {name!r}, not a file of its folder"
         os.utime(target, ns=(int(mtime_ns), int(mtime_ns)))
     manifest.unlink()

@@ -69,16 +69,21 @@ def metric_history(client, run, key: str) -> list[float]:
     ]
 
 
-def interleaved_wall_times(arms: dict[str, list[str]], repeats: int) -> dict[str, list[float]]:
+def interleaved_wall_times(
+    arms: dict[str, list[str]], repeats: int, repos: dict[str, Path] | None = None
+) -> dict[str, list[float]]:
     """Each arm's `python train.py ARGS` wall seconds, arms in turn per repetition (A B C A B C
-    ...), each run in a fresh process and a fresh launch folder."""
+    ...), each run in a fresh process and a fresh launch folder; `repos`: the arms run by
+    another checkout (`checkout`)."""
     import tempfile
 
     found: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(repeats):
         for arm, args in arms.items():
             with tempfile.TemporaryDirectory() as tmp:
-                found[arm].append(run_train([*args, "callbacks.progress_bar=false"], Path(tmp)))
+                where = (repos or {}).get(arm, REPO)
+                args = [*args, "callbacks.progress_bar=false"]
+                found[arm].append(run_train(args, Path(tmp), repo=where))
     return found
 
 

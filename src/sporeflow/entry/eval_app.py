@@ -19,6 +19,7 @@ from sporeflow.config.validation import validate
 from sporeflow.core import signals
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
+from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.eval_run import evaluate_source, loaded_network
 from sporeflow.stages.runs import base_name, guarded, record_config
@@ -46,7 +47,7 @@ def run_eval(cfg: DictConfig) -> float:
     signals.install()
     split = Split(cfg.split).value
     tracker = Tracker.from_config(plain.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
-    with tracker:
+    with tracker, long_lived_objects_frozen():
         run = tracker.start_run(f"eval {base_name(plain)}", tags=source_tags(source, split))
         record_config(run, plain, ctx, "eval")
         metrics = guarded(run, lambda: evaluate_source(plain, network, split, ctx.run_dir, run))

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from sporeflow.config import objective
 from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
+from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.stages.runner import StageRunner
@@ -30,7 +31,7 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
         cfg.tracking, ctx.launch_dir, read_only=not worker.is_main, journal_dir=ctx.run_dir
     )
-    with tracker:
+    with tracker, long_lived_objects_frozen():  # every graph compile collects garbage
         runner = StageRunner(cfg, ctx, tracker, worker)
         if is_dim_reduce(cfg):
             return objective_value(cfg, DimReducePipeline(runner).run())

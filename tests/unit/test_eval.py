@@ -114,3 +114,77 @@ def test_a_source_that_cannot_be_evaluated_exits_2_before_any_work(trained, sour
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("Config error: source=") and says in line, line
     assert len(runs(launch, "eval")) == before and not (launch / "refused").exists()
+
+
+def stored_test_images(count: int) -> np.ndarray:
+    """TINY's test images as stored (HWC uint8), in the split's order."""
+    from sporeflow.data.sampling import EpochSampler
+    from sporeflow.data.synthetic import Synthetic
+
+    data = Synthetic(image_size=8, channels=1, num_samples=128, test_samples=count)
+    source = data._source("test", EpochSampler(count, 0, False, 0, None, None))
+    return np.stack([row["image"] for row in source.create_dict_iterator(output_numpy=True)])
+
+
+def predicted(csv_file) -> tuple[list[str], np.ndarray, np.ndarray]:
+    import csv
+
+    with open(csv_file, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["file", "label", *(f"p_{c}" for c in range(10))]
+    names = [r[0] for r in rows[1:]]
+    labels = np.array([int(r[1]) for r in rows[1:]])
+    return names, labels, np.array([[float(p) for p in r[2:]] for r in rows[1:]])
+
+
+def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
+    trained, tmp_path, monkeypatch
+):
+    from PIL import Image
+    from scipy.special import softmax
+
+    from sporeflow.entry import cli
+
+    launch, _ = trained
+    assert evaluate(launch, "eval_for_predict", f"source={launch / 'run'}").returncode == 0
+    logits = np.load(launch / "eval_for_predict" / "logits.npy")
+    images = stored_test_images(len(logits))
+    folder = tmp_path / "pngs"
+    (folder / "more").mkdir(parents=True)  # read recursively, in name order
+    for i, image in enumerate(images):
+        Image.fromarray(image[:, :, 0]).save(folder / ("more" if i >= 50 else "") / f"{i:03d}.png")
+    np.save(tmp_path / "batch.npy", images)
+    monkeypatch.chdir(launch)
+    for given, out in ((folder, "from_pngs.csv"), (tmp_path / "batch.npy", "from_npy.csv")):
+        assert cli.main(["predict", str(launch / "run"), str(given), "--out", out]) == 0
+    names, labels, probs = predicted(launch / "from_pngs.csv")
+    assert names[0] == "000.png" and names[50] == "more/050.png" and len(names) == len(logits)
+    assert (labels == logits.argmax(axis=1)).all()
+    assert probs == pytest.approx(softmax(logits.astype(np.float64), axis=1), rel=1e-4, abs=1e-6)
+    npy_names, npy_labels, npy_probs = predicted(launch / "from_npy.csv")
+    assert npy_names[3] == "batch.npy[3]"
+    assert (npy_labels == labels).all() and npy_probs == pytest.approx(probs, rel=1e-4, abs=1e-6)
+
+
+def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path, capsys):
+    from sporeflow.entry import cli
+
+    launch, _ = trained
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.png").write_bytes(b"not a png")
+    np.save(tmp_path / "floats.npy", np.zeros((2, 8, 8, 1), np.float32))
+    cases = {
+        str(tmp_path / "empty"): "holds no image files (.jpg, .jpeg, .png)",
+        str(tmp_path / "broken"): "a.png: not a readable image",
+        str(tmp_path / "floats.npy"): "float32 array of shape (2, 8, 8, 1); expected uint8",
+        str(tmp_path / "nothing"): "not a folder of .jpg/.jpeg/.png images or a .npy file",
+    }
+    for given, said in cases.items():
+        out = tmp_path / "p.csv"
+        assert cli.main(["predict", str(launch / "run"), given, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err, err
+        assert not out.exists()
+    assert cli.main(["predict", str(tmp_path), str(tmp_path / "empty")]) == 2
+    assert "not a run dir" in capsys.readouterr().err

@@ -7,7 +7,7 @@ a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -129,6 +129,19 @@ class ImageDataset(ABC):
     def decode_ops(self, split: str) -> list:
         """Ops that turn stored bytes into an HWC uint8 image (none: sources yield arrays)."""
         return []
+
+    def stored_size_ops(self) -> list:
+        """Ops that give a decoded image of any size the size this data set's eval images have
+        before `image_ops` (its stored size); what a user's own image files go through."""
+        return [vision.Resize((self.native_size, self.native_size))] if self.native_size else []
+
+    def from_images(self, images: Callable[[], Iterator[np.ndarray]]) -> mds.Dataset:
+        """Batches of other images (HWC uint8, this data set's channels, any size) as the eval
+        split is fed to the network: `images` is called once and yields them in order."""
+        data = mds.GeneratorDataset(lambda: ((i,) for i in images()), ["image"], shuffle=False)
+        ops = self.stored_size_ops() + self.image_ops()
+        data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
+        return data.batch(self.batch_size)
 
     def augment_ops(self) -> list:
         """Random transforms for the training split only (none by default)."""

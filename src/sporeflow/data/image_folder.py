@@ -85,7 +85,11 @@ class ImageFolder(ImageDataset):
         size = self.image_size
         if split == "train":
             return [vision.RandomCropDecodeResize(size, scale=(0.08, 1.0), ratio=(0.75, 1.333))]
-        return [vision.Decode(), vision.Resize(int(size * 256 / 224)), vision.CenterCrop(size)]
+        return [vision.Decode(), *self.stored_size_ops()]
+
+    def stored_size_ops(self):
+        size = self.image_size
+        return [vision.Resize(int(size * 256 / 224)), vision.CenterCrop(size)]
 
     def augment_ops(self):
         return [vision.RandomHorizontalFlip(prob=0.5)]

@@ -5,6 +5,7 @@ sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PN
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
 sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [--auth] [-- MLFLOW ARGS]
 sporeflow server add-user NAME --url URL [--viewer]
+sporeflow predict SOURCE IMAGES [--out predictions.csv]
 sporeflow merge-ckpt --src DIR --strategy FILE --out FILE
 sporeflow sync DIR
 """
@@ -406,6 +407,57 @@ def _add_user_parser() -> argparse.ArgumentParser:
     return p
 
 
+def predict(args: argparse.Namespace) -> int:
+    """A run's final weights on a folder of images or a .npy batch -> one CSV row per image."""
+    from sporeflow.core.errors import ConfigError, DataError
+    from sporeflow.stages import predict as predicting
+    from sporeflow.stages.source import resolve
+    from sporeflow.storage.files import write_text_atomic
+    from sporeflow.tracking.store import resolve_uri
+    from sporeflow.tracking.tracker import Tracker
+
+    out = Path(args.out)
+    try:
+        if not out.parent.is_dir():
+            raise DataError(f"--out {out}: folder {out.parent} does not exist")
+        lookup = Tracker(resolve_uri(args.uri, Path.cwd()), args.experiment, read_only=True)
+        source = resolve(args.source, lookup)
+        cfg, images = predicting.checked_inputs(source, Path(args.images))
+    except (ConfigError, DataError) as ex:
+        print(f"sporeflow predict: {ex}", file=sys.stderr)
+        return 2
+    found = predicting.predict(cfg, source, images, progress=sys.stderr.isatty())
+    write_text_atomic(out, predicting.csv_text(found))
+    print(
+        f"[sporeflow] {len(found.names)} images predicted by {source.name} "
+        f"({cfg.model._target_.rsplit('.', 1)[-1]}, {found.probabilities.shape[1]} classes): {out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _predict_parser(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="a run's network on your own images: class probabilities per image, as CSV",
+        description="Each image goes through the eval transforms of the data set the source "
+        "was trained on; the CSV has file, label (the most probable class) and p_<class>.",
+    )
+    p.add_argument(
+        "source", help="a run dir, one of its stage dirs (.../stage2) or an MLflow run id"
+    )
+    p.add_argument(
+        "images",
+        help="a folder of .jpg/.jpeg/.png files (read recursively, in name order) or a .npy "
+        "file of uint8 images N x H x W [x C] as the data set keeps them",
+    )
+    p.add_argument(
+        "--out", default="predictions.csv", help="the CSV to write (default: %(default)s)"
+    )
+    _store_args(p)
+    p.set_defaults(fn=predict)
+
+
 def _merge_parser(sub) -> None:
     p = sub.add_parser(
         "merge-ckpt", help="merge sliced per-rank checkpoints into one full checkpoint"
@@ -431,7 +483,14 @@ def parser() -> argparse.ArgumentParser:
         prog="sporeflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = top.add_subparsers(dest="command", required=True)
-    for add in (_compare_parser, _ui_parser, _server_parser, _merge_parser, _sync_parser):
+    for add in (
+        _compare_parser,
+        _ui_parser,
+        _server_parser,
+        _predict_parser,
+        _merge_parser,
+        _sync_parser,
+    ):
         add(sub)
     return top
 

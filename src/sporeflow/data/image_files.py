@@ -1,0 +1,80 @@
+"""A user's own images for `sporeflow predict`: a folder of JPEG/PNG files or a `.npy` batch,
+read as HWC uint8 arrays with a data set's channels (1: grey, 3: RGB). Every file is checked
+before any is used, so bad input is refused before the network is built."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from sporeflow.core.errors import DataError
+
+SUFFIXES = (".jpg", ".jpeg", ".png")
+_PIL_MODE = {1: "L", 3: "RGB"}
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """The images of one folder or `.npy` file: their names (a file's path inside the folder,
+    `batch.npy[i]`) and, by `images()`, the arrays in the same order."""
+
+    path: Path
+    names: tuple[str, ...]
+    channels: int
+
+    def images(self) -> Iterator[np.ndarray]:
+        if self.path.is_dir():
+            for name in self.names:
+                with Image.open(self.path / name) as image:
+                    yield _with_channel_axis(np.asarray(image.convert(_PIL_MODE[self.channels])))
+        else:
+            for image in np.load(self.path, mmap_mode="r"):
+                yield _with_channel_axis(np.array(image))
+
+
+def image_input(path: Path, channels: int) -> ImageInput:
+    """The checked images at `path`; DataError naming the file and what is allowed."""
+    if channels not in _PIL_MODE:
+        raise DataError(f"images of {channels} channels cannot be read from files (1 or 3)")
+    if path.is_dir():
+        return ImageInput(path, _checked_files(path), channels)
+    if path.suffix == ".npy" and path.is_file():
+        return ImageInput(path, _checked_batch(path, channels), channels)
+    raise DataError(f"{path}: not a folder of {'/'.join(SUFFIXES)} images or a .npy file")
+
+
+def _checked_files(folder: Path) -> tuple[str, ...]:
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+    if not files:
+        raise DataError(f"{folder} holds no image files ({', '.join(SUFFIXES)})")
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                image.verify()
+        except (UnidentifiedImageError, OSError, SyntaxError) as ex:
+            raise DataError(f"{file}: not a readable image ({ex})") from None
+    return tuple(str(p.relative_to(folder)) for p in files)
+
+
+def _checked_batch(path: Path, channels: int) -> tuple[str, ...]:
+    try:
+        batch = np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as ex:
+        raise DataError(f"{path}: not a NumPy array file ({ex})") from None
+    shape = batch.shape
+    layout_ok = len(shape) == 3 and channels == 1 or len(shape) == 4 and shape[3] == channels
+    if batch.dtype != np.uint8 or not layout_ok or not shape[0]:
+        raise DataError(
+            f"{path}: {batch.dtype} array of shape {shape}; expected uint8 images N x H x W"
+            f"{' (x 1)' if channels == 1 else ''} x {channels} channels, as the data set's"
+            " own images"
+        )
+    return tuple(f"{path.name}[{i}]" for i in range(shape[0]))
+
+
+def _with_channel_axis(image: np.ndarray) -> np.ndarray:
+    return image[:, :, None] if image.ndim == 2 else image

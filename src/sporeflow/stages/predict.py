@@ -1,0 +1,77 @@
+"""A source's final weights applied to a user's own images (`sporeflow predict`): each image
+goes through the eval transforms of the data set the weights were trained on (its stored size,
+rescale, normalisation), in batches, and comes out as one probability per class."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from sporeflow.config.components import build_dataset
+from sporeflow.config.schema import ParallelConfig, RuntimeConfig
+from sporeflow.config.validation import validate
+from sporeflow.data.image_files import ImageInput, image_input
+from sporeflow.runtime.mindspore_context import init_context
+from sporeflow.stages.eval_run import loaded_network
+from sporeflow.stages.source import Source
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Each image's name and class probabilities (N x classes), in the input's order."""
+
+    names: tuple[str, ...]
+    probabilities: np.ndarray
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.probabilities.argmax(axis=1)
+
+
+def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput]:
+    """The config to predict with (the source's own, in one process on this machine) and the
+    checked images; ConfigError / DataError before any work."""
+    cfg = OmegaConf.create(OmegaConf.to_container(source.config))
+    cfg.parallel = OmegaConf.structured(ParallelConfig)
+    cfg.runtime = OmegaConf.structured(RuntimeConfig)
+    cfg.resume = False
+    plain = validate(cfg)
+    return plain, image_input(images, int(plain.dataset.channels))
+
+
+def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool) -> Prediction:
+    """The network of `cfg` with `source`'s weights on `images`, batch by batch."""
+    init_context(cfg)
+    network = loaded_network(cfg, source)
+    network.set_train(False)
+    batches = build_dataset(cfg).from_images(images.images)
+    bar = tqdm(total=len(images.names), desc="predict", unit="image", disable=not progress)
+    found = []
+    with bar:
+        for (batch,) in batches.create_tuple_iterator(num_epochs=1):
+            found.append(softmax(network(batch).asnumpy().astype(np.float64)))
+            bar.update(len(found[-1]))
+    return Prediction(images.names, np.concatenate(found))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def csv_text(prediction: Prediction) -> str:
+    """`file,label,p_0,...`: one row per image, the label the most probable class."""
+    out = io.StringIO()
+    table = csv.writer(out, lineterminator="\n")
+    table.writerow(["file", "label", *(f"p_{c}" for c in range(prediction.probabilities.shape[1]))])
+    for name, label, probs in zip(
+        prediction.names, prediction.labels, prediction.probabilities, strict=True
+    ):
+        table.writerow([name, int(label), *(f"{p:.6g}" for p in probs)])
+    return out.getvalue()

@@ -27,7 +27,7 @@ from sporeflow.entry.hydra_setup import register_configs
 PAGES = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 # what a documented command writes for "put yours here", and what the test puts there
 PLACEHOLDER = re.compile(r"<[^<>]+>")
-OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+OPTIONAL = re.compile(r"(?<!=)\[([^\[\]]*)\]")  # key=[a,b] is a Hydra list, not optional
 
 
 def documented_commands(text: str) -> list[str]:

@@ -146,6 +146,26 @@ CASES = {
         ["boost=dim_reduce", "boost.n_component=4", "boost.pca_mat_path={tmp}/basis_text.npy"],
         ["not a .npy array"],
     ),
+    "fine-tune from a folder that is not a run": (
+        ["train.init_from={tmp}/empty"],
+        ["train.init_from={tmp}/empty: ", "holds no .hydra/config.yaml (not a run dir)"],
+    ),
+    "fine-tune from a run id the store does not have": (
+        ["train.init_from=0123456789abcdef0123456789abcdef"],
+        ["train.init_from=0123456789abcdef0123456789abcdef: no such MLflow run"],
+    ),
+    "a freeze prefix that matches no parameter": (
+        ["train.freeze=[conv9]"],
+        ["train.freeze: conv9 matches no parameter of LeNet5", "conv1, conv2, fc1, fc2, fc3"],
+    ),
+    "freezing every parameter": (
+        ["train.freeze=[conv1,conv2,fc1,fc2,fc3]"],
+        ["keeps every parameter fixed: nothing to train"],
+    ),
+    "freezing with dim_reduce": (
+        ["boost=dim_reduce", "train.freeze=[conv1]"],
+        ["train.freeze with boost=dim_reduce is not available yet"],
+    ),
     "device_num that disagrees with workers": (
         ["parallel=data2", "parallel.device_num=4"],
         ["parallel.device_num=4 must equal parallel.workers=2"],

@@ -312,6 +312,14 @@ class TrainStepConfig:
     """MindSpore's automatic mixed precision, O0-O3."""
     keep_batchnorm_fp32: bool = True
     """With O3: BatchNorm stays float32."""
+    init_from: Optional[str] = None
+    """Fine-tune: a finished run (run dir, stage dir or MLflow run id) whose final weights
+    start this run where name and shape match; the rest (e.g. a classifier for another
+    `num_classes`) stay as initialised and are named in one line. With boost=dim_reduce, stage
+    1 starts from it."""
+    freeze: List[str] = field(default_factory=list)
+    """Parameter name prefixes kept fixed while training (e.g. `[conv1, conv2]`); each must
+    match a parameter. Not with boost=dim_reduce yet."""
 
     def relations(self) -> Iterator[str]:
         if self.loss_scale_manager is LossScaleManager.dynamic and self.accumulation_steps > 1:
@@ -426,6 +434,11 @@ class RunConfig:
 
     def _dim_reduce_relations(self) -> Iterator[str]:
         boost, snap = self.boost, self.boost.snapshot
+        if self.train.freeze:
+            yield (
+                "train.freeze with boost=dim_reduce is not available yet (stage 2's PCA subspace "
+                "spans every trainable weight); use it with boost=none"
+            )
         if not 1 <= snap.start_epoch <= self.epochs:
             yield f"boost.snapshot.start_epoch={snap.start_epoch} must lie in 1..epochs={self.epochs}"
             return

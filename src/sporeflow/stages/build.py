@@ -16,6 +16,7 @@ from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
+from sporeflow.stages import fine_tune
 from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import load_weights
 
@@ -72,6 +73,9 @@ def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) ->
         apply_strategies(network, cfg.parallel.shard)
     if spec.init_weights is not None:
         load_weights(network, spec.init_weights)
+    if spec.fine_tune_from is not None:
+        fine_tune.start_from(network, spec.fine_tune_from)
+    fine_tune.freeze(network, cfg.train.freeze)
     network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
     loss_fn = build_loss(cfg)
     if spec.basis is not None:

@@ -40,15 +40,22 @@ from sporeflow.report.comparison import (
 )
 from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import barrier
+from sporeflow.stages import fine_tune, reuse
 from sporeflow.stages import provenance as made_with
-from sporeflow.stages import reuse
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
 from sporeflow.stages.results import PREDICTIONS, StageResult, load_predictions
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.runs import guarded
-from sporeflow.stages.spec import StageSpec, baseline_spec, stage1_spec, stage2_spec
+from sporeflow.stages.spec import (
+    FineTuneStart,
+    StageSpec,
+    baseline_spec,
+    stage1_spec,
+    stage2_spec,
+)
 from sporeflow.storage.checkpoints import final_weights, save_atomic
+from sporeflow.storage.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,7 @@ class DimReducePipeline:
         self._layout: Layout | None = None
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
+        self.start: FineTuneStart | None = None  # train.init_from, stage 1's start
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
@@ -80,6 +88,9 @@ class DimReducePipeline:
         if reuse_off and self.worker.is_main:
             log.warning(reuse_off)
         self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
+        self.start = fine_tune.start_of(self.cfg, self.tracker)
+        if self.start is not None:  # the source's weights shape stage 1: part of its fingerprint
+            self.provenance["init_weights"] = sha256_file(self.start.weights)[:12]
         stage1 = self._keep(self._stage1())
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = self._snapshots(stage1)
@@ -110,7 +121,9 @@ class DimReducePipeline:
 
     # --- stage 1 -------------------------------------------------------------------------------
     def _stage1(self) -> StageResult:
-        spec = stage1_spec(self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance)
+        spec = stage1_spec(
+            self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance, self.start
+        )
         if self.boost.stage1_run:
             return self._named_stage1(spec)
         return self.runner.reused_or_run(

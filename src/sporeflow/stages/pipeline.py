@@ -17,6 +17,7 @@ from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
+from sporeflow.stages import fine_tune
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.spec import plain_spec
@@ -42,7 +43,8 @@ def run_plain(runner: StageRunner) -> dict:
     """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run)."""
     cfg, ctx = runner.cfg, runner.ctx
     resume_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
-    spec = plain_spec(cfg, resume_dir or ctx.run_dir)
+    start = None if resume_dir else fine_tune.start_of(cfg, runner.tracker)  # resume: its own
+    spec = plain_spec(cfg, resume_dir or ctx.run_dir, start)
     result = runner.run(spec, resume=resume_dir is not None)
     if runner.worker.is_main:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())

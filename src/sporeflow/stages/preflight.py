@@ -1,5 +1,5 @@
-"""Every input a user can get wrong, checked before any work: the data files, `resume=`, and
-a given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
+"""Every input a user can get wrong, checked before any work: the data files, `resume=`, the
+run to fine-tune from, and a given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
 DataError: exit 2), raised before a dataset is read for training, an MLflow run is created or
 a checkpoint is written."""
 
@@ -16,12 +16,14 @@ from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
 from sporeflow.runtime.mindspore_context import device_problem
+from sporeflow.stages import fine_tune
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
 )
 from sporeflow.storage.run_marker import find_resume_dir
 from sporeflow.tracking.store import store_refusal
+from sporeflow.tracking.tracker import Tracker
 
 
 def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
@@ -31,8 +33,17 @@ def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
     check_store(cfg.tracking)
     build_dataset(cfg).check()
     check_resume(cfg, ctx)
+    check_fine_tune(cfg, ctx)
     if is_dim_reduce(cfg) and cfg.boost.pca_mat_path:
         check_basis(cfg)
+
+
+def check_fine_tune(cfg: DictConfig, ctx: RunContext) -> None:
+    """train.init_from names a finished run with weights that fit; train.freeze's prefixes."""
+    if not cfg.train.init_from and not cfg.train.freeze:
+        return
+    lookup = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=True)
+    fine_tune.check(cfg, build_model(cfg), fine_tune.init_source(cfg, lookup))
 
 
 def check_store(tracking: DictConfig) -> None:

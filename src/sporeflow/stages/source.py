@@ -35,16 +35,19 @@ class Source:
     run_id: str | None = None
 
 
-def resolve(name: str, tracker: Tracker) -> Source:
-    """The source `name` (a run or stage dir, or an MLflow run id); ConfigError naming `source=`
+def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
+    """The source `name` (a run or stage dir, or an MLflow run id); ConfigError naming `key`
     when it is none of them, has no final weights, or its run dir is not on this disk."""
     path = Path(name).expanduser()
-    if path.is_dir():
-        return _from_dir(name, path.resolve(), None)
-    if RUN_ID.match(name):
-        return _from_run_id(name, tracker)
+    try:
+        if path.is_dir():
+            return _from_dir(name, path.resolve(), None)
+        if RUN_ID.match(name):
+            return _from_run_id(name, tracker)
+    except ConfigError as ex:
+        raise ConfigError(f"{key}={ex}") from None
     raise ConfigError(
-        f"source={name}: not a run dir, a stage dir or an MLflow run id (a run dir is where "
+        f"{key}={name}: not a run dir, a stage dir or an MLflow run id (a run dir is where "
         "train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
     )
 
@@ -52,11 +55,11 @@ def resolve(name: str, tracker: Tracker) -> Source:
 def _from_run_id(run_id: str, tracker: Tracker) -> Source:
     run = tracker.get_run(run_id)
     if run is None:
-        raise ConfigError(f"source={run_id}: no such MLflow run in {tracker.uri}")
+        raise ConfigError(f"{run_id}: no such MLflow run in {tracker.uri}")
     run_dir = Path(run.data.tags.get("run_dir", ""))
     if not run_dir.is_dir():
         raise ConfigError(
-            f"source={run_id}: its run dir {run_dir} is not on this machine; give the run dir"
+            f"{run_id}: its run dir {run_dir} is not on this machine; give the run dir"
         )
     return _from_dir(run_id, run_dir, run_id)
 
@@ -64,7 +67,7 @@ def _from_run_id(run_id: str, tracker: Tracker) -> Source:
 def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
     run_dir = next((p for p in (path, path.parent) if (p / HYDRA_CONFIG).is_file()), None)
     if run_dir is None:
-        raise ConfigError(f"source={name}: {path} holds no {HYDRA_CONFIG} (not a run dir)")
+        raise ConfigError(f"{name}: {path} holds no {HYDRA_CONFIG} (not a run dir)")
     config = OmegaConf.load(run_dir / HYDRA_CONFIG)
     assert isinstance(config, DictConfig)
     stage_dir = path
@@ -72,7 +75,7 @@ def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
         stage_dir = run_dir / "stage2"  # the network the pipeline made
     weights = final_weights(stage_dir)
     if not weights.is_file():
-        raise ConfigError(f"source={name}: no final weights at {weights} (the run did not finish?)")
+        raise ConfigError(f"{name}: no final weights at {weights} (the run did not finish?)")
     return Source(name, weights, config, run_id or _marked_run_id(stage_dir, run_dir))
 
 

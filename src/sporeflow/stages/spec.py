@@ -30,6 +30,7 @@ class StageSpec:
     epochs: int  # epochs of this stage (0: evaluated, not trained)
     lr: float | None = None  # None: optimizer.lr as configured
     init_weights: Path | None = None  # network weights to start from (stage 1's final.ckpt)
+    fine_tune_from: Path | None = None  # weights loaded where they fit (train.init_from)
     basis: Any = None  # k x M PCA basis: train with DimReduceStep
     snapshot_dir: Path | None = None  # keep weight snapshots here (boost.snapshot)
     reuse_tag: str | None = None  # the tag a reusable stage's fingerprint is stored under
@@ -71,20 +72,42 @@ class StageSpec:
         return {"run_dir": str(self.stage_dir), **reuse_tags, **self.tags}
 
 
-def plain_spec(cfg: DictConfig, run_dir: Path) -> StageSpec:
-    """A plain job: one stage, `train`, in the run dir itself."""
-    return StageSpec("train", Path(run_dir), cfg.epochs)
+@dataclass(frozen=True)
+class FineTuneStart:
+    """train.init_from resolved: the weights a first stage loads where they fit, and the tags
+    that record them on its run (stages.fine_tune)."""
+
+    weights: Path
+    tags: dict
+
+
+def plain_spec(cfg: DictConfig, run_dir: Path, start: FineTuneStart | None = None) -> StageSpec:
+    """A plain job: one stage, `train`, in the run dir itself (fine-tuned from `start`)."""
+    return StageSpec(
+        "train",
+        Path(run_dir),
+        cfg.epochs,
+        fine_tune_from=start.weights if start else None,
+        tags=dict(start.tags) if start else {},
+    )
 
 
 def stage1_spec(
-    cfg: DictConfig, run_dir: Path, keeps_snapshots: bool, provenance: dict[str, str]
+    cfg: DictConfig,
+    run_dir: Path,
+    keeps_snapshots: bool,
+    provenance: dict[str, str],
+    start: FineTuneStart | None = None,
 ) -> StageSpec:
-    """Stage 1: plain training that keeps weight snapshots (on the worker that writes them)."""
+    """Stage 1: plain training that keeps weight snapshots (on the worker that writes them),
+    fine-tuned from `start` when train.init_from names a run."""
     stage_dir = Path(run_dir) / "stage1"
     return StageSpec(
         "stage1",
         stage_dir,
         cfg.epochs,
+        fine_tune_from=start.weights if start else None,
+        tags=dict(start.tags) if start else {},
         snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
         reuse_tag=STAGE1_TAG,
         fingerprint=reuse.stage1_fingerprint(cfg, provenance),

@@ -86,6 +86,20 @@ def load_weights(network, path: Path) -> None:
     restore_exact(load_checkpoint_file(path), network)
 
 
+def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
+    """Fine-tuning: copy every checkpoint value whose name and shape match a parameter of
+    `network`; returns (the parameters loaded, those left as they were)."""
+    loaded, skipped = [], []
+    for param in network.get_parameters():
+        value = state.get(param.name)
+        if value is None or tuple(value.shape) != tuple(param.shape):
+            skipped.append(param.name)
+            continue
+        param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
+        loaded.append(param.name)
+    return loaded, skipped
+
+
 def restore_exact(state: dict, *cells) -> list[str]:
     """Copy checkpoint values into the cells' parameters, matched by exact name.
 

@@ -78,6 +78,14 @@ def test_eval_of_a_run_reproduces_its_final_accuracy_and_records_what_it_measure
     table = np.loadtxt(out / "confusion_matrix.csv", delimiter=",", skiprows=1, dtype=int)[:, 1:]
     assert (table == sk_confusion(labels, logits.argmax(axis=1), labels=range(10))).all()
     assert (np.load(out / "predictions.npy") == (logits.argmax(axis=1) == labels)).all()
+    # the training run recorded the same top-5 and per-class accuracy at its end
+    trained_with = source.data.metrics
+    assert trained_with["final/acc_top5"] == run.data.metrics["eval/acc_top5"]
+    assert trained_with["eval/acc_top5"] == trained_with["final/acc_top5"]
+    per_class = {k: v for k, v in run.data.metrics.items() if k.startswith("eval/acc_class_")}
+    assert len(per_class) == len(set(labels.tolist()))
+    for key, value in per_class.items():
+        assert trained_with[key.replace("eval/", "final/")] == pytest.approx(value), key
     client = MlflowClient(f"sqlite:///{launch}/mlflow.db")
     logged = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"logits.npy", "confusion_matrix.csv", "confusion_matrix.png"} <= logged

@@ -12,10 +12,9 @@ from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model
 from sporeflow.engine.batchnorm import recompute_batchnorm
-from sporeflow.engine.predictions import correct_per_example
 from sporeflow.stages.build import eval_metrics
 from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.results import StageResult, save_predictions
+from sporeflow.stages.results import StageResult, end_metrics, judged, save_predictions
 from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
 from sporeflow.tracking.tracker import TrackedRun
@@ -45,11 +44,11 @@ def evaluate_weights(
     eval_data = data.create("test")
     result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
     path = save_atomic(network, checkpoint_dir(spec.stage_dir) / "final.ckpt")
-    correct = correct_per_example(network, eval_data)
+    correct, classified = judged(network, eval_data)
     run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
     record_data(run, data)
     record_model(cfg, run, network, path, eval_data, spec.stage_dir, 0)
-    run.log_metrics({f"final/{k}": v for k, v in result.items()}, 0, flush=True)
+    run.log_metrics(end_metrics(result, classified), 0, flush=True)
     run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
     return StageResult(
         spec.name,

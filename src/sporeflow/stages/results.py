@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sporeflow.engine.predictions import logits_and_labels
+from sporeflow.report.classification import classification_metrics
 from sporeflow.storage.files import atomic_path
 
 PREDICTIONS = "predictions.npy"
@@ -26,6 +28,26 @@ class StageResult:
     run_id: str | None = None  # its MLflow run (None when tracking is off)
     stage_dir: Path | None = None  # where its files are (a reused run's dir or fetched copy)
     reused_from: str | None = None  # the MLflow run it was reused from, when not trained here
+
+
+def judged(network, eval_data) -> tuple[np.ndarray, dict[str, float]]:
+    """A stage's exported weights on the eval split, one pass: right/wrong per image (what a
+    paired comparison needs) and top-5 and per-class accuracy (`acc_top5`, `acc_class_<c>`)."""
+    logits, labels = logits_and_labels(network, eval_data)
+    if not len(labels):
+        return np.zeros(0, bool), {}
+    found = classification_metrics(logits, labels)
+    found.pop("acc")  # the stage's evaluation reports it (with the loss)
+    return logits.argmax(axis=1) == labels, found
+
+
+def end_metrics(evaluated: dict, classified: dict) -> dict[str, float]:
+    """What a stage's run records at its end: `final/` the exported weights' evaluation, top-5
+    and per-class accuracy; `eval/acc_top5` beside the epochs' `eval/acc`."""
+    ended = {f"final/{k}": v for k, v in {**evaluated, **classified}.items()}
+    if "acc_top5" in classified:
+        ended["eval/acc_top5"] = classified["acc_top5"]
+    return ended
 
 
 def save_predictions(stage_dir: Path, correct: np.ndarray) -> Path:

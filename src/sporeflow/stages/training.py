@@ -20,12 +20,11 @@ from sporeflow.engine.divergence import TrainingDiverged
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
-from sporeflow.engine.predictions import correct_per_example
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
 from sporeflow.stages.hooks import StageHooks, stage_hooks
 from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.results import StageResult, save_predictions
+from sporeflow.stages.results import StageResult, end_metrics, judged, save_predictions
 from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
@@ -172,10 +171,10 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
     exported = _exported(final, ema_ranked)
     last_step = last_epoch * stage.steps_per_epoch
-    weights, correct = _export(stage, run, ema_ranked, last_step)
+    weights, (correct, classified) = _export(stage, run, ema_ranked, last_step)
     if stage.worker.is_main:
         run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
-        run.log_metrics({f"final/{k}": v for k, v in exported.items()}, last_step)
+        run.log_metrics(end_metrics(exported, classified), last_step)
         run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(
@@ -197,7 +196,7 @@ def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: 
     parts = stage.parts
     with (parts.ema_swap if ema_ranked else nullcontext)():
         weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
-        correct = correct_per_example(parts.network, stage.eval_data)
+        outcome = judged(parts.network, stage.eval_data)
         if stage.worker.is_main:
             record_model(
                 stage.cfg,
@@ -211,4 +210,4 @@ def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: 
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
             save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
-    return weights, correct
+    return weights, outcome

@@ -264,3 +264,66 @@ def test_image_folder_layout_errors(tmp_path):
     (tmp_path / "train" / "n01").mkdir(parents=True)
     with pytest.raises(DataError, match="holds no images"):
         ImageFolder(root=str(tmp_path)).create("train")
+
+
+def first_train_batch(recipe: tuple[str, ...], split: str = "train", seed: int = 7):
+    """The first batch of a small RGB data set with `augment.ops` = recipe, MindSpore's dataset
+    seed fixed (what seed_everything sets in a job)."""
+    import mindspore.dataset as mds
+
+    from sporeflow.data.synthetic import Synthetic
+
+    mds.config.set_seed(seed)
+    data = Synthetic(batch_size=8, image_size=24, channels=3, num_samples=16, test_samples=8)
+    data.recipe = recipe
+    return batches(data.create(split, shuffle=False))[0]
+
+
+@pytest.mark.parametrize("op", ["randaugment", "autoaugment", "trivialaugment", "random_erasing"])
+def test_each_augmentation_changes_a_seeded_batch_deterministically(op):
+    plain_images, plain_labels = first_train_batch(())
+    images, labels = first_train_batch((op,))
+    again, _ = first_train_batch((op,))
+    assert images.shape == plain_images.shape and images.dtype == plain_images.dtype
+    assert (labels == plain_labels).all()
+    assert not np.array_equal(images, plain_images), f"{op} left the batch as it was"
+    assert np.array_equal(images, again), f"{op} is not reproducible under one seed"
+    other_seed, _ = first_train_batch((op,), seed=8)
+    assert not np.array_equal(images, other_seed)
+
+
+def test_the_eval_split_never_sees_a_recipe():
+    plain, _ = first_train_batch((), split="test")
+    recipe, _ = first_train_batch(("trivialaugment", "random_erasing"), split="test")
+    assert np.array_equal(plain, recipe)
+
+
+def test_augment_ops_reach_the_data_set_in_order(compose_cfg):
+    from sporeflow.config.components import build_dataset
+    from sporeflow.config.validation import validate
+
+    cfg = validate(
+        compose_cfg(
+            [
+                "dataset=synthetic",
+                "dataset.channels=3",
+                "augment.ops=[trivialaugment,random_erasing]",
+            ]
+        )
+    )
+    assert build_dataset(cfg).recipe == ("trivialaugment", "random_erasing")
+    assert build_dataset(validate(compose_cfg())).recipe == ()
+
+
+def test_a_job_trains_with_a_recipe_and_records_it(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from helpers.inprocess import TINY, run_train_here
+
+    args = [*TINY, "dataset.channels=3", "epochs=1", "augment.ops=[trivialaugment,random_erasing]"]
+    proc = run_train_here(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert run.info.status == "FINISHED" and "final/acc" in run.data.metrics
+    assert run.data.params["augment.ops"] == "['trivialaugment', 'random_erasing']"

@@ -166,6 +166,10 @@ CASES = {
         ["boost=dim_reduce", "train.freeze=[conv1]"],
         ["train.freeze with boost=dim_reduce is not available yet"],
     ),
+    "an RGB-only augmentation on grey images": (
+        ["augment.ops=[randaugment,random_erasing]"],
+        ["augment.ops: randaugment takes RGB images and dataset.channels=1", "random_erasing"],
+    ),
     "device_num that disagrees with workers": (
         ["parallel=data2", "parallel.device_num=4"],
         ["parallel.device_num=4 must equal parallel.workers=2"],

@@ -27,8 +27,13 @@ def _build(node: DictConfig, **overrides: Any) -> Any:
 
 
 def build_dataset(cfg: DictConfig, **overrides: Any):
-    """The dataset; `overrides` replace config values (a worker's share of the batch)."""
-    return _build(cfg.dataset, **overrides)
+    """The dataset with the run's augmentation recipe (`augment.ops`, training split only);
+    `overrides` replace config values (a worker's share of the batch)."""
+    dataset = _build(cfg.dataset, **overrides)
+    augment = cfg.get("augment")
+    if augment is not None and augment.ops:
+        dataset.recipe = tuple(op.value if hasattr(op, "value") else str(op) for op in augment.ops)
+    return dataset
 
 
 def build_model(cfg: DictConfig):

@@ -67,6 +67,16 @@ class LossScaleManager(Enum):
     dynamic = "dynamic"
 
 
+class AugmentOp(Enum):
+    randaugment = "randaugment"
+    autoaugment = "autoaugment"
+    trivialaugment = "trivialaugment"
+    random_erasing = "random_erasing"
+
+
+RGB_ONLY_OPS = (AugmentOp.randaugment, AugmentOp.autoaugment, AugmentOp.trivialaugment)
+
+
 class EvalWith(Enum):
     raw = "raw"
     ema = "ema"
@@ -351,6 +361,17 @@ class CallbacksConfig:
 
 
 @dataclass
+class AugmentConfig:
+    """Augmentation recipes from MindSpore's own transforms, on the training split only, after
+    the data set's own (crop, flip); evaluation, eval.py and predict never see them."""
+
+    ops: List[AugmentOp] = field(default_factory=list)
+    """In order: `randaugment`, `autoaugment` (ImageNet policy), `trivialaugment`
+    (TrivialAugmentWide) on the RGB image (3 channels only); `random_erasing` (a rectangle
+    erased with probability 0.5) on the normalised one. `[]`: the data set's own only."""
+
+
+@dataclass
 class SweepConfig:
     """How a sweep (`-m`) ranks its jobs and what it registers."""
 
@@ -382,6 +403,8 @@ class RunConfig:
     """Around the train loop (group `callbacks`)."""
     train: TrainStepConfig = field(default_factory=TrainStepConfig)
     """The custom train step."""
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    """Augmentation recipes on top of the data set's own."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     """MindSpore's CPU kernels on this machine."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -426,6 +449,14 @@ class RunConfig:
             yield (
                 f"sweep.objective={self.sweep.objective!r} with boost={self.boost.name.value}; "
                 f"allowed: {', '.join(choices)}"
+            )
+        rgb_only = [op.value for op in self.augment.ops if op in RGB_ONLY_OPS]
+        channels = self.dataset.get("channels", 3)
+        if rgb_only and channels != 3:
+            yield (
+                f"augment.ops: {', '.join(rgb_only)} {'takes' if len(rgb_only) == 1 else 'take'}"
+                f" RGB images and dataset.channels="
+                f"{channels}; with {channels}-channel images use random_erasing, or none"
             )
         if not isinstance(self.resume, (bool, str)):
             yield f"resume={self.resume!r}; allowed: false, true (newest run), or a run directory"

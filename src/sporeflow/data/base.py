@@ -39,6 +39,7 @@ class ImageDataset(ABC):
     """A split-able image classification data set; `create()` returns a MindSpore Dataset."""
 
     native_size: int = 0  # side of the stored images; resized to image_size when different
+    recipe: tuple[str, ...] = ()  # augment.ops: MindSpore's recipes after augment_ops (train)
 
     def __init__(
         self,
@@ -117,11 +118,13 @@ class ImageDataset(ABC):
             self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id
         )
         data = self._source(split, sampler)
-        ops = (
-            self.decode_ops(split)
-            + (self.augment_ops() if (split == "train" if augment is None else augment) else [])
-            + self.image_ops()
-        )
+        augmented = split == "train" if augment is None else augment
+        ops = list(self.decode_ops(split))
+        if augmented:
+            ops += self.augment_ops() + recipe_ops(self.recipe, on_tensor=False)
+        ops += self.image_ops()
+        if augmented:
+            ops += recipe_ops(self.recipe, on_tensor=True)
         data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
         data = data.map(transforms.TypeCast(ms.int32), input_columns="label")
         return data.batch(self.batch_size, drop_remainder=self.drop_remainder)
@@ -157,6 +160,20 @@ class ImageDataset(ABC):
             vision.HWC2CHW(),
         ]
         return ops
+
+
+_RECIPES = {  # augment.ops: (the op, whether it takes the normalised CHW tensor)
+    "randaugment": (vision.RandAugment, False),
+    "autoaugment": (vision.AutoAugment, False),
+    "trivialaugment": (vision.TrivialAugmentWide, False),
+    "random_erasing": (vision.RandomErasing, True),
+}
+
+
+def recipe_ops(recipe: Sequence[str], on_tensor: bool) -> list:
+    """The recipe's ops that take the HWC uint8 image (on_tensor False) or the normalised CHW
+    tensor (True), in the recipe's order."""
+    return [make() for make, tensor in map(_RECIPES.__getitem__, recipe) if tensor == on_tensor]
 
 
 def _per_channel(value: float | Sequence[float], channels: Annotated[int, Count]) -> list[float]:

@@ -81,8 +81,10 @@ def train_cli(
 
     where = [f"hydra.run.dir={Path(launch_dir) / run_dir}"] if run_dir is not None else []
     # the job is named after train.py, as when it runs as a script
-    argv = [str(TRAIN.with_name(f"{app}.py")), *where, f"hydra.job.name={app}"]
-    argv += ["callbacks.progress_bar=false"] * (app == "train") + list(args)
+    flags = [a for a in args if a in ("-m", "--multirun")]  # Hydra reads flags before overrides
+    argv = [str(TRAIN.with_name(f"{app}.py")), *flags, *where, f"hydra.job.name={app}"]
+    argv += ["callbacks.progress_bar=false"] * (app == "train")
+    argv += [a for a in args if a not in flags]
     saved = (sys.argv, os.getcwd(), sys.stderr, dict(os.environ))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     err = io.StringIO()

@@ -270,3 +270,12 @@ def test_resume_in_a_sweep_is_refused_before_hydra_makes_anything(tmp_path):
     (line,) = refused(["-m", "resume=true", "optimizer.lr=0.01,0.02"], tmp_path)
     assert line.startswith("resume=true in a sweep (-m): every job would continue that one run")
     assert not (tmp_path / "multirun").exists()
+
+
+def test_a_refused_sweep_job_does_not_tell_a_sweep_to_add_m(tmp_path):
+    """With -m the swept values are each job's own: only the real problem is named."""
+    args = ["-m", "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/multirun"]
+    code, err = train_cli([*args, "optimizer.lr=0.01,0.02", "validate=x"], tmp_path, run_dir=None)
+    assert code == 2, err[-3000:]
+    assert "validate: no such key" in err
+    assert "needs -m" not in err and "several values" not in err, err

@@ -89,6 +89,8 @@ def other_problems(ex: BaseException, argv: list[str]) -> list[str]:
     from sporeflow.config.validation import validate
 
     overrides = [a for a in argv[1:] if "=" in a and not a.startswith(("-", "hydra."))]
+    if any(a in ("-m", "--multirun") for a in argv[1:]):  # a job's values are its own, not these
+        overrides = [a for a in overrides if not _sweeps(a)]
     bad = _culprit(ex, overrides)
     if bad is None or not argv:
         return []
@@ -108,6 +110,16 @@ def other_problems(ex: BaseException, argv: list[str]) -> list[str]:
             pass
         break
     return found
+
+
+def _sweeps(override: str) -> bool:
+    """Whether a command-line override sweeps several values (`a=1,2`, `a=range(3)`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides([override])[0].is_sweep_override()
+    except Exception:  # noqa: BLE001 - an override Hydra cannot parse is not a sweep
+        return False
 
 
 def _component_keys(group: str, argv: list[str]) -> list[str]:

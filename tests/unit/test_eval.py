@@ -196,3 +196,22 @@ def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path
         assert not out.exists()
     assert cli.main(["predict", str(tmp_path), str(tmp_path / "empty")]) == 2
     assert "not a run dir" in capsys.readouterr().err
+
+
+def test_the_csv_names_each_label_where_the_data_set_names_its_classes():
+    import csv
+    import io
+
+    from sporeflow.stages.predict import Prediction, csv_text
+
+    probs = np.array([[0.9, 0.1], [0.2, 0.8]])
+    named = list(
+        csv.reader(io.StringIO(csv_text(Prediction(("a,1.png", "b.png"), probs, ("cat", "dog")))))
+    )
+    assert named == [
+        ["file", "label", "class", "p_0", "p_1"],
+        ["a,1.png", "0", "cat", "0.9", "0.1"],
+        ["b.png", "1", "dog", "0.2", "0.8"],
+    ]
+    plain = list(csv.reader(io.StringIO(csv_text(Prediction(("a.png",), probs[:1])))))
+    assert plain[0] == ["file", "label", "p_0", "p_1"]

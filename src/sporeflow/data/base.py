@@ -65,6 +65,10 @@ class ImageDataset(ABC):
     def num_rows(self, split: str) -> int:
         """How many samples `split` holds (raises DataError when the split is missing or empty)."""
 
+    def class_names(self) -> list[str] | None:
+        """Each label's name, in label order, where the data set has names (None: only numbers)."""
+        return None
+
     def labels(self, split: str) -> np.ndarray | None:
         """Every label of `split`, read cheaply from the files (None: the format cannot say)."""
         return None

@@ -56,6 +56,15 @@ class ImageFolder(ImageDataset):
             )
         return directory
 
+    def class_names(self):
+        """The training split's class folders in sorted order: MindSpore's label numbering."""
+        directory = self.root / SPLIT_DIRS["train"]
+        return (
+            sorted(d.name for d in directory.iterdir() if d.is_dir())
+            if directory.is_dir()
+            else None
+        )
+
     def num_rows(self, split):
         directory = self._split_dir(split)
         classes = sorted(d for d in directory.iterdir() if d.is_dir())

@@ -28,6 +28,7 @@ class Prediction:
 
     names: tuple[str, ...]
     probabilities: np.ndarray
+    class_names: tuple[str, ...] | None = None  # the data set's names of the labels, if any
 
     @property
     def labels(self) -> np.ndarray:
@@ -50,14 +51,16 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
     init_context(cfg)
     network = loaded_network(cfg, source)
     network.set_train(False)
-    batches = build_dataset(cfg).from_images(images.images)
+    dataset = build_dataset(cfg)
+    batches = dataset.from_images(images.images)
     bar = tqdm(total=len(images.names), desc="predict", unit="image", disable=not progress)
     found = []
     with bar:
         for (batch,) in batches.create_tuple_iterator(num_epochs=1):
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))
-    return Prediction(images.names, np.concatenate(found))
+    class_names = dataset.class_names()
+    return Prediction(images.names, np.concatenate(found), tuple(class_names or ()) or None)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -66,12 +69,16 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def csv_text(prediction: Prediction) -> str:
-    """`file,label,p_0,...`: one row per image, the label the most probable class."""
+    """`file,label,[class,]p_0,...`: one row per image, the label the most probable class (and
+    its name, where the data set names its classes: an image folder's class folders)."""
     out = io.StringIO()
     table = csv.writer(out, lineterminator="\n")
-    table.writerow(["file", "label", *(f"p_{c}" for c in range(prediction.probabilities.shape[1]))])
+    named = prediction.class_names
+    probabilities = [f"p_{c}" for c in range(prediction.probabilities.shape[1])]
+    table.writerow(["file", "label", *(["class"] if named else []), *probabilities])
     for name, label, probs in zip(
         prediction.names, prediction.labels, prediction.probabilities, strict=True
     ):
-        table.writerow([name, int(label), *(f"{p:.6g}" for p in probs)])
+        label_name = [named[label] if label < len(named) else ""] if named else []
+        table.writerow([name, int(label), *label_name, *(f"{p:.6g}" for p in probs)])
     return out.getvalue()

@@ -59,15 +59,11 @@ class ImageFolder(ImageDataset):
     def class_names(self):
         """The training split's class folders in sorted order: MindSpore's label numbering."""
         directory = self.root / SPLIT_DIRS["train"]
-        return (
-            sorted(d.name for d in directory.iterdir() if d.is_dir())
-            if directory.is_dir()
-            else None
-        )
+        return [d.name for d in _class_dirs(directory)] if directory.is_dir() else None
 
     def num_rows(self, split):
         directory = self._split_dir(split)
-        classes = sorted(d for d in directory.iterdir() if d.is_dir())
+        classes = _class_dirs(directory)
         if len(classes) > self.num_classes:
             raise DataError(
                 f"{directory} has {len(classes)} class folders but dataset.num_classes="
@@ -102,3 +98,8 @@ class ImageFolder(ImageDataset):
 
     def augment_ops(self):
         return [vision.RandomHorizontalFlip(prob=0.5)]
+
+
+def _class_dirs(split_dir: Path) -> list[Path]:
+    """A split's class folders in sorted order (MindSpore's ImageFolderDataset numbers them so)."""
+    return sorted(d for d in split_dir.iterdir() if d.is_dir())

@@ -74,7 +74,6 @@ class DimReducePipeline:
         self._layout: Layout | None = None
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
-        self.start: FineTuneStart | None = None  # train.init_from, stage 1's start
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
@@ -88,10 +87,10 @@ class DimReducePipeline:
         if reuse_off and self.worker.is_main:
             log.warning(reuse_off)
         self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
-        self.start = fine_tune.start_of(self.cfg, self.tracker)
-        if self.start is not None:  # the source's weights shape stage 1: part of its fingerprint
-            self.provenance["init_weights"] = sha256_file(self.start.weights)[:12]
-        stage1 = self._keep(self._stage1())
+        start = fine_tune.start_of(self.cfg, self.tracker)  # train.init_from
+        if start is not None:  # the source's weights shape stage 1: part of its fingerprint
+            self.provenance["init_weights"] = sha256_file(start.weights)[:12]
+        stage1 = self._keep(self._stage1(start))
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = self._snapshots(stage1)
         basis, basis_path = self._basis(stage1, snapshots)
@@ -120,9 +119,9 @@ class DimReducePipeline:
         return result
 
     # --- stage 1 -------------------------------------------------------------------------------
-    def _stage1(self) -> StageResult:
+    def _stage1(self, start: FineTuneStart | None) -> StageResult:
         spec = stage1_spec(
-            self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance, self.start
+            self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance, start
         )
         if self.boost.stage1_run:
             return self._named_stage1(spec)

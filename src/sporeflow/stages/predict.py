@@ -59,8 +59,8 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
         for (batch,) in batches.create_tuple_iterator(num_epochs=1):
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))
-    class_names = dataset.class_names()
-    return Prediction(images.names, np.concatenate(found), tuple(class_names or ()) or None)
+    names = dataset.class_names()
+    return Prediction(images.names, np.concatenate(found), tuple(names) if names else None)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

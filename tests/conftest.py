@@ -43,17 +43,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _hydra_version_base_as_it_was():
+def _hydra_version_base_unset():
     """`initialize(version_base="1.3")` sets a process-wide default (whether a job changes into
-    its output dir, among others); make test runs files of both tiers in one process, so a test
-    that composes must not change how the next test's Hydra app behaves (Hydra's own launcher
-    suites expect the unset base)."""
-    from hydra.version import VersionBase
+    its output dir, among others) that outlives the call; make test runs files of both tiers in
+    one process, so every test starts with the base a fresh process has (Hydra's own launcher
+    suites expect it). Reset at setup too: a module-scoped fixture composes before this runs."""
+    from hydra.version import _UNSPECIFIED_, VersionBase
 
     base = VersionBase.instance()
-    before = base.version_base
+    base.version_base = _UNSPECIFIED_
     yield
-    base.version_base = before
+    base.version_base = _UNSPECIFIED_
 
 
 @pytest.fixture

@@ -154,17 +154,32 @@ def test_a_signal_ends_the_run_killed_with_one_line_and_a_resume_hint(tmp_path, 
     assert run.info.status == "KILLED"
 
 
-@pytest.mark.parametrize("after_s", [0.3, 3.0])
-def test_ctrl_c_before_any_run_started_is_one_line_and_leaves_nothing(tmp_path, after_s):
-    """Ctrl-C while train.py loads (0.3 s) or while MindSpore loads (3 s): exit 130, one line,
-    no run dir, no MLflow run (it crashed in MindSpore's shutdown with exit 134 before; Hydra's
-    empty outputs/ may stay, as after any refused command)."""
+def wait_for_mapped(pid: int, library: str, seconds: float = 60) -> None:
+    """Wait until the process has loaded `library` (a name in /proc/PID/maps): a moment in its
+    start-up that does not depend on how fast the machine is."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while library not in Path(f"/proc/{pid}/maps").read_text():
+        assert time.monotonic() < deadline, f"{library} not loaded after {seconds} s"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("moment", ["train.py loads", "MindSpore loads"])
+def test_ctrl_c_before_any_run_started_is_one_line_and_leaves_nothing(tmp_path, moment):
+    """Ctrl-C while train.py loads (0.3 s in) or while MindSpore loads (its C extension just
+    mapped): exit 130, one line, no run dir, no MLflow run (it crashed in MindSpore's shutdown
+    with exit 134 before; Hydra's empty outputs/ may stay, as after any refused command). A fixed
+    3 s sleep for the second moment hit the first graph compile on a fast machine."""
     import signal as signals
     import time
 
     cmd, env = train_command([], tmp_path, run_dir=None)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    time.sleep(after_s)
+    if moment == "MindSpore loads":
+        wait_for_mapped(proc.pid, "mindspore/_c_expression")
+    else:
+        time.sleep(0.3)
     proc.send_signal(signals.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from sklearn.metrics import confusion_matrix as sk_confusion
 from sklearn.metrics import recall_score, top_k_accuracy_score
 
-from helpers.inprocess import TINY, run_train_here
+from helpers.inprocess import TINY, run_train_here, train_cli
 from sporeflow.report import classification
 
 
@@ -215,3 +215,32 @@ def test_the_csv_names_each_label_where_the_data_set_names_its_classes():
     ]
     plain = list(csv.reader(io.StringIO(csv_text(Prediction(("a.png",), probs[:1])))))
     assert plain[0] == ["file", "label", "p_0", "p_1"]
+
+
+def test_train_eval_and_predict_refuse_mindspores_compile_cache(
+    trained, tmp_path, monkeypatch, capsys
+):
+    """MS_COMPILER_CACHE_ENABLE=1 would hand one config's graph to another
+    (tests/e2e/test_mindspore_compile_cache.py): all three entries refuse it in one line before
+    any work."""
+    from sporeflow.entry import cli
+
+    launch, _ = trained
+    monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
+    said = "Config error: MS_COMPILER_CACHE_ENABLE=1: MindSpore's compile cache looks a graph up"
+    before = len(runs(launch, "eval"))
+    proc = evaluate(launch, "refused", f"source={launch / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(said), line
+    assert len(runs(launch, "eval")) == before and not (launch / "refused").exists()
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", str(launch / "run"), str(launch / "run"), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert said.split(": ", 1)[1] in line and not out.exists(), line
+    (tmp_path / "train").mkdir()
+    code, err = train_cli([*TINY, "epochs=1"], tmp_path / "train")
+    assert code == 2, err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert line.startswith(said), line
+    assert not (tmp_path / "train" / "mlflow.db").exists()

@@ -20,7 +20,7 @@ from sporeflow.core import signals
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
 from sporeflow.runtime.heap import long_lived_objects_frozen
-from sporeflow.runtime.mindspore_context import init_context
+from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stages.eval_run import evaluate_source, loaded_network
 from sporeflow.stages.runs import base_name, guarded, record_config
 from sporeflow.stages.source import Source, resolve
@@ -39,6 +39,7 @@ def run_eval(cfg: DictConfig) -> float:
         source = resolve(str(cfg.source), lookup)
         plain = validate(over_source(source.config, cfg, ctx.overrides))
         build_dataset(plain).check()
+        refuse_compile_cache()
         init_context(plain)
         network = loaded_network(plain, source)
     except messages.usage_errors():

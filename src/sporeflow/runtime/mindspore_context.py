@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass
 
@@ -69,6 +70,19 @@ def device_problem(target: DeviceTarget) -> str | None:
         f"device_target={target.value}: this MindSpore {ms.__version__} installation has no "
         f"{target.value} device or backend; it runs on: {', '.join(usable)}"
     )
+
+
+def refuse_compile_cache(environ=os.environ) -> None:
+    """ConfigError while MindSpore's compile cache is switched on. It finds a cached graph
+    by its place in the process's compile order and a hash of the entry script's source files,
+    not by the graph: a run with another optimizer, loss or network would train the graph an
+    earlier run compiled (tests/e2e/test_mindspore_compile_cache.py shows it)."""
+    if environ.get("MS_COMPILER_CACHE_ENABLE") == "1":
+        raise ConfigError(
+            "MS_COMPILER_CACHE_ENABLE=1: MindSpore's compile cache looks a graph up by compile "
+            "order and source files, not by the graph, so a run with another config would use "
+            "an earlier run's graph; unset MS_COMPILER_CACHE_ENABLE"
+        )
 
 
 _CPU_THREADS: list[int] = []  # what this process gave MindSpore (it takes it once)

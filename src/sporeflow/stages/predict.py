@@ -17,7 +17,7 @@ from sporeflow.config.components import build_dataset
 from sporeflow.config.schema import ParallelConfig, RuntimeConfig
 from sporeflow.config.validation import validate
 from sporeflow.data.image_files import ImageInput, image_input
-from sporeflow.runtime.mindspore_context import init_context
+from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stages.eval_run import loaded_network
 from sporeflow.stages.source import Source
 
@@ -43,6 +43,7 @@ def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput
     cfg.runtime = OmegaConf.structured(RuntimeConfig)
     cfg.resume = False
     plain = validate(cfg)
+    refuse_compile_cache()
     return plain, image_input(images, int(plain.dataset.channels))
 
 

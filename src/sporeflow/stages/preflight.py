@@ -15,7 +15,7 @@ from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
-from sporeflow.runtime.mindspore_context import device_problem
+from sporeflow.runtime.mindspore_context import device_problem, refuse_compile_cache
 from sporeflow.stages import fine_tune
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
@@ -30,6 +30,7 @@ def check_inputs(cfg: DictConfig, ctx: RunContext) -> None:
     problem = device_problem(cfg.device_target)
     if problem:
         raise ConfigError(problem)
+    refuse_compile_cache()
     check_store(cfg.tracking)
     build_dataset(cfg).check()
     check_resume(cfg, ctx)

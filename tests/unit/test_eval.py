@@ -4,6 +4,9 @@ accuracy and the confusion matrix are checked against scikit-learn on the logits
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
@@ -108,7 +111,7 @@ def test_eval_by_run_id_on_the_train_split_with_a_key_over_the_source(trained):
 @pytest.mark.parametrize(
     ("source", "extra", "says"),
     [
-        ("{launch}/nope", [], "not a run dir, a stage dir or an MLflow run id"),
+        ("{launch}/nope", [], "not a run dir, a stage dir, an MLflow run id or models:/"),
         ("{launch}/mlartifacts", [], "holds no .hydra/config.yaml"),
         ("{launch}/run", ["model=mlp", "model.hidden=32"], "shape"),
         ("0123456789abcdef0123456789abcdef", [], "no such MLflow run"),
@@ -244,3 +247,103 @@ def test_train_eval_and_predict_refuse_mindspores_compile_cache(
     (line,) = err.strip().splitlines()
     assert line.startswith(said), line
     assert not (tmp_path / "train" / "mlflow.db").exists()
+
+
+def test_a_registered_model_version_or_alias_is_a_source(trained):
+    """`models:/<name>/<version>` and `models:/<name>@<alias>` stand for the run that made the
+    version (registered here with MLflow's own client, as a sweep's decision registers one)."""
+    launch, source = trained
+    client = MlflowClient(f"sqlite:///{launch}/mlflow.db")
+    client.create_registered_model("tiny-digits")
+    client.create_model_version(
+        "tiny-digits", source=f"runs:/{source.info.run_id}/model", run_id=source.info.run_id
+    )
+    client.set_registered_model_alias("tiny-digits", "chosen", "1")
+    for uri, run_dir in (
+        ("models:/tiny-digits/1", "by_version"),
+        ("models:/tiny-digits@chosen", "by_alias"),
+    ):
+        proc = evaluate(launch, run_dir, f"source={uri}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run = runs(launch, "eval")[-1]
+        assert run.data.tags["sporeflow.source"] == uri
+        assert run.data.tags["sporeflow.source_run"] == source.info.run_id
+        assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
+    proc = evaluate(launch, "refused", "source=models:/tiny-digits/9")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(
+        "Config error: source=models:/tiny-digits/9: no such registered model"
+    ), line
+
+
+def artifact_file(launch, run, name: str):
+    """Where the sqlite store's artifact root keeps `name` of `run` (a file under mlartifacts)."""
+    from urllib.parse import urlparse
+
+    return Path(urlparse(run.info.artifact_uri).path) / name
+
+
+@contextlib.contextmanager
+def changed(path, new: bytes):
+    """`path` holds `new` while inside (someone with write access to the artifact store)."""
+    old = path.read_bytes()
+    path.write_bytes(new)
+    try:
+        yield
+    finally:
+        path.write_bytes(old)
+
+
+def test_a_run_whose_dir_is_gone_is_fetched_from_the_store_and_checked(
+    trained, tmp_path, monkeypatch, capsys
+):
+    """The run dir moved away (another machine's, or cleaned up): eval by run id copies the
+    final weights and the logged config from the store's artifacts and reproduces final/acc;
+    weights whose SHA-256 is not the one the run tagged, or a logged config whose model is not
+    the run's recorded params, stop predict with one line before any work."""
+    from sporeflow.entry import cli
+
+    launch, source = trained
+    run_id = source.info.run_id
+    (launch / "run").rename(launch / "run.away")
+    try:
+        proc = evaluate(launch, "fetched", f"source={run_id}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run = runs(launch, "eval")[-1]
+        assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
+        copy = launch / ".sporeflow" / "runs" / run_id
+        assert run.data.tags["sporeflow.weights"] == str(copy / "checkpoints" / "final.ckpt")
+        config = artifact_file(launch, source, "config/config.yaml")
+        weights = artifact_file(launch, source, "checkpoints/final.ckpt")
+        images = tmp_path / "images.npy"
+        np.save(images, np.zeros((2, 8, 8), np.uint8))
+        cases = {
+            "weights": (
+                weights,
+                weights.read_bytes()[:-8] + b"\x00" * 8,
+                "checkpoints/final.ckpt is not the file its run made",
+            ),
+            "config": (
+                config,
+                config.read_bytes().replace(b"hidden: 16", b"hidden: 64"),
+                "is not the config run",
+            ),
+        }
+        for case, (path, tampered, said) in cases.items():
+            elsewhere = tmp_path / case  # a machine that has not fetched the run yet
+            elsewhere.mkdir()
+            monkeypatch.chdir(elsewhere)
+            with changed(path, tampered):
+                code = cli.main(
+                    ["predict", run_id, str(images), "--uri", f"sqlite:///{launch}/mlflow.db"]
+                )
+            assert code == 2, case
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1, err
+            line = err.strip()
+            assert line.startswith(f"sporeflow predict: source={run_id}: "), line
+            assert said in line, line
+            assert not (elsewhere / "predictions.csv").exists()
+    finally:
+        (launch / "run.away").rename(launch / "run")

@@ -444,7 +444,9 @@ def _predict_parser(sub) -> None:
         "was trained on; the CSV has file, label (the most probable class) and p_<class>.",
     )
     p.add_argument(
-        "source", help="a run dir, one of its stage dirs (.../stage2) or an MLflow run id"
+        "source",
+        help="a run dir, one of its stage dirs (.../stage2), an MLflow run id or "
+        "models:/<name>/<version>",
     )
     p.add_argument(
         "images",

@@ -205,30 +205,37 @@ def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> No
 
 
 def fetch(tracker: Tracker, run, launch_dir: Path) -> Path | None:
-    """Another machine's run dir, from the store's artifacts: a local copy laid out as its run
-    dir (made once per launch dir; concurrent jobs each download, the first copy stays), or
-    None when the store has none of its files or they are not the files the run made."""
+    """Another machine's run dir for reuse (see fetched), or None, said in a warning."""
+    folder, problem = fetched(tracker, run, launch_dir)
+    if problem:
+        log.warning("not reusing run %s from %s: %s", run.info.run_id, tracker.uri, problem)
+    return folder
+
+
+def fetched(tracker: Tracker, run, launch_dir: Path) -> tuple[Path | None, str | None]:
+    """A run's files from the store's artifacts: a local copy laid out as its run dir (made
+    once per launch dir; concurrent jobs each download, the first copy stays), or (None, why)
+    when the store has none of its files or they are not the files the run made."""
     run_id = run.info.run_id
     dst = Path(launch_dir) / FETCHED_DIR / run_id
     if (dst / ".complete").is_file():
-        return dst
+        return dst, None
     part = dst.with_name(f"{run_id}.part-{os.getpid()}")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
     try:
         if not tracker.download(run_id, SHARED, part):
-            return None
+            return None, f"the store has none of its files ({', '.join(SHARED)})"
         problem = unverified(part, run.data.tags) or restore_snapshot_times(part)
         if problem:
-            log.warning("not reusing run %s from %s: %s", run_id, tracker.uri, problem)
-            return None
+            return None, problem
         (part / ".complete").touch()
         try:
             part.rename(dst)
         except OSError:  # another job's copy got there first
             pass
         log.info("run %s's files copied from %s into %s", run_id, tracker.uri, dst)
-        return dst if (dst / ".complete").is_file() else None
+        return (dst, None) if (dst / ".complete").is_file() else (None, f"{dst} was not made")
     finally:
         shutil.rmtree(part, ignore_errors=True)
 

@@ -1,9 +1,16 @@
 """A finished run as the start of the next experiment: where its weights and its config are.
 
-`source=` names a run dir (`outputs/<date>/<time>_<id>`), one of its stage dirs (`.../stage2`)
-or an MLflow run id whose run dir is on this disk. A run dir of a dim-reduce pipeline stands
-for its stage 2 (the network the pipeline made). The config is the run's own, as Hydra kept it
+`source=` names a run dir (`outputs/<date>/<time>_<id>`), one of its stage dirs (`.../stage2`),
+an MLflow run id, or a registered model version (`models:/<name>/<version>`,
+`models:/<name>@<alias>`: the run that made it). A run dir of a dim-reduce pipeline stands for
+its stage 2 (the network the pipeline made). The config is the run's own, as Hydra kept it
 (`.hydra/config.yaml`): the network, data and transforms the weights were trained with.
+
+A run whose dir is not on this disk (another machine's, or one cleaned up) is fetched from the
+store's artifacts into `<cwd>/.sporeflow/runs/<run id>/` (reuse.fetched: every file's SHA-256 must
+be the one its run tagged), with the config the run logged; that config's model and dataset
+must equal the params the run recorded, so an artifact store written by someone else cannot
+choose the network or its input.
 """
 
 from __future__ import annotations
@@ -15,13 +22,17 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.core.errors import ConfigError
+from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
 from sporeflow.storage.checkpoints import final_weights
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.journal import AppliedState
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.tracker import Tracker, flatten
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # an MLflow run id
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
+LOGGED_CONFIG = "config/config.yaml"  # stages.runs.record_config
+CHECKED_NODES = ("model", "dataset")  # what builds the network and its input
 
 
 @dataclass(frozen=True)
@@ -36,32 +47,88 @@ class Source:
 
 
 def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
-    """The source `name` (a run or stage dir, or an MLflow run id); ConfigError naming `key`
-    when it is none of them, has no final weights, or its run dir is not on this disk."""
+    """The source `name` (a run or stage dir, an MLflow run id or a `models:/` URI);
+    ConfigError naming `key` when it is none of them, has no final weights, or its files are
+    neither on this disk nor in the store as the run made them."""
     path = Path(name).expanduser()
+    model = MODEL_URI.match(name)
     try:
         if path.is_dir():
             return _from_dir(name, path.resolve(), None)
         if RUN_ID.match(name):
-            return _from_run_id(name, tracker)
+            return _from_run_id(name, name, tracker)
+        if model:
+            return _from_model_version(name, model, tracker)
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
     raise ConfigError(
-        f"{key}={name}: not a run dir, a stage dir or an MLflow run id (a run dir is where "
-        "train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
+        f"{key}={name}: not a run dir, a stage dir, an MLflow run id or models:/<name>/<version> "
+        "(a run dir is where train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
     )
 
 
-def _from_run_id(run_id: str, tracker: Tracker) -> Source:
+def _from_model_version(name: str, model: re.Match, tracker: Tracker) -> Source:
+    ref = model["version"] or model["alias"]
+    run_id = tracker.model_version_run_id(model["name"], ref)
+    if run_id is None:
+        raise ConfigError(f"{name}: no such registered model version in {tracker.uri}")
+    return _from_run_id(name, run_id, tracker)
+
+
+def _from_run_id(name: str, run_id: str, tracker: Tracker) -> Source:
     run = tracker.get_run(run_id)
     if run is None:
-        raise ConfigError(f"{run_id}: no such MLflow run in {tracker.uri}")
+        raise ConfigError(f"{name}: no such MLflow run in {tracker.uri}")
+    if run.data.tags.get("stage") == "pipeline":  # a dim-reduce pipeline: its stage 2
+        run = _stage2_of(name, run, tracker)
     run_dir = Path(run.data.tags.get("run_dir", ""))
-    if not run_dir.is_dir():
+    if run_dir.is_dir() and run.data.tags.get("run_dir"):
+        return _from_dir(name, run_dir, run.info.run_id)
+    return _fetched(name, run, tracker)
+
+
+def _stage2_of(name: str, pipeline, tracker: Tracker):
+    found = tracker.search_runs(
+        f"tags.`mlflow.parentRunId` = '{pipeline.info.run_id}' and tags.stage = 'stage2'", 1
+    )
+    if not found:
+        raise ConfigError(f"{name}: a dim-reduce pipeline without a stage-2 run in {tracker.uri}")
+    return found[0]
+
+
+def _fetched(name: str, run, tracker: Tracker) -> Source:
+    """A run whose dir is not on this disk, from the store's artifacts, checked (module doc)."""
+    run_id = run.info.run_id
+    folder, problem = fetched(tracker, run, Path.cwd())
+    if folder is None:
         raise ConfigError(
-            f"{run_id}: its run dir {run_dir} is not on this machine; give the run dir"
+            f"{name}: run {run_id}'s dir is not on this machine, and in {tracker.uri} {problem}"
         )
-    return _from_dir(run_id, run_dir, run_id)
+    weights = final_weights(folder)
+    config_file = folder / LOGGED_CONFIG
+    if not config_file.is_file() and not tracker.download(run_id, ["config"], folder):
+        raise ConfigError(f"{name}: run {run_id} logged no {LOGGED_CONFIG} in {tracker.uri}")
+    config = OmegaConf.load(config_file)
+    assert isinstance(config, DictConfig)
+    differs = _differs_from_params(config, run.data.params)
+    if differs:
+        raise ConfigError(
+            f"{name}: the {LOGGED_CONFIG} fetched from {tracker.uri} is not the config run "
+            f"{run_id} recorded ({differs}); not used"
+        )
+    if not weights.is_file():
+        raise ConfigError(f"{name}: run {run_id} logged no final weights in {tracker.uri}")
+    return Source(name, weights, config, run_id)
+
+
+def _differs_from_params(config: DictConfig, params: dict[str, str]) -> str | None:
+    """The first key of the model and dataset nodes whose value is not the run's param."""
+    container = OmegaConf.to_container(config, resolve=True, enum_to_str=True)
+    flat = flatten({node: container.get(node) for node in CHECKED_NODES})
+    for key, value in sorted(flat.items()):
+        if params.get(key) != str(value):
+            return f"{key}={value}, recorded {params.get(key)}"
+    return None
 
 
 def _from_dir(name: str, path: Path, run_id: str | None) -> Source:

@@ -293,6 +293,27 @@ class Store:
                 return None
             raise StoreError(f"get_run {run_id} against {self.uri}: {ex}") from ex
 
+    def model_version_run_id(self, name: str, ref: str) -> str | None:
+        """The run that made version `ref` (a number, or an alias: `name@ref`) of registered
+        model `name`; None when the store has no such model or version."""
+        if not self.connect(create=False):
+            return None
+
+        def read() -> str | None:
+            try:
+                if ref.isdigit():
+                    return self._client.get_model_version(name, ref).run_id
+                return self._client.get_model_version_by_alias(name, ref).run_id
+            except Exception as ex:
+                if getattr(ex, "error_code", "") in (
+                    "RESOURCE_DOES_NOT_EXIST",
+                    "INVALID_PARAMETER_VALUE",
+                ):
+                    return None
+                raise
+
+        return self.call("get_model_version", read)
+
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of one metric of a run, by step."""
         if not self.connect(create=False):
@@ -356,8 +377,10 @@ class Store:
         return [f.path for f in found]
 
     def download_artifacts(self, run_id: str, path: str, dst: Path) -> Path:
-        """A run's artifact (a file or a folder) copied under `dst`; its local path."""
+        """A run's artifact (a file or a folder) copied under `dst`; its local path. MLflow's
+        own progress bars stay off: they would break a refusal's one line and a job's console."""
         self.connect(create=False)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         return Path(
             self.call(
                 "download_artifacts",

@@ -375,6 +375,10 @@ class Tracker:
 
         return self._read("get_run", read, None)
 
+    def model_version_run_id(self, name: str, ref: str) -> str | None:
+        """The run id behind `models:/name/ref` (or `models:/name@ref`); None if unknown."""
+        return self._read("get_model_version", lambda s: s.model_version_run_id(name, ref), None)
+
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
         return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])

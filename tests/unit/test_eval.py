@@ -347,3 +347,40 @@ def test_a_run_whose_dir_is_gone_is_fetched_from_the_store_and_checked(
             assert not (elsewhere / "predictions.csv").exists()
     finally:
         (launch / "run.away").rename(launch / "run")
+
+
+def test_a_checkpoint_file_is_a_source_with_its_run_dirs_config_or_the_command_lines(
+    trained, tmp_path, capsys
+):
+    """A .ckpt inside a run dir brings that run's config; one outside any run dir takes the
+    network and data from eval.py's command line (and predict, which has none, refuses it); a
+    file that is not a checkpoint is refused in one line."""
+    import shutil
+
+    from sporeflow.entry import cli
+
+    launch, source = trained
+    inside = launch / "run" / "checkpoints" / "final.ckpt"
+    bare = tmp_path / "weights.ckpt"
+    shutil.copyfile(inside, bare)
+    for given, extra, run_dir in (
+        (inside, [], "ckpt_inside"),
+        (bare, [*TINY, "seed=3"], "ckpt_bare"),
+    ):
+        proc = evaluate(launch, run_dir, f"source={given}", *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run = runs(launch, "eval")[-1]
+        assert run.data.tags["sporeflow.weights"] == str(given)
+        assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
+    assert cli.main(["predict", str(bare), str(bare)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.endswith(
+        "give the run dir it came from, or evaluate it with python eval.py "
+        f"source={bare} model=... dataset=..."
+    ), line
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(b"not a checkpoint")
+    proc = evaluate(launch, "refused", f"source={broken}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"Config error: source={broken}: cannot read checkpoint"), line

@@ -323,9 +323,9 @@ class TrainStepConfig:
     keep_batchnorm_fp32: bool = True
     """With O3: BatchNorm stays float32."""
     init_from: Optional[str] = None
-    """Fine-tune: a finished run (run dir, stage dir, MLflow run id or models:/name/version)
-    whose final weights start this run where name and shape match; the rest (e.g. a classifier
-    for another `num_classes`) stay as initialised and are named in one line. With
+    """Fine-tune: a finished run (run dir, stage dir, MLflow run id, models:/name/version) or
+    a .ckpt file whose weights start this run where name and shape match; the rest (e.g. a
+    classifier for another `num_classes`) stay as initialised and are named in one line. With
     boost=dim_reduce, stage 1 starts from it."""
     freeze: List[str] = field(default_factory=list)
     """Parameter name prefixes kept fixed while training (e.g. `[conv1, conv2]`); each must
@@ -521,8 +521,8 @@ class EvalConfig(RunConfig):
     the command line over it) and what to evaluate."""
 
     source: str = "???"
-    """The run to evaluate: its run dir, one of its stage dirs, its MLflow run id, or a
-    registered model version (models:/name/version, models:/name@alias)."""
+    """The run to evaluate: its run dir, one of its stage dirs, its MLflow run id, a
+    registered model version (models:/name/version, models:/name@alias), or a .ckpt file."""
     split: Split = Split.test
     """The split evaluated, in order and without augmentation."""
 

@@ -37,7 +37,10 @@ def run_eval(cfg: DictConfig) -> float:
     lookup = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=True)
     try:
         source = resolve(str(cfg.source), lookup)
-        plain = validate(over_source(source.config, cfg, ctx.overrides))
+        base = source.config
+        if base is None:  # a .ckpt outside a run dir: the network and data of eval's own config
+            base = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in EVAL_KEYS])
+        plain = validate(over_source(base, cfg, ctx.overrides))
         build_dataset(plain).check()
         refuse_compile_cache()
         init_context(plain)

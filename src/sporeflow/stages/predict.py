@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from sporeflow.config.components import build_dataset
 from sporeflow.config.schema import ParallelConfig, RuntimeConfig
 from sporeflow.config.validation import validate
+from sporeflow.core.errors import ConfigError
 from sporeflow.data.image_files import ImageInput, image_input
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stages.eval_run import loaded_network
@@ -38,6 +39,12 @@ class Prediction:
 def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput]:
     """The config to predict with (the source's own, in one process on this machine) and the
     checked images; ConfigError / DataError before any work."""
+    if source.config is None:
+        raise ConfigError(
+            f"source={source.name}: a checkpoint outside a run dir says nothing of its network "
+            "or data; give the run dir it came from, or evaluate it with python eval.py "
+            f"source={source.name} model=... dataset=..."
+        )
     cfg = OmegaConf.create(OmegaConf.to_container(source.config))
     cfg.parallel = OmegaConf.structured(ParallelConfig)
     cfg.runtime = OmegaConf.structured(RuntimeConfig)

@@ -1,8 +1,10 @@
 """A finished run as the start of the next experiment: where its weights and its config are.
 
 `source=` names a run dir (`outputs/<date>/<time>_<id>`), one of its stage dirs (`.../stage2`),
-an MLflow run id, or a registered model version (`models:/<name>/<version>`,
-`models:/<name>@<alias>`: the run that made it). A run dir of a dim-reduce pipeline stands for
+an MLflow run id, a registered model version (`models:/<name>/<version>`,
+`models:/<name>@<alias>`: the run that made it), or a `.ckpt` file (its weights; the config of
+the run dir it lies in, and none outside one: eval.py then takes the network and data from its
+command line). A run dir of a dim-reduce pipeline stands for
 its stage 2 (the network the pipeline made). The config is the run's own, as Hydra kept it
 (`.hydra/config.yaml`): the network, data and transforms the weights were trained with.
 
@@ -21,9 +23,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.core.errors import ConfigError
+from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
-from sporeflow.storage.checkpoints import final_weights
+from sporeflow.storage.checkpoints import final_weights, load_checkpoint_file
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.journal import AppliedState
 from sporeflow.tracking.tracker import Tracker, flatten
@@ -42,7 +44,7 @@ class Source:
 
     name: str
     weights: Path
-    config: DictConfig
+    config: DictConfig | None  # None: a checkpoint file outside any run dir
     run_id: str | None = None
 
 
@@ -55,6 +57,8 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
     try:
         if path.is_dir():
             return _from_dir(name, path.resolve(), None)
+        if path.is_file() and path.suffix == ".ckpt":
+            return _from_checkpoint(name, path.resolve())
         if RUN_ID.match(name):
             return _from_run_id(name, name, tracker)
         if model:
@@ -62,9 +66,23 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
     raise ConfigError(
-        f"{key}={name}: not a run dir, a stage dir, an MLflow run id or models:/<name>/<version> "
+        f"{key}={name}: not a run dir, a stage dir, a .ckpt file, an MLflow run id or "
+        "models:/<name>/<version> "
         "(a run dir is where train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
     )
+
+
+def _from_checkpoint(name: str, path: Path) -> Source:
+    """A checkpoint file: readable, with the config of the run dir it lies in (up to
+    `<run dir>/<stage>/checkpoints/rank_<r>/`), if any."""
+    try:
+        load_checkpoint_file(path)
+    except CheckpointError as ex:
+        raise ConfigError(f"{name}: {ex}") from None
+    run_dir = next((p for p in path.parents[:4] if (p / HYDRA_CONFIG).is_file()), None)
+    config = OmegaConf.load(run_dir / HYDRA_CONFIG) if run_dir else None
+    assert config is None or isinstance(config, DictConfig)
+    return Source(name, path, config, None)
 
 
 def _from_model_version(name: str, model: re.Match, tracker: Tracker) -> Source:
@@ -124,6 +142,7 @@ def _fetched(name: str, run, tracker: Tracker) -> Source:
 def _differs_from_params(config: DictConfig, params: dict[str, str]) -> str | None:
     """The first key of the model and dataset nodes whose value is not the run's param."""
     container = OmegaConf.to_container(config, resolve=True, enum_to_str=True)
+    assert isinstance(container, dict)
     flat = flatten({node: container.get(node) for node in CHECKED_NODES})
     for key, value in sorted(flat.items()):
         if params.get(key) != str(value):

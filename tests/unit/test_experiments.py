@@ -21,6 +21,12 @@ REDUCED = {
         "dataset.num_samples=16",
         "dataset.test_samples=8",
     ],
+    "resnet18_cifar10_strong": [
+        "dataset=synthetic",  # no CIFAR-10 files here: random RGB 32 x 32, the recipe unchanged
+        "dataset.batch_size=8",
+        "dataset.num_samples=16",
+        "dataset.test_samples=8",
+    ],
     "mnist_semi_auto": ["device_target=CPU", "parallel=standalone", "dataset.num_samples=256"],
     "resnet50_imagenet_stage1": [
         "parallel=standalone",

@@ -337,3 +337,48 @@ def test_a_job_trains_with_a_recipe_and_records_it(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert run.info.status == "FINISHED" and "final/acc" in run.data.metrics
     assert run.data.params["augment.ops"] == "['trivialaugment', 'random_erasing']"
+
+
+def mixed_batches(kind: str, split: str = "train", **create) -> list[tuple[np.ndarray, np.ndarray]]:
+    import mindspore.dataset as mds
+
+    from sporeflow.data.synthetic import Synthetic
+
+    mds.config.set_seed(7)
+    data = Synthetic(batch_size=8, image_size=12, channels=3, num_samples=16, test_samples=8)
+    data.mix = (kind, 1.0)
+    return batches(data.create(split, shuffle=False, **create))
+
+
+@pytest.mark.parametrize("mix", ["mixup", "cutmix"])
+def test_mixed_batches_carry_soft_labels_that_mix_two_images_of_the_batch(mix):
+    """Each label row is a mixture of at most two classes (weights >= 0, summing to 1) and the
+    batch's images changed; the test split and mix=False keep integer labels and images."""
+    (images, labels), _ = mixed_batches(mix)
+    (plain, plain_labels), _ = mixed_batches(mix, mix=False)
+    assert labels.dtype == np.float32 and labels.shape == (8, 10)
+    assert (labels >= 0).all() and np.allclose(labels.sum(axis=1), 1.0)
+    assert ((labels > 0).sum(axis=1) <= 2).all()
+    sources = [set(np.flatnonzero(row)) for row in labels]
+    assert all(
+        int(label) in found or len(found) == 1
+        for label, found in zip(plain_labels, sources, strict=True)
+    )
+    assert plain_labels.dtype == np.int32 and not np.array_equal(images, plain)
+    ((test_images, test_labels),) = mixed_batches(mix, split="test")
+    assert test_labels.dtype == np.int32
+
+
+@pytest.mark.parametrize("mix", ["mixup", "cutmix"])
+def test_a_job_trains_on_mixed_batches_and_evaluates_on_integer_labels(tmp_path, mix):
+    from mlflow.tracking import MlflowClient
+
+    from helpers.inprocess import TINY, run_train_here
+
+    args = [*TINY, "epochs=1", f"augment.mix={mix}", "augment.mix_alpha=0.4", "loss=ce_smooth"]
+    proc = run_train_here(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["augment.mix"] == mix
+    assert np.isfinite(run.data.metrics["final/loss"]) and "final/acc" in run.data.metrics

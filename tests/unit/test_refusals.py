@@ -170,6 +170,14 @@ CASES = {
         ["augment.ops=[randaugment,random_erasing]"],
         ["augment.ops: randaugment takes RGB images and dataset.channels=1", "random_erasing"],
     ),
+    "mixed batches with a loss that takes integer labels only": (
+        ["augment.mix=cutmix", "loss=ce_expand"],
+        ["augment.mix=cutmix trains on mixed (soft) labels", "SoftmaxCrossEntropyExpand"],
+    ),
+    "a mixing ratio of zero": (
+        ["augment.mix=mixup", "augment.mix_alpha=0"],
+        ["augment.mix_alpha=0", "must be > 0"],
+    ),
     "device_num that disagrees with workers": (
         ["parallel=data2", "parallel.device_num=4"],
         ["parallel.device_num=4 must equal parallel.workers=2"],
@@ -256,12 +264,16 @@ def test_resume_from_a_file_says_it_is_not_a_run_dir(tmp_path):
 
 def test_a_setting_of_a_node_that_is_off_is_named_once(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    code, err = train_cli([*TINY, "epochs=1", "boost.rho=0.4", "train.ema.decay=0.5"], tmp_path)
+    code, err = train_cli(
+        [*TINY, "epochs=1", "boost.rho=0.4", "train.ema.decay=0.5", "augment.mix_alpha=0.2"],
+        tmp_path,
+    )
     assert code == 0, err[-3000:]
     notes = [line for line in err.splitlines() if line.startswith("[sporeflow] note:")]
     assert notes == [
         "[sporeflow] note: boost.rho=0.4 has no effect: boost=none (it is a setting of boost=dim_reduce)",
         "[sporeflow] note: train.ema.decay=0.5 has no effect while train.ema.enabled=false",
+        "[sporeflow] note: augment.mix_alpha=0.2 has no effect while augment.mix=none",
     ]
 
 

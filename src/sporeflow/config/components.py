@@ -33,7 +33,19 @@ def build_dataset(cfg: DictConfig, **overrides: Any):
     augment = cfg.get("augment")
     if augment is not None and augment.ops:
         dataset.recipe = tuple(str(getattr(op, "value", op)) for op in augment.ops)
+    if mixing(cfg):
+        dataset.mix = (_value(cfg.augment.mix), float(cfg.augment.mix_alpha))
     return dataset
+
+
+def _value(option: Any) -> str:
+    return str(getattr(option, "value", option))
+
+
+def mixing(cfg: DictConfig) -> bool:
+    """Whether the training split's batches are mixed (augment.mix: soft labels)."""
+    augment = cfg.get("augment")
+    return augment is not None and _value(augment.get("mix", "none")) != "none"
 
 
 def build_model(cfg: DictConfig):
@@ -42,6 +54,18 @@ def build_model(cfg: DictConfig):
 
 def build_loss(cfg: DictConfig):
     return _build(cfg.loss)
+
+
+def build_train_loss(cfg: DictConfig):
+    """The loss the training step minimises: the configured one, or with mixed batches softmax
+    cross entropy on their soft labels with the configured label smoothing (schema refuses
+    losses that take integer labels only)."""
+    if not mixing(cfg):
+        return build_loss(cfg)
+    from sporeflow.nn.losses import SoftTargetCrossEntropy
+
+    smooth = float(cfg.loss.get("smooth_factor", 0.0))
+    return SoftTargetCrossEntropy(smooth, int(cfg.dataset.num_classes))
 
 
 def build_optimizer(

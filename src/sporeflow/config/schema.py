@@ -77,6 +77,19 @@ class AugmentOp(Enum):
 RGB_ONLY_OPS = (AugmentOp.randaugment, AugmentOp.autoaugment, AugmentOp.trivialaugment)
 
 
+class MixOp(Enum):
+    none = "none"
+    mixup = "mixup"
+    cutmix = "cutmix"
+
+
+# the losses whose softmax cross entropy the mixed (soft) labels train with
+MIXABLE_LOSSES = (
+    "mindspore.nn.SoftmaxCrossEntropyWithLogits",
+    "sporeflow.nn.losses.CrossEntropySmooth",
+)
+
+
 class EvalWith(Enum):
     raw = "raw"
     ema = "ema"
@@ -369,6 +382,13 @@ class AugmentConfig:
     """In order: `randaugment`, `autoaugment` (ImageNet policy), `trivialaugment`
     (TrivialAugmentWide) on the RGB image (3 channels only); `random_erasing` (a rectangle
     erased with probability 0.5) on the normalised one. `[]`: the data set's own only."""
+    mix: MixOp = MixOp.none
+    """Batch-level mixing of the training split: `mixup` (MixUpBatch: each image blended with
+    another of its batch), `cutmix` (CutMixBatch: a rectangle pasted from another); the labels
+    become the same mixture of one-hot vectors, trained with softmax cross entropy on them
+    (label smoothing from `loss.smooth_factor` composed in); evaluation keeps integer labels."""
+    mix_alpha: Annotated[float, Positive] = 1.0
+    """The Beta(alpha, alpha) the mixing ratio is drawn from."""
 
 
 @dataclass
@@ -457,6 +477,13 @@ class RunConfig:
                 f"augment.ops: {', '.join(rgb_only)} {'takes' if len(rgb_only) == 1 else 'take'}"
                 f" RGB images and dataset.channels="
                 f"{channels}; with {channels}-channel images use random_erasing, or none"
+            )
+        target = self.loss.get("_target_")
+        if self.augment.mix is not MixOp.none and target not in MIXABLE_LOSSES:
+            yield (
+                f"augment.mix={self.augment.mix.value} trains on mixed (soft) labels with softmax "
+                f"cross entropy; loss {target} takes integer labels only (use loss=softmax_ce "
+                "or loss=ce_smooth)"
             )
         if not isinstance(self.resume, (bool, str)):
             yield f"resume={self.resume!r}; allowed: false, true (newest run), or a run directory"

@@ -1,11 +1,13 @@
 """Settings a command sets that its run will not use: those of a node that is off (boost's
-with boost=none, the EMA's with train.ema.enabled=false). Not an error - a sweep may set
-them for every job - but said once, naming the option that would use them."""
+with boost=none, the EMA's with train.ema.enabled=false, the mixing ratio's without
+augment.mix). Not an error - a sweep may set them for every job - but said once, naming the
+option that would use them."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from sporeflow.config.components import mixing
 from sporeflow.config.facts import is_dim_reduce
 
 
@@ -29,4 +31,6 @@ def unused_settings(cfg: DictConfig, overrides: list[str]) -> list[str]:
             and not cfg.train.ema.enabled
         ):
             found.append(f"{override} has no effect while train.ema.enabled=false")
+        elif key == "augment.mix_alpha" and not mixing(cfg):
+            found.append(f"{override} has no effect while augment.mix=none")
     return found

@@ -1,7 +1,8 @@
 """What every image data set shares: splits, sharding, the transform chain, batching.
 
 A data-set class only says where its samples come from (`_source`); this base turns that into
-a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, batch.
+a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, batch, and on a
+mixed training split (augment.mix) one-hot labels mixed with their images after batching.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class ImageDataset(ABC):
 
     native_size: int = 0  # side of the stored images; resized to image_size when different
     recipe: tuple[str, ...] = ()  # augment.ops: MindSpore's recipes after augment_ops (train)
+    mix: tuple[str, float] | None = None  # augment.mix and mix_alpha: batches mixed (train)
 
     def __init__(
         self,
@@ -108,9 +110,11 @@ class ImageDataset(ABC):
         seed: int = 0,
         start_epoch: int = 0,
         augment: bool | None = None,
+        mix: bool | None = None,
     ) -> mds.Dataset:
         """The batched pipeline for `split`; shuffled and augmented by default for train only
-        (eval.py split=train reads it in order and as the network is evaluated).
+        (eval.py split=train reads it in order and as the network is evaluated); mixed batches
+        (float32 soft labels, N x num_classes) where `mix` (default: augmented) and augment.mix.
 
         The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
         sees the same batches as one that never stopped.
@@ -131,7 +135,23 @@ class ImageDataset(ABC):
             ops += recipe_ops(self.recipe, on_tensor=True)
         data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
         data = data.map(transforms.TypeCast(ms.int32), input_columns="label")
-        return data.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        mixed = self.mix is not None and (augmented if mix is None else mix)
+        if mixed:
+            data = data.map(transforms.OneHot(self.num_classes), input_columns="label")
+        data = data.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        return self._mixed(data) if mixed else data
+
+    def _mixed(self, batches: mds.Dataset) -> mds.Dataset:
+        """MindSpore's MixUpBatch or CutMixBatch over batches of CHW images and one-hot labels;
+        the labels come out as float32 mixtures."""
+        assert self.mix is not None
+        name, alpha = self.mix
+        if name == "mixup":
+            op = vision.MixUpBatch(alpha)
+        else:
+            op = vision.CutMixBatch(vision.ImageBatchFormat.NCHW, alpha, prob=1.0)
+        batches = batches.map(op, input_columns=["image", "label"])
+        return batches.map(transforms.TypeCast(ms.float32), input_columns="label")
 
     def decode_ops(self, split: str) -> list:
         """Ops that turn stored bytes into an HWC uint8 image (none: sources yield arrays)."""

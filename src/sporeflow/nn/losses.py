@@ -1,5 +1,6 @@
 """Losses of the seeds: label-smoothed cross entropy (ResNet recipes) and the small-operator
-softmax cross entropy the auto-parallel tutorial uses (every op shardable)."""
+softmax cross entropy the auto-parallel tutorial uses (every op shardable); and the softmax
+cross entropy on mixed (soft) labels that MixUp and CutMix train with."""
 
 from __future__ import annotations
 
@@ -56,3 +57,23 @@ class SoftmaxCrossEntropyExpand(nn.Cell):
             )
         loss = -ops.sum(ops.log(softmax + self.eps) * label, -1)
         return ops.mean(loss, -1)
+
+
+class SoftTargetCrossEntropy(nn.LossBase):
+    """Mean softmax cross entropy against soft labels (rows of class weights summing to 1, as
+    MixUp and CutMix make them), smoothed as CrossEntropySmooth smooths a one-hot row: each
+    weight y becomes y * (1 - s - s / (C - 1)) + s / (C - 1)."""
+
+    def __init__(
+        self, smooth_factor: Annotated[float, Decay] = 0.0, num_classes: Annotated[int, Count] = 10
+    ):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"num_classes={num_classes}: soft labels need at least 2 classes")
+        self.off = smooth_factor / (num_classes - 1)
+        self.scale = 1.0 - smooth_factor - self.off
+        self.log_softmax = nn.LogSoftmax(axis=-1)
+
+    def construct(self, logits, label):
+        target = label * self.scale + self.off
+        return ops.mean(-ops.sum(target * self.log_softmax(logits), -1))

@@ -9,7 +9,13 @@ from functools import partial
 from mindspore import Model, nn
 from omegaconf import DictConfig
 
-from sporeflow.config.components import build_loss, build_model, build_optimizer
+from sporeflow.config.components import (
+    build_loss,
+    build_model,
+    build_optimizer,
+    build_train_loss,
+    mixing,
+)
 from sporeflow.config.schema import LossScaleManager, ParallelMode
 from sporeflow.config.strategies import apply_strategies
 from sporeflow.dim_reduce.step import DimReduceStep
@@ -77,11 +83,12 @@ def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) ->
         fine_tune.start_from(network, spec.fine_tune_from)
     fine_tune.freeze(network, cfg.train.freeze)
     network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
-    loss_fn = build_loss(cfg)
+    loss_fn = build_loss(cfg)  # evaluation's (integer labels)
+    train_loss = build_train_loss(cfg)  # the step's (mixed batches: soft labels)
     if spec.basis is not None:
         b = cfg.boost
         step = DimReduceStep(
-            nn.WithLossCell(network, loss_fn),
+            nn.WithLossCell(network, train_loss),
             network.trainable_params(),
             spec.basis,
             rho=b.rho,
@@ -94,12 +101,12 @@ def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) ->
     optimizer = build_optimizer(
         cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr
     )
-    if not needs_train_step(cfg.train):
+    if not needs_train_step(cfg.train) and not mixing(cfg):
         return StageParts(
             network,
             Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=eval_metrics()),
             (network, optimizer),
         )
-    step = train_step_from_config(network, loss_fn, optimizer, cfg.train)
+    step = train_step_from_config(network, train_loss, optimizer, cfg.train)
     swap = partial(ema_weights_in, step) if cfg.train.ema.enabled else None
     return StageParts(network, _model_around(step, network, loss_fn), (step,), swap)

@@ -38,7 +38,7 @@ def evaluate_weights(
     """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s test
     split; final.ckpt, predictions and the model kept like a trained stage's."""
     network = network_with(cfg, spec.init_weights, weights)
-    if recompute_batchnorm(network, data.create("train", seed=cfg.seed)):
+    if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
     model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
     eval_data = data.create("test")

@@ -382,3 +382,21 @@ def test_a_job_trains_on_mixed_batches_and_evaluates_on_integer_labels(tmp_path,
     (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["augment.mix"] == mix
     assert np.isfinite(run.data.metrics["final/loss"]) and "final/acc" in run.data.metrics
+
+
+def test_a_dim_reduce_pipeline_trains_both_stages_on_mixed_batches(tmp_path):
+    """Stage 1 and stage 2's quasi-Newton step take the soft-label loss; snapshot_mean's
+    BatchNorm pass reads unmixed images."""
+    from mlflow.tracking import MlflowClient
+
+    from helpers.inprocess import TINY_PIPELINE, run_train_here
+
+    args = [*TINY_PIPELINE, "augment.mix=mixup", "boost.baselines=[snapshot_mean]"]
+    proc = run_train_here(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    stages = {r.data.tags["stage"]: r for r in runs}
+    assert {"stage1", "stage2", "snapshot_mean"} <= set(stages)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert np.isfinite(stages["stage2"].data.metrics["final/loss"])

@@ -111,7 +111,11 @@ def test_eval_by_run_id_on_the_train_split_with_a_key_over_the_source(trained):
 @pytest.mark.parametrize(
     ("source", "extra", "says"),
     [
-        ("{launch}/nope", [], "not a run dir, a stage dir, an MLflow run id or models:/"),
+        (
+            "{launch}/nope",
+            [],
+            "not a run dir, a stage dir, a .ckpt file, an MLflow run id or models:/",
+        ),
         ("{launch}/mlartifacts", [], "holds no .hydra/config.yaml"),
         ("{launch}/run", ["model=mlp", "model.hidden=32"], "shape"),
         ("0123456789abcdef0123456789abcdef", [], "no such MLflow run"),

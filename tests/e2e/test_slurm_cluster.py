@@ -352,7 +352,11 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
             os.killpg(sweep.pid, signal.SIGKILL)
         subprocess.run([str(SCRIPT), "start-node", str(cluster.root), "--", "1"], check=True)
     assert sweep.returncode == 130, out[-4000:]
-    assert sacct_states(cluster, [pending])[pending].startswith("CANCELLED")
+    # SLURM's accounting records a cancelled pending job a moment after scancel returns
+    state = wait_until(
+        lambda: sacct_states(cluster, [pending]).get(pending), 30, f"{pending} not in sacct"
+    )
+    assert state.startswith("CANCELLED"), state
     parent, jobs = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "KILLED"
     assert sorted(jobs) == [0, 1]  # job 2 never started

@@ -32,7 +32,7 @@ def build_dataset(cfg: DictConfig, **overrides: Any):
     dataset = _build(cfg.dataset, **overrides)
     augment = cfg.get("augment")
     if augment is not None and augment.ops:
-        dataset.recipe = tuple(str(getattr(op, "value", op)) for op in augment.ops)
+        dataset.recipe = tuple(_value(op) for op in augment.ops)
     if mixing(cfg):
         dataset.mix = (_value(cfg.augment.mix), float(cfg.augment.mix_alpha))
     return dataset

@@ -4,9 +4,9 @@
 an MLflow run id, a registered model version (`models:/<name>/<version>`,
 `models:/<name>@<alias>`: the run that made it), or a `.ckpt` file (its weights; the config of
 the run dir it lies in, and none outside one: eval.py then takes the network and data from its
-command line). A run dir of a dim-reduce pipeline stands for
-its stage 2 (the network the pipeline made). The config is the run's own, as Hydra kept it
-(`.hydra/config.yaml`): the network, data and transforms the weights were trained with.
+command line). A run dir of a dim-reduce pipeline stands for its stage 2 (the network the
+pipeline made). The config is the run's own, as Hydra kept it (`.hydra/config.yaml`): the
+network, data and transforms the weights were trained with.
 
 A run whose dir is not on this disk (another machine's, or one cleaned up) is fetched from the
 store's artifacts into `<cwd>/.sporeflow/runs/<run id>/` (reuse.fetched: every file's SHA-256 must
@@ -99,9 +99,9 @@ def _from_run_id(name: str, run_id: str, tracker: Tracker) -> Source:
         raise ConfigError(f"{name}: no such MLflow run in {tracker.uri}")
     if run.data.tags.get("stage") == "pipeline":  # a dim-reduce pipeline: its stage 2
         run = _stage2_of(name, run, tracker)
-    run_dir = Path(run.data.tags.get("run_dir", ""))
-    if run_dir.is_dir() and run.data.tags.get("run_dir"):
-        return _from_dir(name, run_dir, run.info.run_id)
+    run_dir = run.data.tags.get("run_dir")
+    if run_dir and Path(run_dir).is_dir():
+        return _from_dir(name, Path(run_dir), run.info.run_id)
     return _fetched(name, run, tracker)
 
 

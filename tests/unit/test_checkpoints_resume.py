@@ -105,3 +105,88 @@ def test_resume_true_goes_on_in_the_newest_run_dir_with_its_best_checkpoints(tmp
     epoch = best.step // 45
     (kept,) = (run_dir / "checkpoints").glob("best_acc_*.ckpt")
     assert kept.name == f"best_acc_{best.value:.4f}_epoch_{epoch:04d}.ckpt"
+
+
+def _weights(path):
+    """A checkpoint's arrays through MindSpore's own reader, told the format explicitly."""
+    fmt = "safetensors" if path.suffix == ".safetensors" else "ckpt"
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path), format=fmt).items()}
+
+
+def test_checkpoint_files_are_read_in_the_format_their_suffix_names(tmp_path, caplog):
+    """`.ckpt` and `.safetensors` hold the same arrays; the newest readable epoch wins whatever
+    its format (a run resumed with the other format), a torn one is skipped; another suffix is
+    refused by name."""
+    from sporeflow.storage.checkpoints import file_format, final_weights, load_checkpoint_file
+
+    _, _, step = trained_pair()
+    epoch = {"epoch_num": 1, "step_num": 3}
+    old = save_atomic(step, tmp_path / "epoch_0001.ckpt", append_dict=epoch)
+    new = save_atomic(
+        step, tmp_path / "epoch_0002.safetensors", append_dict={**epoch, "epoch_num": 2}
+    )
+    assert set(_weights(old)) == set(_weights(new))
+    for key, value in _weights(old).items():
+        if key != "epoch_num":
+            np.testing.assert_array_equal(_weights(new)[key], value, err_msg=key)
+    path, state = newest_complete_checkpoint(tmp_path)
+    assert path == new and int(state["epoch_num"].asnumpy()) == 2
+    (tmp_path / "epoch_0003.safetensors").write_bytes(new.read_bytes()[:100])
+    assert newest_complete_checkpoint(tmp_path)[0] == new
+    assert "skipping unreadable checkpoint" in caplog.text
+    (tmp_path / "checkpoints").mkdir()
+    final = save_atomic(step, tmp_path / "checkpoints" / "final.safetensors")
+    assert final_weights(tmp_path) == final
+    np.testing.assert_array_equal(
+        load_checkpoint_file(final)["weight"].asnumpy(), _weights(old)["weight"]
+    )
+    with pytest.raises(CheckpointError, match=r"weights\.pt: not a checkpoint \(allowed suffixes"):
+        file_format(tmp_path / "weights.pt")
+
+
+def test_a_safetensors_run_resumes_like_an_uninterrupted_ckpt_run_and_is_evaluated_and_served(
+    tmp_path,
+):
+    """callbacks.checkpoint.format=safetensors: every checkpoint the run writes (full, best,
+    final, the model's weights) is a .safetensors file; resumed after its second of three epochs
+    it ends with the weights, optimizer moments and EMA of an uninterrupted .ckpt run; eval.py
+    reproduces its final/acc from it and the packaged model predicts what the .ckpt one does."""
+    from sporeflow.serving.pyfunc import Classifier
+
+    args = ["train.ema.enabled=true", "train.ema.decay=0.9", "callbacks.best.keep=1"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    for launch in (straight, split):
+        launch.mkdir()
+    proc = run_train([*args, "epochs=3"], straight)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sf = [*args, "callbacks.checkpoint.format=safetensors"]
+    for extra in (["epochs=2"], ["epochs=3", f"resume={split / 'run'}"]):
+        proc = run_train([*sf, *extra], split)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = split / "run"
+    assert not list(run_dir.rglob("*.ckpt"))
+    names = {p.name for p in (run_dir / "checkpoints").iterdir()}
+    assert {"epoch_0002.safetensors", "epoch_0003.safetensors", "final.safetensors"} <= names
+    assert any(n.startswith("best_acc_") and n.endswith(".safetensors") for n in names)
+    assert (run_dir / "model" / "weights.safetensors").is_file()
+    want = _weights(straight / "run" / "checkpoints" / "epoch_0003.ckpt")
+    got = _weights(run_dir / "checkpoints" / "epoch_0003.safetensors")
+    groups = [[k for k in want if k.startswith(p)] for p in (("conv", "fc"), "moments.", "ema.")]
+    assert all(groups)
+    for key in (k for group in groups for k in group):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+    proc = run_train([f"source={run_dir}"], split, run_dir="eval", app="eval")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = client_of(split)
+    trained, evaluated = sorted(runs_of(split), key=lambda r: r.info.start_time)
+    assert evaluated.data.tags["sporeflow.weights"] == str(
+        run_dir / "checkpoints" / "final.safetensors"
+    )
+    assert evaluated.data.metrics["eval/acc"] == trained.data.metrics["final/acc"]
+    assert len(client.get_metric_history(trained.info.run_id, "eval/acc")) == 3
+
+    example = np.load(run_dir / "model" / "input_example.npy")
+    served = Classifier(run_dir / "model").predict(example)
+    like = Classifier(straight / "run" / "model").predict(example)
+    np.testing.assert_allclose(served["probabilities"], like["probabilities"], rtol=1e-4, atol=1e-6)

@@ -87,7 +87,7 @@ def test_missing_required_argument(compose_cfg):
 
 def test_allowed_keys_walks_nested_schema():
     assert "checkpoint" in allowed_keys("callbacks")
-    assert allowed_keys("callbacks.checkpoint") == ["every_n_epochs", "keep_last"]
+    assert allowed_keys("callbacks.checkpoint") == ["every_n_epochs", "keep_last", "format"]
     assert "epochs" in allowed_keys("")
     assert allowed_keys("optimizer") == []
 

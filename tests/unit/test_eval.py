@@ -114,7 +114,7 @@ def test_eval_by_run_id_on_the_train_split_with_a_key_over_the_source(trained):
         (
             "{launch}/nope",
             [],
-            "not a run dir, a stage dir, a .ckpt file, an MLflow run id or models:/",
+            "not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow run id or models:/",
         ),
         ("{launch}/mlartifacts", [], "holds no .hydra/config.yaml"),
         ("{launch}/run", ["model=mlp", "model.hidden=32"], "shape"),

@@ -178,6 +178,14 @@ CASES = {
         ["augment.mix=mixup", "augment.mix_alpha=0"],
         ["augment.mix_alpha=0", "must be > 0"],
     ),
+    "sliced checkpoints in a format merge-ckpt cannot join": (
+        ["callbacks.checkpoint.format=safetensors", "parallel.integrated_save=false"],
+        ["callbacks.checkpoint.format=safetensors with parallel.integrated_save=false", "as ckpt"],
+    ),
+    "a checkpoint format MindSpore does not write": (
+        ["callbacks.checkpoint.format=pt"],
+        ["callbacks.checkpoint.format", "ckpt", "safetensors"],
+    ),
     "device_num that disagrees with workers": (
         ["parallel=data2", "parallel.device_num=4"],
         ["parallel.device_num=4 must equal parallel.workers=2"],

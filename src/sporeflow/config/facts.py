@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from sporeflow.config.schema import BoostName
 
 
@@ -14,6 +16,13 @@ def is_dim_reduce(cfg: Any) -> bool:
     or a composed one still holding the option's name (the Optuna sweeper's view)."""
     name = getattr(getattr(cfg, "boost", None), "name", None)
     return str(getattr(name, "value", name)) == BoostName.dim_reduce.value
+
+
+def checkpoint_format(cfg: Any) -> str:
+    """The suffix (and MindSpore `format=`) of the checkpoints a run writes; `ckpt` for a
+    config logged before the option existed (a source evaluated or fine-tuned from)."""
+    fmt = OmegaConf.select(cfg, "callbacks.checkpoint.format", default="ckpt")
+    return str(getattr(fmt, "value", fmt))
 
 
 def worker_batch_size(cfg: Any) -> int:

@@ -95,6 +95,11 @@ class EvalWith(Enum):
     ema = "ema"
 
 
+class CheckpointFormat(Enum):
+    ckpt = "ckpt"  # each value is the files' suffix
+    safetensors = "safetensors"
+
+
 class Monitor(Enum):
     max = "max"
     min = "min"
@@ -275,6 +280,10 @@ class CheckpointCallbackConfig:
     """Save a full checkpoint every this many epochs."""
     keep_last: Annotated[int, Count] = 2
     """Full checkpoints kept (the newest)."""
+    format: CheckpointFormat = CheckpointFormat.ckpt
+    """The file format of every checkpoint the run writes (full, best and final, and the
+    model's weights): `ckpt` (MindSpore's own) or `safetensors`. Resume, eval.py, predict,
+    `model.init_from` and the MLflow model read either."""
 
 
 @dataclass
@@ -304,7 +313,7 @@ class EmaConfig:
     warmup: Annotated[float, NonNegative] = 0.0
     """With warmup > 0 the decay is `decay * (1 - exp(-updates / warmup))`; 0 = off."""
     eval_with: EvalWith = EvalWith.raw
-    """The weights ranked (best-k) and exported as `final.ckpt`: `raw` or `ema`."""
+    """The weights ranked (best-k) and exported as the final checkpoint: `raw` or `ema`."""
 
     def relations(self) -> Iterator[str]:
         if self.eval_with is EvalWith.ema and not self.enabled:
@@ -337,7 +346,7 @@ class TrainStepConfig:
     """With O3: BatchNorm stays float32."""
     init_from: Optional[str] = None
     """Fine-tune: a finished run (run dir, stage dir, MLflow run id, models:/name/version) or
-    a .ckpt file whose weights start this run where name and shape match; the rest (e.g. a
+    a .ckpt or .safetensors file whose weights start this run where name and shape match; the rest (e.g. a
     classifier for another `num_classes`) stay as initialised and are named in one line. With
     boost=dim_reduce, stage 1 starts from it."""
     freeze: List[str] = field(default_factory=list)
@@ -485,6 +494,14 @@ class RunConfig:
                 f"cross entropy; loss {target} takes integer labels only (use loss=softmax_ce "
                 "or loss=ce_smooth)"
             )
+        if self.callbacks.checkpoint.format is CheckpointFormat.safetensors and not (
+            self.parallel.integrated_save
+        ):
+            yield (
+                "callbacks.checkpoint.format=safetensors with parallel.integrated_save=false: "
+                "`sporeflow merge-ckpt` joins per-rank slices from .ckpt files only; write "
+                "them as ckpt (the default), or keep whole parameters (integrated_save=true)"
+            )
         if not isinstance(self.resume, (bool, str)):
             yield f"resume={self.resume!r}; allowed: false, true (newest run), or a run directory"
         if self.dim_reduce:
@@ -549,7 +566,7 @@ class EvalConfig(RunConfig):
 
     source: str = "???"
     """The run to evaluate: its run dir, one of its stage dirs, its MLflow run id, a
-    registered model version (models:/name/version, models:/name@alias), or a .ckpt file."""
+    registered model version (models:/name/version, models:/name@alias), or a .ckpt or .safetensors file."""
     split: Split = Split.test
     """The split evaluated, in order and without augmentation."""
 

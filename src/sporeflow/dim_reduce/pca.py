@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import mindspore as ms
 import numpy as np
 from tqdm.auto import tqdm
 
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
+from sporeflow.storage.checkpoints import read_checkpoint
 from sporeflow.storage.files import atomic_path
 
 
@@ -127,10 +127,11 @@ def read_all(path: Path, layout: Layout) -> dict[str, np.ndarray]:
 
 
 def read_weights(path: Path, layout: Layout, names=None) -> dict[str, np.ndarray]:
-    """The named weights of one .ckpt snapshot, checked against the layout (name and shape)."""
+    """The named weights of one checkpoint snapshot (.ckpt or .safetensors), checked against the
+    layout (name and shape)."""
     wanted = set(layout.names if names is None else names)
     try:
-        state = ms.load_checkpoint(str(path), choice_func=lambda n: n in wanted)
+        state = read_checkpoint(path, choice_func=lambda n: n in wanted)
     except (ValueError, RuntimeError, OSError) as ex:
         if "empty after filter" in str(ex):  # none of the wanted names is in the file
             state = {}

@@ -16,6 +16,7 @@ import numpy as np
 from mindspore.train import Callback
 
 from sporeflow.core.errors import SporeflowError
+from sporeflow.storage.checkpoints import checkpoint_files
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
 PATTERN = "snapshot_e*_s*.npy"
@@ -67,7 +68,7 @@ class SnapshotCallback(Callback):
 
 
 def read_layout(directory: Path) -> dict | None:
-    """The names/shapes sporeflow recorded beside .npy snapshots (None for .ckpt folders)."""
+    """The names/shapes sporeflow recorded beside .npy snapshots (None for checkpoint folders)."""
     path = Path(directory) / LAYOUT_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -79,7 +80,9 @@ def list_snapshots(directory: Path) -> list[Path]:
             f"snapshot folder {directory} does not exist; stage 1 writes it "
             "(boost.snapshot.*), or point boost.stage1_run at a finished stage-1 run"
         )
-    found = sorted(directory.glob(PATTERN)) or sorted(directory.glob("*.ckpt"))
+    found = sorted(directory.glob(PATTERN)) or checkpoint_files(directory, "*")
     if not found:
-        raise DimReduceError(f"snapshot folder {directory} holds no snapshot_*.npy or .ckpt files")
+        raise DimReduceError(
+            f"snapshot folder {directory} holds no snapshot_*.npy, .ckpt or .safetensors files"
+        )
     return found

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase, save_hooks_state
-from sporeflow.storage.checkpoints import prune, save_atomic
+from sporeflow.storage.checkpoints import checkpoint_files, prune, save_atomic
 
 
 def loss_value(outputs) -> float:
@@ -177,7 +177,7 @@ class ProgressBar(Callback):
 
 class BestCheckpoints(Callback):
     """Keep the `keep` best network checkpoints by a recorded eval metric, as
-    `best_<metric>_<value>_epoch_NNNN.ckpt`; `swap` puts the ranked weights (EMA) in first."""
+    `best_<metric>_<value>_epoch_NNNN.<fmt>`; `swap` puts the ranked weights (EMA) in first."""
 
     def __init__(
         self,
@@ -188,10 +188,12 @@ class BestCheckpoints(Callback):
         mode: str = "max",
         keep: int = 1,
         swap: Callable[[], AbstractContextManager] | None = None,
+        fmt: str = "ckpt",
     ):
         super().__init__()
         self.record = record
         self.network = network
+        self.fmt = fmt
         self.directory = Path(directory)
         self.metric = metric
         self.sign = 1.0 if mode == "max" else -1.0
@@ -201,9 +203,9 @@ class BestCheckpoints(Callback):
 
     def _kept(self) -> list[tuple[float, Path]]:
         """The best checkpoints an earlier part of this run left (a resume goes on ranking them)."""
-        pattern = re.compile(rf"best_{re.escape(self.metric)}_(-?[0-9.]+)_epoch_\d+\.ckpt")
+        pattern = re.compile(rf"best_{re.escape(self.metric)}_(-?[0-9.]+)_epoch_\d+\.\w+")
         found = []
-        for path in self.directory.glob(f"best_{self.metric}_*_epoch_*.ckpt"):
+        for path in checkpoint_files(self.directory, f"best_{self.metric}_*_epoch_*"):
             match = pattern.fullmatch(path.name)
             if match:
                 found.append((float(match.group(1)), path))
@@ -219,7 +221,7 @@ class BestCheckpoints(Callback):
         value = result[self.metric]
         if len(self.best) >= self.keep and self.sign * value <= self.sign * self.best[-1][0]:
             return
-        path = self.directory / f"best_{self.metric}_{value:.4f}_epoch_{epoch:04d}.ckpt"
+        path = self.directory / f"best_{self.metric}_{value:.4f}_epoch_{epoch:04d}.{self.fmt}"
         with self.swap():
             save_atomic(self.network, path, append_dict={"epoch_num": epoch, self.metric: value})
         self.best.append((value, path))
@@ -232,7 +234,7 @@ class BestCheckpoints(Callback):
 class CheckpointEachEpoch(Callback):
     """Full train-network checkpoints (weights + optimizer state) every n epochs, last k kept.
 
-    Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.ckpt`; the stage's
+    Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.<fmt>`; the stage's
     hooks' state beside it (`epoch_0003.hooks.json`, written first), so a resume from that
     checkpoint gives every hook back what it knew then.
     """
@@ -245,9 +247,11 @@ class CheckpointEachEpoch(Callback):
         keep_last: int = 2,
         integrated_save: bool = True,
         hooks: Sequence[HookBase] = (),
+        fmt: str = "ckpt",
     ):
         super().__init__()
         self.record = record
+        self.fmt = fmt
         self.directory = Path(directory)
         self.every = every_n_epochs
         self.keep = keep_last
@@ -258,7 +262,7 @@ class CheckpointEachEpoch(Callback):
         cb = run_context.original_args()
         if cb.cur_epoch_num % self.every:
             return
-        path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.ckpt"
+        path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.{self.fmt}"
         if self.hooks:
             save_hooks_state(path, self.hooks)
         save_atomic(
@@ -267,5 +271,5 @@ class CheckpointEachEpoch(Callback):
             append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.record.global_step(cb)},
             integrated_save=self.integrated_save,
         )
-        prune(self.directory, "epoch_*.ckpt", self.keep)
-        prune(self.directory, "epoch_*.hooks.json", self.keep)
+        prune(checkpoint_files(self.directory, "epoch_*"), self.keep)
+        prune(sorted(self.directory.glob("epoch_*.hooks.json")), self.keep)

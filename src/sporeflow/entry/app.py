@@ -33,6 +33,7 @@ from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.entry import messages
 from sporeflow.launch import msrun
 from sporeflow.runtime import cpu_isa
+from sporeflow.storage.checkpoints import is_checkpoint
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
@@ -100,7 +101,10 @@ def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     stage 1), or resume= from the newest checkpoint."""
     if is_dim_reduce(cfg):
         return "start the same command again: a finished stage 1 is reused"
-    saved = sorted(ctx.run_dir.rglob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime)
+    saved = sorted(
+        (p for p in ctx.run_dir.rglob("epoch_*") if is_checkpoint(p)),
+        key=lambda p: p.stat().st_mtime,
+    )
     if not saved:
         return f"no checkpoint was written yet in {ctx.run_dir}"
     return (

@@ -445,7 +445,7 @@ def _predict_parser(sub) -> None:
     )
     p.add_argument(
         "source",
-        help="a run dir, one of its stage dirs (.../stage2), a .ckpt in a run dir, an MLflow "
+        help="a run dir, one of its stage dirs (.../stage2), a .ckpt/.safetensors in a run dir, an MLflow "
         "run id or models:/<name>/<version>",
     )
     p.add_argument(

@@ -38,7 +38,9 @@ def run_eval(cfg: DictConfig) -> float:
     try:
         source = resolve(str(cfg.source), lookup)
         base = source.config
-        if base is None:  # a .ckpt outside a run dir: the network and data of eval's own config
+        if (
+            base is None
+        ):  # a checkpoint outside a run dir: the network and data of eval's own config
             base = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in EVAL_KEYS])
         plain = validate(over_source(base, cfg, ctx.overrides))
         build_dataset(plain).check()

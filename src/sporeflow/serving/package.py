@@ -2,12 +2,13 @@
 
     <stage dir>/model/
       network.yaml        the resolved `model` node and the input it takes (channels, size)
-      weights.ckpt        the final weights (a hard link to checkpoints/final.ckpt when possible)
+      weights.ckpt        the final weights (a hard link to checkpoints/final.ckpt when possible;
+                          weights.safetensors with callbacks.checkpoint.format=safetensors)
       network.mindir      the same network exported with `mindspore.export` (batch dimension free)
       input_example.npy   the first eval images as the network sees them (float32, N x C x H x W)
 
 Everything a loader needs is in the directory: `sporeflow.serving.pyfunc` rebuilds the network
-from network.yaml and loads weights.ckpt; `mindspore.load` + `nn.GraphCell` runs the MINDIR
+from network.yaml and loads the weights; `mindspore.load` + `nn.GraphCell` runs the MINDIR
 without sporeflow. The input is the eval pipeline's output (resized, rescaled, normalized,
 CHW), so a prediction equals `Model.eval` on the same batch.
 """
@@ -23,10 +24,11 @@ import mindspore as ms
 import numpy as np
 import yaml
 
+from sporeflow.storage.checkpoints import checkpoint_files
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
 NETWORK = "network.yaml"
-WEIGHTS = "weights.ckpt"
+WEIGHTS = "weights"  # + the final checkpoint's suffix
 MINDIR = "network.mindir"
 EXAMPLE = "input_example.npy"
 EXAMPLE_IMAGES = 4
@@ -37,6 +39,14 @@ class PackagedModel:
     path: Path
     input_shape: tuple[int, int, int]  # C, H, W
     num_classes: int
+
+
+def packaged_weights(model_dir: Path) -> Path:
+    """The weights file of a model directory, in whichever checkpoint format it was written."""
+    found = checkpoint_files(model_dir, WEIGHTS)
+    if not found:
+        raise FileNotFoundError(f"{model_dir} holds no {WEIGHTS}.ckpt or {WEIGHTS}.safetensors")
+    return found[0]
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -62,7 +72,9 @@ def package_model(
         "num_classes": int(num_classes),
     }
     write_text_atomic(out / NETWORK, yaml.safe_dump(spec, sort_keys=False))
-    _link_or_copy(Path(weights), out / WEIGHTS)
+    for old in checkpoint_files(out, WEIGHTS):  # a package rewritten in another format
+        old.unlink()
+    _link_or_copy(Path(weights), out / f"{WEIGHTS}{Path(weights).suffix}")
     with atomic_path(out / EXAMPLE) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, example, allow_pickle=False)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sporeflow.serving.package import NETWORK, WEIGHTS
+from sporeflow.serving.package import NETWORK, packaged_weights
 
 
 class Classifier:
@@ -29,7 +29,7 @@ class Classifier:
         spec = yaml.safe_load((path / NETWORK).read_text())
         self.input = spec["input"]
         self.network = build_model(OmegaConf.create({"model": spec["model"]}))
-        load_weights(self.network, path / WEIGHTS)
+        load_weights(self.network, packaged_weights(path))
         self.network.set_train(False)
         self._tensor = ms.Tensor
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from sporeflow.config.components import build_model
-from sporeflow.config.facts import reuse_off_reason
+from sporeflow.config.facts import checkpoint_format, reuse_off_reason
 from sporeflow.config.schema import StartFrom
 from sporeflow.dim_reduce.pca import (
     Layout,
@@ -162,7 +162,7 @@ class DimReducePipeline:
         )
         if found is None:
             raise DimReduceError(
-                f"{key}: its run dir {run.data.tags.get('run_dir')} lacks checkpoints/final.ckpt or snapshots/"
+                f"{key}: its run dir {run.data.tags.get('run_dir')} lacks checkpoints/final.* or snapshots/"
             )
         return found
 
@@ -232,7 +232,8 @@ class DimReducePipeline:
         over the snapshots - the point the PCA directions are centred on."""
         if self.boost.start_from is StartFrom.final:
             return stage1.checkpoint
-        path = self.ctx.run_dir / "stage2" / f"start_mean_rank_{self.worker.rank}.ckpt"
+        name = f"start_mean_rank_{self.worker.rank}.{checkpoint_format(self.cfg)}"
+        path = self.ctx.run_dir / "stage2" / name
         return save_atomic(
             network_with(self.cfg, stage1.checkpoint, self._snapshot_mean(snapshots)), path
         )

@@ -11,6 +11,7 @@ from mindspore import Model, Tensor
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model
+from sporeflow.config.facts import checkpoint_format
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.stages.build import eval_metrics
 from sporeflow.stages.outputs import record_data, record_model
@@ -36,14 +37,15 @@ def evaluate_weights(
     cfg: DictConfig, spec: StageSpec, weights: dict, data, run: TrackedRun
 ) -> StageResult:
     """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s test
-    split; final.ckpt, predictions and the model kept like a trained stage's."""
+    split; final weights, predictions and the model kept like a trained stage's."""
     network = network_with(cfg, spec.init_weights, weights)
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
     model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
     eval_data = data.create("test")
     result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
-    path = save_atomic(network, checkpoint_dir(spec.stage_dir) / "final.ckpt")
+    final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"
+    path = save_atomic(network, final)
     correct, classified = judged(network, eval_data)
     run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
     record_data(run, data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sporeflow.config.components import build_hook
-from sporeflow.config.facts import global_batch_size
+from sporeflow.config.facts import checkpoint_format, global_batch_size
 from sporeflow.config.schema import EvalWith, LossScaleManager
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
 from sporeflow.engine.callbacks import (
@@ -81,13 +81,20 @@ def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
                 cb_cfg.best.mode.value,
                 cb_cfg.best.keep,
                 stage.parts.ema_swap if ema_ranked else None,
+                checkpoint_format(stage.cfg),
             )
         )
     every = cb_cfg.checkpoint
     save = stage.cfg.parallel.integrated_save
     kept.append(
         CheckpointEachEpoch(
-            record, stage.ckpt_dir, every.every_n_epochs, every.keep_last, save, user
+            record,
+            stage.ckpt_dir,
+            every.every_n_epochs,
+            every.keep_last,
+            save,
+            user,
+            checkpoint_format(stage.cfg),
         )
     )
     return kept

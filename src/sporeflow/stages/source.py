@@ -2,7 +2,7 @@
 
 `source=` names a run dir (`outputs/<date>/<time>_<id>`), one of its stage dirs (`.../stage2`),
 an MLflow run id, a registered model version (`models:/<name>/<version>`,
-`models:/<name>@<alias>`: the run that made it), or a `.ckpt` file (its weights; the config of
+`models:/<name>@<alias>`: the run that made it), or a `.ckpt` / `.safetensors` checkpoint (its weights; the config of
 the run dir it lies in, and none outside one: eval.py then takes the network and data from its
 command line). A run dir of a dim-reduce pipeline stands for its stage 2 (the network the
 pipeline made). The config is the run's own, as Hydra kept it (`.hydra/config.yaml`): the
@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
-from sporeflow.storage.checkpoints import final_weights, load_checkpoint_file
+from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.journal import AppliedState
 from sporeflow.tracking.tracker import Tracker, flatten
@@ -57,7 +57,7 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
     try:
         if path.is_dir():
             return _from_dir(name, path.resolve(), None)
-        if path.is_file() and path.suffix == ".ckpt":
+        if path.is_file() and is_checkpoint(path):
             return _from_checkpoint(name, path.resolve())
         if RUN_ID.match(name):
             return _from_run_id(name, name, tracker)
@@ -66,7 +66,8 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
     raise ConfigError(
-        f"{key}={name}: not a run dir, a stage dir, a .ckpt file, an MLflow run id or "
+        f"{key}={name}: not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow "
+        "run id or "
         "models:/<name>/<version> "
         "(a run dir is where train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
     )

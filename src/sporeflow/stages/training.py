@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sporeflow.config.facts import global_batch_size, worker_batch_size
+from sporeflow.config.facts import checkpoint_format, global_batch_size, worker_batch_size
 from sporeflow.config.schema import EvalWith
 from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.engine.divergence import TrainingDiverged
@@ -28,6 +28,7 @@ from sporeflow.stages.results import StageResult, end_metrics, judged, save_pred
 from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
+    checkpoint_files,
     newest_complete_checkpoint,
     restore_exact,
     save_atomic,
@@ -102,7 +103,7 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
 
 
 def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir: Path) -> str:
-    finite = sorted(ckpt_dir.glob("epoch_*.ckpt"))
+    finite = checkpoint_files(ckpt_dir, "epoch_*")
     kept = (
         f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)"
         if finite
@@ -191,11 +192,11 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
 
 
 def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: int):
-    """`final.ckpt` (and `final_ema.ckpt` when EMA is kept but not ranked), the per-image
-    predictions of the exported weights, and (rank 0) the packaged model on the run."""
-    parts = stage.parts
+    """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
+    per-image predictions of the exported weights, and (rank 0) the packaged model on the run."""
+    parts, fmt = stage.parts, checkpoint_format(stage.cfg)
     with (parts.ema_swap if ema_ranked else nullcontext)():
-        weights = save_atomic(parts.network, stage.ckpt_dir / "final.ckpt")
+        weights = save_atomic(parts.network, stage.ckpt_dir / f"final.{fmt}")
         outcome = judged(parts.network, stage.eval_data)
         if stage.worker.is_main:
             record_model(
@@ -209,5 +210,5 @@ def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: 
             )
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
-            save_atomic(parts.network, stage.ckpt_dir / "final_ema.ckpt")
+            save_atomic(parts.network, stage.ckpt_dir / f"final_ema.{fmt}")
     return weights, outcome

@@ -1,5 +1,9 @@
 """Checkpoint files: atomic writes (a kill mid-save never leaves a truncated file), pruning,
-and resume (newest complete checkpoint, exact-name restore, the run marker)."""
+and resume (newest complete checkpoint, exact-name restore, the run marker).
+
+A checkpoint's format is its suffix: `.ckpt` (MindSpore's own) or `.safetensors`
+(`callbacks.checkpoint.format`); every reader here takes either, so a run resumed, evaluated
+or fine-tuned from needs no setting to say which one it wrote."""
 
 from __future__ import annotations
 
@@ -15,6 +19,31 @@ from sporeflow.storage.files import atomic_path
 
 log = logging.getLogger(__name__)
 
+SUFFIXES = (".ckpt", ".safetensors")  # MindSpore's checkpoint formats, one per suffix
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    return Path(path).suffix in SUFFIXES
+
+
+def file_format(path: str | os.PathLike) -> str:
+    """MindSpore's `format=` for a checkpoint file: its suffix without the dot."""
+    if not is_checkpoint(path):
+        raise CheckpointError(f"{path}: not a checkpoint (allowed suffixes: {', '.join(SUFFIXES)})")
+    return Path(path).suffix[1:]
+
+
+def checkpoint_files(directory: str | os.PathLike, stem: str) -> list[Path]:
+    """The checkpoints in `directory` whose stem matches the glob `stem`, in either format,
+    sorted by name (names carry zero-padded epochs)."""
+    found = (p for suffix in SUFFIXES for p in Path(directory).glob(f"{stem}{suffix}"))
+    return sorted(found, key=lambda p: p.name)
+
+
+def read_checkpoint(path: Path, **kwargs) -> dict:
+    """MindSpore's reader in the file's format; its own errors pass through."""
+    return ms.load_checkpoint(str(path), format=file_format(path), **kwargs)
+
 
 def save_atomic(
     obj: Any, path: str | os.PathLike, append_dict: dict | None = None, integrated_save: bool = True
@@ -29,7 +58,11 @@ def save_atomic(
     with atomic_path(path, size_hint=size) as tmp:
         try:
             ms.save_checkpoint(
-                obj, str(tmp), append_dict=append_dict, integrated_save=integrated_save
+                obj,
+                str(tmp),
+                append_dict=append_dict,
+                integrated_save=integrated_save,
+                format=file_format(path),
             )
         finally:
             tmp.with_suffix(".tmp").unlink(
@@ -38,9 +71,8 @@ def save_atomic(
     return Path(path)
 
 
-def prune(directory: str | os.PathLike, pattern: str, keep: int) -> list[Path]:
-    """Delete all but the `keep` last (by name) files matching `pattern`; returns what was deleted."""
-    files = sorted(Path(directory).glob(pattern))  # names carry zero-padded epochs
+def prune(files: list[Path], keep: int) -> list[Path]:
+    """Delete all but the `keep` last of `files` (sorted by name); returns what was deleted."""
     doomed = files[:-keep] if keep > 0 else files
     for f in doomed:
         f.unlink(missing_ok=True)
@@ -54,29 +86,34 @@ def checkpoint_dir(stage_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
 
 
 def final_weights(stage_dir: Path, rank: int = 0) -> Path:
-    """A finished stage's `final.ckpt` for this rank: its own rank's file when the stage ran in
-    parallel, else the stand-alone one (so a stand-alone stage 1 serves a parallel job too)."""
-    per_rank = checkpoint_dir(stage_dir, rank, world_size=2) / "final.ckpt"
-    return per_rank if per_rank.is_file() else checkpoint_dir(stage_dir) / "final.ckpt"
+    """A finished stage's `final.<format>` for this rank: its own rank's file when the stage ran
+    in parallel, else the stand-alone one (so a stand-alone stage 1 serves a parallel job too);
+    the `.ckpt` path (missing) when there is none."""
+    for directory in (checkpoint_dir(stage_dir, rank, world_size=2), checkpoint_dir(stage_dir)):
+        found = checkpoint_files(directory, "final")
+        if found:
+            return found[0]
+    return checkpoint_dir(stage_dir) / f"final{SUFFIXES[0]}"
 
 
 def newest_complete_checkpoint(directory: Path) -> tuple[Path, dict]:
-    """The newest `epoch_*.ckpt` that loads; a corrupt one is skipped with a warning."""
-    candidates = sorted(Path(directory).glob("epoch_*.ckpt"), reverse=True)
+    """The newest `epoch_*` checkpoint that loads; a corrupt one is skipped with a warning."""
+    candidates = checkpoint_files(directory, "epoch_*")[::-1]
     for path in candidates:
         try:
-            return path, ms.load_checkpoint(str(path))
+            return path, read_checkpoint(path)
         except (ValueError, RuntimeError, OSError) as ex:
             log.warning("skipping unreadable checkpoint %s: %s", path, ex)
     raise CheckpointError(
-        f"no readable epoch_*.ckpt in {directory} ({len(candidates)} found, none loads)"
+        f"no readable epoch_* checkpoint in {directory} ({len(candidates)} found, none loads)"
     )
 
 
-def load_checkpoint_file(path: Path) -> dict:
-    """A checkpoint's parameters; a clear error for a missing or corrupt file."""
+def load_checkpoint_file(path: Path, **kwargs) -> dict:
+    """A checkpoint's parameters (`kwargs` to MindSpore's reader, e.g. `choice_func`); a clear
+    error for a missing or corrupt file."""
     try:
-        return ms.load_checkpoint(str(path))
+        return read_checkpoint(Path(path), **kwargs)
     except (ValueError, RuntimeError, OSError) as ex:
         raise CheckpointError(f"cannot read checkpoint {path}: {ex}") from ex
 

@@ -1,5 +1,5 @@
-"""What each augmentation recipe (`augment.ops`) costs per training image: the training
-split's pipeline of a CIFAR-sized data set (32 x 32 RGB, random pixels, the data set's own
+"""What each augmentation recipe (`augment.ops`, and `augment.mix`'s batch mixing) costs per
+training image: the training split's pipeline of a CIFAR-sized data set (32 x 32 RGB, random pixels, the data set's own
 transforms otherwise) read to the end without a network, once per recipe, in turn, several
 repetitions; the figure is the median time per image and its ratio to no recipe.
 Usage: python bench/bench_augment.py [images] [repeats]
@@ -18,20 +18,24 @@ import mindspore.dataset as mds
 
 from sporeflow.data.synthetic import Synthetic
 
-RECIPES = {
-    "none": (),
-    "randaugment": ("randaugment",),
-    "autoaugment": ("autoaugment",),
-    "trivialaugment": ("trivialaugment",),
-    "random_erasing": ("random_erasing",),
-    "trivialaugment + random_erasing": ("trivialaugment", "random_erasing"),
+RECIPES: dict[str, tuple[tuple[str, ...], str | None]] = {  # (augment.ops, augment.mix)
+    "none": ((), None),
+    "randaugment": (("randaugment",), None),
+    "autoaugment": (("autoaugment",), None),
+    "trivialaugment": (("trivialaugment",), None),
+    "random_erasing": (("random_erasing",), None),
+    "trivialaugment + random_erasing": (("trivialaugment", "random_erasing"), None),
+    "mix=mixup": ((), "mixup"),
+    "mix=cutmix": ((), "cutmix"),
+    "trivialaugment + random_erasing + cutmix": (("trivialaugment", "random_erasing"), "cutmix"),
 }
 
 
-def seconds_per_image(recipe: tuple[str, ...], images: int) -> float:
+def seconds_per_image(recipe: tuple[tuple[str, ...], str | None], images: int) -> float:
     mds.config.set_seed(0)
     data = Synthetic(batch_size=64, image_size=32, channels=3, num_samples=images, test_samples=8)
-    data.recipe = recipe
+    data.recipe, mix = recipe
+    data.mix = (mix, 1.0) if mix else None
     start = time.perf_counter()
     for _ in data.create("train").create_tuple_iterator(num_epochs=1, output_numpy=True):
         pass
@@ -50,10 +54,10 @@ def main() -> None:
         f"training pipeline, {images} images 32 x 32 x 3, batch 64, 1 parallel worker, "
         f"median of {repeats}, {os.cpu_count()} cores:"
     )
-    print(f"  {'augment.ops':34s} {'us/image':>9s} {'images/s':>9s} {'x none':>7s}")
+    print(f"  {'augment.ops / mix':42s} {'us/image':>9s} {'images/s':>9s} {'x none':>7s}")
     for name, times in found.items():
         t = statistics.median(times)
-        print(f"  {name:34s} {t * 1e6:9.1f} {1 / t:9.0f} {t / base:7.2f}")
+        print(f"  {name:42s} {t * 1e6:9.1f} {1 / t:9.0f} {t / base:7.2f}")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,21 @@
 """A sweep is one MLflow run: the Hydra callback registered in conf/train.yaml
 (`hydra.callbacks.sweep_run`).
 
-on_multirun_start  creates the parent run `sweep-<date>-<time>` (tags: the sweep's overrides,
-                   sweeper, launcher, sweep dir, objective) in the main process;
+on_multirun_start  starts the sweep's one tracking writer on this machine (tracking.shared_writer:
+                   its jobs' ends do not wait for a writer of their own) and creates the parent
+                   run `sweep-<date>-<time>` (tags: the sweep's overrides, sweeper, launcher,
+                   sweep dir, objective) in the main process;
 on_job_start       runs wherever the job runs (this process, a joblib worker, a submitit/SLURM
                    task: the callback travels pickled inside Hydra's context) and exports the
                    parent id, the swept keys and the job number as environment variables
-                   (context.SweepJob) - msrun workers inherit them too. Not MLFLOW_RUN_ID:
-                   MLflow would resume that run and drop the variable;
+                   (context.SweepJob) and where the sweep's writer says who it is - msrun
+                   workers inherit them too. Not MLFLOW_RUN_ID: MLflow would resume that run
+                   and drop the variable;
 on_job_end         writes `sporeflow_job.json` (status, value or error) into the job's dir;
-on_multirun_end    ends the parent: best job's params and objective, jobs finished/failed/pruned, the
-                   table and plots (sweep_report) logged and written into the sweep dir.
+on_multirun_end    waits until the store has every job's records, ends the parent: best job's
+                   params and objective, jobs finished/failed/pruned, the table and plots
+                   (sweep_report) logged and written into the sweep dir; then stops the writer
+                   and names the records it could not send.
 
 When a job raises, Hydra 1.3's BasicSweeper re-raises and never calls on_multirun_end:
 app.run_cli calls `end_unfinished(error)`, so the parent still ends (FAILED, or KILLED on
@@ -54,11 +59,13 @@ from sporeflow.entry.sweep_study import (
 from sporeflow.entry.sweep_summary import Summary, Sweep, end_job_runs, status_line
 from sporeflow.launch import slurm
 from sporeflow.tracking.journal import is_key
+from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
 from sporeflow.tracking.store import StoreError, store_refusal
 from sporeflow.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 _ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
+_WRITERS: dict[Path, SharedWriter] = {}  # sweep dir -> its writer (a process: never pickled)
 
 
 class SweepRun(Callback):
@@ -93,8 +100,29 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
+        self._start_writer()
         with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)
+        if self not in _ACTIVE:  # no parent run: the jobs write as single runs do
+            self._stop_writer()
+
+    def _start_writer(self) -> None:
+        writer = SharedWriter(self.sweep.sweep_dir, float(self.tracking.get("drain_timeout", 30)))
+        if writer.start():
+            _WRITERS[self.sweep.sweep_dir] = writer
+            os.environ[WRITER_ENV] = str(writer_file(self.sweep.sweep_dir))
+
+    def _stop_writer(self) -> None:
+        """Stop the sweep's writer once every journal it follows is done; name what is left."""
+        os.environ.pop(WRITER_ENV, None)
+        writer = _WRITERS.pop(self.sweep.sweep_dir, None)
+        left = writer.stop() if writer is not None else 0
+        if left:
+            print(
+                f"[sporeflow] {left} tracking records of the sweep are kept in its journals; "
+                f"send them with: sporeflow sync {self.sweep.sweep_dir}",
+                file=sys.stderr,
+            )
 
     @staticmethod
     def _sweeper_accepts(config: DictConfig) -> bool:
@@ -169,6 +197,7 @@ class SweepRun(Callback):
             return
         job = SweepJob(self.run_id, tuple(self.sweep.keys), int(config.hydra.job.num))
         os.environ.update(job.environ())
+        os.environ[WRITER_ENV] = str(writer_file(self.sweep.sweep_dir))  # used if it is alive here
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         os.environ.pop(TRIAL_LINK_ENV, None)  # the next job in this process has its own trial
@@ -197,8 +226,14 @@ class SweepRun(Callback):
         if self.run_id is None or self not in _ACTIVE:
             return
         _ACTIVE.remove(self)
+        writer = _WRITERS.get(self.sweep.sweep_dir)
+        if writer is not None and not writer.flush():
+            log.warning(
+                "the store does not have every job's records yet: the summary may lack some"
+            )
         with self._tracker() as tracker:
             self._end(tracker, error)
+        self._stop_writer()
 
     def _end(self, tracker: Tracker, error: BaseException | None) -> None:
         if is_key(self.run_id):  # created while the store was out of reach: has it now?

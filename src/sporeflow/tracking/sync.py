@@ -1,7 +1,7 @@
 """`sporeflow sync <run dir | sweep dir>`: send what journals still hold, idempotently.
 
-Each journal under the dir is applied by this process unless its own writer is alive (then it
-is left to it). A journal whose owner is gone and that left runs open ends them KILLED. Running
+Each journal under the dir is applied by this process unless its writer (its own, or its
+sweep's) is alive (then it is left to it). A journal whose owner is gone and that left runs open ends them KILLED. Running
 it twice sends nothing the second time.
 """
 
@@ -27,7 +27,11 @@ class Synced:
     error: str = ""
 
 
+WRITERS = ("sporeflow.tracking.writer", "sporeflow.tracking.sweep_writer")  # their -m names
+
+
 def writer_alive(journal: Path) -> bool:
+    """Whether the writer that follows `journal` (its own, or its sweep's) is running."""
     try:
         pid = int(sibling(journal, ".writer.pid").read_text())
     except (OSError, ValueError):
@@ -35,9 +39,8 @@ def writer_alive(journal: Path) -> bool:
     import psutil
 
     try:
-        return psutil.Process(pid).is_running() and "sporeflow.tracking.writer" in " ".join(
-            psutil.Process(pid).cmdline()
-        )
+        process = psutil.Process(pid)
+        return process.is_running() and any(w in process.cmdline() for w in WRITERS)
     except psutil.Error:
         return False
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
 from sporeflow.storage.files import sha256_file
+from sporeflow.tracking.drain import drain
 from sporeflow.tracking.journal import (
     PROBLEM,
     AppliedState,
@@ -37,6 +38,8 @@ from sporeflow.tracking.journal import (
     run_ref,
     sibling,
 )
+from sporeflow.tracking.shared_writer import WRITER_ENV, live_writer
+from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import (
     Store,
     StoreError,
@@ -77,6 +80,8 @@ class Tracker:
         self.drain_timeout = drain_timeout
         self._journal: Journal | None = None
         self._writer: subprocess.Popen | None = None
+        self._shared: str | None = None  # the sweep's writer following this journal
+        self._shared_looked = float("-inf")
         self._problem_said, self._problem_looked = False, float("-inf")
         self._store: Store | None = None
         self._unread: str | None = None  # why the store could not be read, once warned
@@ -113,6 +118,7 @@ class Tracker:
 
     def _append(self, op: Op, **fields: Any) -> int:
         if self._journal is None:
+            self._shared = live_writer(os.environ.get(WRITER_ENV))
             self._journal = Journal.create(
                 self.journal_dir,
                 {
@@ -121,6 +127,7 @@ class Tracker:
                     "artifact_root": str(self.artifact_root) if self.artifact_root else None,
                     "owner": this_process(),
                     "drain_timeout": self.drain_timeout,
+                    "writer": self._shared or "own",
                 },
             )
         seq = self._journal.append(op, **fields)
@@ -149,7 +156,10 @@ class Tracker:
         )
 
     def _ensure_writer(self) -> None:
-        """Start the writer, or a new one if it died (SIGKILL, OOM): the journal is the truth."""
+        """Start the writer, or a new one if it died (SIGKILL, OOM): the journal is the truth.
+        A journal the sweep's writer follows gets its own only once that one is gone."""
+        if self._shared is not None and self._shared_alive():
+            return
         if self._writer is not None and self._writer.poll() is None:
             return
         if self._writer is not None:
@@ -166,6 +176,16 @@ class Tracker:
                 stderr=writer_log,
                 close_fds=True,
             )
+
+    def _shared_alive(self) -> bool:
+        """Whether the sweep's writer still runs (looked at most once a second)."""
+        now = time.monotonic()
+        if now - self._shared_looked >= PROBLEM_LOOK_S:
+            self._shared_looked = now
+            if self._shared is not None and not shared_alive(self._shared):
+                log.warning("the sweep's tracking writer is gone: this job starts its own")
+                self._shared = None
+        return self._shared is not None
 
     def sync(self) -> None:
         """Make what is journalled durable (fsync) and the writer alive: every epoch end,
@@ -186,8 +206,7 @@ class Tracker:
         while self.applied().seq < target:
             if time.monotonic() > deadline:
                 return False
-            if self._writer is not None and self._writer.poll() is not None:
-                self._ensure_writer()
+            self._ensure_writer()
             time.sleep(0.05)
         return True
 
@@ -206,6 +225,8 @@ class Tracker:
             return 0
         self._append(Op.close)
         self._journal.close()
+        if self._shared is not None and self._shared_alive():
+            return 0  # durable now; the sweep's end waits for its writer and names what is left
         if self._writer is not None:
             self._drain(self._writer)
         self.left = pending(self._journal.path)
@@ -218,28 +239,7 @@ class Tracker:
         return self.left
 
     def _drain(self, writer: subprocess.Popen) -> None:
-        """Wait for the writer while it gets on: `drain_timeout` counts the seconds in which it
-        neither applied a record nor computed (a store that is busy or down: the writer sleeps
-        between tries), not those in which a niced writer waits its turn on a busy machine.
-        Then SIGTERM (it stops after the write in progress), and SIGKILL if even that does not
-        end it: training never fails because tracking is slow; the journal keeps the rest."""
-        window = WriterWindow(self, writer)
-        idle_since = time.monotonic()
-        while writer.poll() is None:
-            time.sleep(0.2)
-            if window.closed() and window.progressed():
-                idle_since = time.monotonic()
-            if window.closed():
-                window = WriterWindow(self, writer)
-            if time.monotonic() - idle_since > self.drain_timeout:
-                break
-        if writer.poll() is None:
-            writer.terminate()
-            try:
-                writer.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                writer.kill()
-                writer.wait()
+        drain(writer, lambda: self.applied().seq, self.drain_timeout)
 
     def _run_name(self) -> str:
         return next(iter(self._names.values()), "?")
@@ -382,35 +382,6 @@ class Tracker:
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
         return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
-
-
-class WriterWindow:
-    """A couple of seconds of a writer's life: did it apply a record, or compute (at least
-    WORKING_SHARE of a core)? A writer retrying a store that is down uses almost none."""
-
-    WORKING_SHARE = 0.05
-
-    def __init__(self, tracker: Tracker, writer: subprocess.Popen):
-        self.tracker, self.writer = tracker, writer
-        # shorter than the timeout it feeds, long enough for the CPU clock's 10 ms ticks
-        self.seconds = max(0.2, min(2.0, tracker.drain_timeout / 2))
-        self.start, self.seq, self.cpu = time.monotonic(), tracker.applied().seq, self._cpu()
-
-    def _cpu(self) -> float:
-        import psutil
-
-        try:
-            return float(sum(psutil.Process(self.writer.pid).cpu_times()[:2]))
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return 0.0
-
-    def closed(self) -> bool:
-        return time.monotonic() - self.start >= self.seconds
-
-    def progressed(self) -> bool:
-        elapsed = time.monotonic() - self.start
-        computed = self._cpu() - self.cpu >= self.WORKING_SHARE * elapsed
-        return self.tracker.applied().seq > self.seq or computed
 
 
 class TrackedRun:

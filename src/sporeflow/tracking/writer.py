@@ -32,7 +32,7 @@ from sporeflow.core.processes import is_alive
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import PROBLEM, header_of, sibling
-from sporeflow.tracking.store import StoreError
+from sporeflow.tracking.store import Store, StoreError
 from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger("sporeflow.tracking.writer")
@@ -41,7 +41,7 @@ IDLE_S = 0.2  # how often an idle writer looks at the journal
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # waits between tries of an unreachable store
 
 
-class _Stop:
+class StopRequest:
     requested = False
 
 
@@ -58,62 +58,85 @@ def gone_reason(header: dict) -> str:
     )
 
 
-def follow(journal: Path, stop: type[_Stop] = _Stop) -> int:
+class Follower:
+    """One journal followed to its end (the module docstring's rules): each `step` applies what
+    is pending, unless a failed try asked to wait; `code` is set once the journal is done
+    (0: the store has everything, 3: records are left). The sweep's writer holds one per job."""
+
+    def __init__(
+        self, journal: Path, store: Store | None = None, monitors: SystemMetrics | None = None
+    ):
+        self.journal = Path(journal)
+        self.applier = Applier(self.journal, store, monitors)
+        self.header = self.applier.header
+        self.code: int | None = None
+        self.failures, self.next_try = 0, 0.0
+        self.owner_gone_at: float | None = None
+
+    def step(self) -> int:
+        """One try; the records applied (0 while it waits out a failure)."""
+        now = time.monotonic()
+        if self.code is not None or now < self.next_try:
+            return 0
+        alive = owner_alive(self.header)
+        if not alive and self.owner_gone_at is None:
+            self.owner_gone_at = now
+            log.info("%s: owner process gone: draining the journal", self.journal.name)
+        try:
+            applied = self.applier.apply_pending()
+        except StoreError as ex:
+            self._failed(ex, now)
+            return 0
+        if self.failures:
+            log.info("store reachable again after %d failed tries", self.failures)
+            sibling(self.journal, PROBLEM).unlink(missing_ok=True)
+        self.failures = 0
+        if self.applier.closed and not self.applier.pending():
+            self.code = 0
+        elif not alive and not self.applier.pending():
+            ended = self.applier.end_open("KILLED", gone_reason(self.header))
+            if ended:
+                log.warning("ended runs %s KILLED: their process is gone", ", ".join(ended))
+            self.code = 0
+        return applied
+
+    def _failed(self, ex: StoreError, now: float) -> None:
+        self.failures += 1
+        if self.failures == 1:  # the trainer says it on its console (Tracker.say_problem)
+            write_text_atomic(sibling(self.journal, PROBLEM), str(ex))
+        pause = BACKOFF_S[min(self.failures, len(BACKOFF_S)) - 1]
+        log.warning(
+            "%s: try %d failed (%s); next in %.1f s", self.journal.name, self.failures, ex, pause
+        )
+        gone_for = now - self.owner_gone_at if self.owner_gone_at is not None else 0.0
+        if gone_for > self.header.get("drain_timeout", 30):
+            log.error(
+                "owner gone and the store out of reach: %d records left in %s",
+                len(self.applier.pending()),
+                self.journal,
+            )
+            self.code = 3
+        self.next_try = now + pause
+
+    def left(self) -> int:
+        """The journal's records the store does not have."""
+        return len(self.applier.pending())
+
+
+def follow(journal: Path, stop: type[StopRequest] = StopRequest) -> int:
     """Apply the journal until its owner is done (see the module docstring); 0 when the store
     has everything, 3 when records are left in the journal."""
-    header = header_of(journal)
-    monitors = SystemMetrics(header["uri"])
+    monitors = SystemMetrics(header_of(journal)["uri"])
     try:
-        return _follow(journal, header, Applier(journal, monitors=monitors), stop)
+        follower = Follower(journal, monitors=monitors)
+        while not stop.requested and follower.code is None:
+            if not follower.step():
+                time.sleep(IDLE_S)
+        if follower.code is not None:
+            return follower.code
+        return 0 if not follower.left() else 3
     finally:
         monitors.stop_all()
-
-
-def _follow(journal: Path, header: dict, applier: Applier, stop: type[_Stop]) -> int:
-    failures, owner_gone_at = 0, None
-    while not stop.requested:
-        alive = owner_alive(header)
-        if not alive and owner_gone_at is None:
-            owner_gone_at = time.monotonic()
-            log.info("owner process gone: draining the journal")
-        try:
-            applied = applier.apply_pending()
-            if failures:
-                log.info("store reachable again after %d failed tries", failures)
-                sibling(journal, PROBLEM).unlink(missing_ok=True)
-            failures = 0
-            if applier.closed and not applier.pending():
-                return 0
-            if not alive and not applier.pending():
-                ended = applier.end_open("KILLED", gone_reason(header))
-                if ended:
-                    log.warning("ended runs %s KILLED: their process is gone", ", ".join(ended))
-                return 0
-            if not applied:
-                time.sleep(IDLE_S)
-        except StoreError as ex:
-            failures += 1
-            if failures == 1:  # the trainer says it on its console (Tracker.say_problem)
-                write_text_atomic(sibling(journal, PROBLEM), str(ex))
-            pause = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
-            log.warning("try %d failed (%s); next in %.1f s", failures, ex, pause)
-            if owner_gone_at is not None and time.monotonic() - owner_gone_at > header.get(
-                "drain_timeout", 30
-            ):
-                log.error(
-                    "owner gone and the store out of reach: %d records left in %s",
-                    len(applier.pending()),
-                    journal,
-                )
-                return 3
-            _sleep(pause, stop)
-    return 0 if not applier.pending() else 3
-
-
-def _sleep(seconds: float, stop: type[_Stop]) -> None:
-    end = time.monotonic() + seconds
-    while not stop.requested and time.monotonic() < end:
-        time.sleep(min(IDLE_S, end - time.monotonic()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.nice(10)  # the trainer comes first for the CPU: records only wait in the journal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(_Stop, "requested", True))
+    signal.signal(signal.SIGTERM, lambda *_: setattr(StopRequest, "requested", True))
     write_text_atomic(sibling(journal, ".writer.pid"), str(os.getpid()))
     log.info("writer started for %s", journal)
     try:

@@ -1,8 +1,8 @@
 """`sporeflow sync <run dir | sweep dir>`: send what journals still hold, idempotently.
 
 Each journal under the dir is applied by this process unless its writer (its own, or its
-sweep's) is alive (then it is left to it). A journal whose owner is gone and that left runs open ends them KILLED. Running
-it twice sends nothing the second time.
+sweep's) is alive (then it is left to it). A journal whose owner is gone and that left runs
+open ends them KILLED. Running it twice sends nothing the second time.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from sporeflow.core.processes import is_alive
 from sporeflow.tracking.apply import Applier
 from sporeflow.tracking.journal import journals_under, sibling
+from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.writer import gone_reason, owner_alive
 
@@ -48,7 +49,8 @@ def writer_alive(journal: Path) -> bool:
 def sync_journal(journal: Path) -> Synced:
     applier = Applier(journal)
     result = Synced(journal)
-    if writer_alive(journal) or (owner_alive(applier.header) and applier.pending()):
+    followed = writer_alive(journal) or shared_alive(applier.header.get("writer", "own"))
+    if followed or (owner_alive(applier.header) and applier.pending()):
         result.busy, result.left = True, len(applier.pending())
         return result
     before = applier.state.seq

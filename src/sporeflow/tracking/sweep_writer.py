@@ -17,19 +17,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import sys
 import time
 from pathlib import Path
 
-from sporeflow.core import telemetry
 from sporeflow.core.processes import is_alive, this_process
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.journal import header_of, sibling
 from sporeflow.tracking.shared_writer import journal_candidates, stop_file, writer_file, writer_id
 from sporeflow.tracking.store import Store
 from sporeflow.tracking.system_metrics import SystemMetrics
-from sporeflow.tracking.writer import IDLE_S, Follower, StopRequest
+from sporeflow.tracking.writer import (
+    IDLE_S,
+    Follower,
+    StopRequest,
+    become_writer,
+    one_argument,
+)
 
 log = logging.getLogger("sporeflow.tracking.sweep_writer")
 
@@ -90,20 +93,10 @@ class SweepWriter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m sporeflow.tracking.sweep_writer <sweep dir>", file=sys.stderr)
+    sweep_dir = one_argument(argv, "python -m sporeflow.tracking.sweep_writer <sweep dir>")
+    if sweep_dir is None:
         return 2
-    sweep_dir = Path(args[0])
-    telemetry.off_unless_chosen()
-    logging.basicConfig(
-        filename=writer_file(sweep_dir).with_suffix(".log"),
-        level=logging.INFO,
-        format="%(asctime)s %(process)d %(levelname)s %(message)s",
-    )
-    os.nice(10)  # the jobs come first for the CPU: records only wait in their journals
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(StopRequest, "requested", True))
+    become_writer(writer_file(sweep_dir).with_suffix(".log"))
     import psutil
 
     parent = psutil.Process(os.getppid())

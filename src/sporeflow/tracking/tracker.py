@@ -8,7 +8,9 @@ or down. The process does not import MLflow for its writes; a read (stage-1 reus
 opens the store here, and a store that cannot be read is "not found" with a warning, so that
 stage is trained anew. At the end the process waits for the writer while it makes progress,
 and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one
-console line with the command that sends it.
+console line with the command that sends it. A sweep's job on the sweep's machine starts no
+writer: the sweep's one writer (tracking.shared_writer) follows its journal, and the job's end
+only makes the journal durable.
 Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 

@@ -139,21 +139,35 @@ def follow(journal: Path, stop: type[StopRequest] = StopRequest) -> int:
         monitors.stop_all()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m sporeflow.tracking.writer <journal>", file=sys.stderr)
-        return 2
-    journal = Path(args[0])
-    telemetry.off_unless_chosen()  # started by hand (sporeflow sync), not by a trainer
+def become_writer(log_file: Path) -> None:
+    """What a writer process is (this one and the sweep's): MLflow's telemetry off unless the
+    user chose it, a log file of its own, nice 10 (training comes first for the CPU: records
+    only wait in their journal), Ctrl-C ignored (its owner decides when to stop), SIGTERM a
+    stop after the write in progress."""
+    telemetry.off_unless_chosen()
     logging.basicConfig(
-        filename=sibling(journal, ".writer.log"),
+        filename=log_file,
         level=logging.INFO,
         format="%(asctime)s %(process)d %(levelname)s %(message)s",
     )
-    os.nice(10)  # the trainer comes first for the CPU: records only wait in the journal
+    os.nice(10)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: setattr(StopRequest, "requested", True))
+
+
+def one_argument(argv: list[str] | None, usage: str) -> Path | None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(f"usage: {usage}", file=sys.stderr)
+        return None
+    return Path(args[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    journal = one_argument(argv, "python -m sporeflow.tracking.writer <journal>")
+    if journal is None:
+        return 2
+    become_writer(sibling(journal, ".writer.log"))
     write_text_atomic(sibling(journal, ".writer.pid"), str(os.getpid()))
     log.info("writer started for %s", journal)
     try:

@@ -246,7 +246,7 @@ def test_a_resume_that_cannot_start_leaves_the_original_run_as_it_was(tmp_path):
         ckpt.write_bytes(ckpt.read_bytes()[:1000])  # truncated: none loads
 
     cases = [
-        (["epochs=3", f"resume={tmp_path / 'first'}"], "no readable epoch_*.ckpt"),
+        (["epochs=3", f"resume={tmp_path / 'first'}"], "no readable epoch_* checkpoint"),
         (
             ["epochs=3", "model=mlp", "dataset.image_size=28", f"resume={tmp_path / 'other'}"],
             "is not a checkpoint of",

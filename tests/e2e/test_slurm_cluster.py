@@ -317,7 +317,9 @@ def sacct_states(cluster: Cluster, job_ids) -> dict[str, str]:
     answer = cluster.on_node0(
         "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)
     )
-    return dict(line.split("|") for line in answer.stdout.splitlines())
+    # an array task cancelled before it ever started is accounted as `<array>_[<index>]`
+    rows = (line.split("|") for line in answer.stdout.splitlines())
+    return {re.sub(r"_\[(\d+)\]$", r"_\1", job): state for job, state in rows}
 
 
 def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(cluster, tmp_path):

@@ -100,7 +100,8 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
-        self._start_writer()
+        if not _on_a_cluster(config):
+            self._start_writer()
         with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)
         if self not in _ACTIVE:  # no parent run: the jobs write as single runs do
@@ -288,6 +289,12 @@ class SweepRun(Callback):
             return
         tracker.delete_run(self.run_id)
         print(f"[sporeflow] sweep: no job ran, so it leaves no MLflow run {hint}", file=sys.stderr)
+
+
+def _on_a_cluster(config: DictConfig) -> bool:
+    """A SLURM sweep's jobs run on the cluster's nodes, each with its own writer (a writer per
+    node is not built yet); the submitting machine then needs none of its own."""
+    return "slurm" in str(config.hydra.launcher.get("_target_", ""))
 
 
 def end_unfinished(error: BaseException | None) -> None:

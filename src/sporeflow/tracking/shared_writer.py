@@ -8,9 +8,10 @@ and names it to its jobs in `SPOREFLOW_TRACKING_WRITER`: the path of
 
 A job's tracker (`live_writer`) uses it only when that file names a live process on the job's
 own host, and then says so in its journal's header (`writer`): that writer follows exactly the
-journals that name it, so a SLURM node without one starts its own writer and no journal is ever
-followed by two. If the shared writer dies, a job's tracker starts its own (the journal and its
-`applied.json` carry the position, as after any writer's death).
+journals that name it, so a job on another host starts its own writer and no journal is ever
+followed by two (a SLURM sweep starts none: entry.sweep_run). If the shared writer dies, a
+job's tracker starts its own (the journal and its `applied.json` carry the position, as after
+any writer's death).
 """
 
 from __future__ import annotations

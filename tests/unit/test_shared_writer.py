@@ -65,6 +65,10 @@ def test_a_sweeps_jobs_share_its_writer_and_end_without_waiting_for_one(shared, 
         assert tracker._writer is None and tracker.left == 0
         assert header_of(tracker.journal)["writer"] == writer.ident
     assert [s.busy for s in sync(sweep)] == [True] * 3  # left to the live writer
+    deeper = Tracker.from_config(config(), launch, journal_dir=sweep / "4" / "run")
+    deeper.start_run("deeper").end()
+    deeper.finish()  # a run dir the shared writer does not look in: a writer of its own
+    assert deeper._writer is not None and header_of(deeper.journal)["writer"] == "own"
     monkeypatch.delenv(WRITER_ENV)
     alone = job(launch, sweep, 3)
     alone_run = log_job(alone, 5, "alone")

@@ -62,9 +62,13 @@ def alive(ident: str) -> bool:
         return False
 
 
-def live_writer(path: str | None) -> str | None:
-    """The id of the live shared writer the file at `path` names on this host, else None."""
+def live_writer(path: str | None, journal_dir: Path) -> str | None:
+    """The id of the live shared writer the file at `path` names on this host, if it looks for
+    journals of `journal_dir` (the sweep dir or a job's run dir right below it), else None."""
     if not path:
+        return None
+    sweep_dir, here = Path(path).parent.parent.resolve(), Path(journal_dir).resolve()
+    if sweep_dir not in (here, here.parent):  # where journal_candidates looks
         return None
     try:
         ident = writer_id(json.loads(Path(path).read_text()))
@@ -117,7 +121,7 @@ class SharedWriter:
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline and self._proc.poll() is None:
-            self.ident = live_writer(str(writer_file(self.sweep_dir)))
+            self.ident = live_writer(str(writer_file(self.sweep_dir)), self.sweep_dir)
             if self.ident is not None:
                 return True
             time.sleep(0.05)

@@ -120,7 +120,7 @@ class Tracker:
 
     def _append(self, op: Op, **fields: Any) -> int:
         if self._journal is None:
-            self._shared = live_writer(os.environ.get(WRITER_ENV))
+            self._shared = live_writer(os.environ.get(WRITER_ENV), self.journal_dir)
             self._journal = Journal.create(
                 self.journal_dir,
                 {

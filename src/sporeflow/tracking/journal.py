@@ -153,10 +153,13 @@ class JournalTail:
 
 
 def header_of(path: Path) -> dict:
-    first = read_records(path)[:1]
-    if not first or first[0]["op"] != Op.header:
+    """The journal's header (its first line only: a sweep's writer reads every job's)."""
+    with open(path, encoding="utf-8") as f:
+        line = f.readline()
+    first = json.loads(line) if line.endswith("\n") else None
+    if not first or first.get("op") != Op.header:
         raise ValueError(f"{path} is not a sporeflow tracking journal (no header line)")
-    return first[0]
+    return first
 
 
 def journals_under(root: Path) -> list[Path]:
@@ -194,6 +197,12 @@ class AppliedState:
 
     def save(self, journal: Path) -> None:
         write_text_atomic(sibling(journal, ".applied.json"), json.dumps(asdict(self)))
+
+
+def last_seq(journal: Path) -> int:
+    """The seq of the journal's last whole record (0: only its header, or none)."""
+    records = read_records(journal)
+    return records[-1]["seq"] if records else 0
 
 
 def pending(journal: Path) -> int:

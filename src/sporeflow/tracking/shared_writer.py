@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sporeflow.core.processes import is_alive
 from sporeflow.tracking.drain import drain, wait_while_progressing
-from sporeflow.tracking.journal import AppliedState, header_of, pending
+from sporeflow.tracking.journal import AppliedState, header_of, last_seq, pending
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ class SharedWriter:
     def _journals(self) -> list[Path]:
         return followed(self.sweep_dir, self.ident) if self.ident else []
 
-    def _applied(self) -> int:
-        return sum(AppliedState.load(j).seq for j in self._journals())
+    def _applied(self, journals: list[Path]) -> int:
+        return sum(AppliedState.load(j).seq for j in journals)
 
     def left(self) -> int:
         """Records of the journals it follows that the store does not have yet."""
@@ -143,11 +143,17 @@ class SharedWriter:
 
     def flush(self) -> bool:
         """Wait until the store has every record journalled so far (True), while the writer
-        gets on (tracking.drain_timeout without progress: False)."""
+        gets on (tracking.drain_timeout without progress: False). The journals and their
+        lengths are read once; each look after that reads only their `applied.json`."""
+        journals = self._journals()
+        target = sum(last_seq(j) for j in journals)
         if self._proc is None or self._proc.poll() is not None:
-            return self.left() == 0
+            return self._applied(journals) >= target
         return wait_while_progressing(
-            self._proc.pid, self._applied, self.drain_timeout, lambda: self.left() == 0
+            self._proc.pid,
+            lambda: self._applied(journals),
+            self.drain_timeout,
+            lambda: self._applied(journals) >= target,
         )
 
     def stop(self) -> int:
@@ -156,7 +162,8 @@ class SharedWriter:
         if self._proc is None:
             return 0
         stop_file(self.sweep_dir).touch()
-        drain(self._proc, self._applied, self.drain_timeout)
+        journals = self._journals()
+        drain(self._proc, lambda: self._applied(journals), self.drain_timeout)
         self._proc = None
         stop_file(self.sweep_dir).unlink(missing_ok=True)
         return self.left()

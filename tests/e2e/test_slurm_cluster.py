@@ -257,10 +257,12 @@ def squeue(cluster: Cluster) -> dict[str, str]:
     return dict(zip(out[::2], out[1::2], strict=True))
 
 
-def wait_until(what, timeout: float, message: str):
+def wait_until(what, timeout: float, message):
+    """what()'s first true answer within `timeout` s; else fail with `message` (or its call's
+    answer, to show the state at the end)."""
     deadline = time.monotonic() + timeout
     while not (found := what()):
-        assert time.monotonic() < deadline, message
+        assert time.monotonic() < deadline, message() if callable(message) else message
         time.sleep(1)
     return found
 
@@ -314,12 +316,29 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
 
 
 def sacct_states(cluster: Cluster, job_ids) -> dict[str, str]:
+    """Array task id (34_1) -> its state in SLURM's accounting. Asked by array: `sacct -j 34_2`
+    does not find a task cancelled before it ever started, which is accounted inside the
+    array's record of its pending tasks (`34_[2]`, `34_[2-3]`, `34_[2,4]`)."""
+    arrays = sorted({job.split("_")[0] for job in job_ids})
     answer = cluster.on_node0(
-        "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)
+        "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)
     )
-    # an array task cancelled before it ever started is accounted as `<array>_[<index>]`
-    rows = (line.split("|") for line in answer.stdout.splitlines())
-    return {re.sub(r"_\[(\d+)\]$", r"_\1", job): state for job, state in rows}
+    states = {}
+    for line in answer.stdout.splitlines():
+        job, state = line.split("|")
+        array, _, tasks = job.partition("_")
+        for task in expand_tasks(tasks.strip("[]")):
+            states[f"{array}_{task}"] = state
+    return {job: states[job] for job in job_ids if job in states}
+
+
+def expand_tasks(spec: str) -> list[int]:
+    """'2' / '2-3' / '2,4' / '1-2,5' (SLURM's array task list, no step '%') -> the indices."""
+    tasks = []
+    for part in filter(None, spec.split(",")):
+        first, _, last = part.partition("-")
+        tasks.extend(range(int(first), int(last or first) + 1))
+    return tasks
 
 
 def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(cluster, tmp_path):
@@ -356,7 +375,9 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
     assert sweep.returncode == 130, out[-4000:]
     # SLURM's accounting records a cancelled pending job a moment after scancel returns
     state = wait_until(
-        lambda: sacct_states(cluster, [pending]).get(pending), 30, f"{pending} not in sacct"
+        lambda: sacct_states(cluster, [pending]).get(pending),
+        30,
+        lambda: f"{pending} not in sacct: {cluster.on_node0('sacct', '-X', '-P').stdout}",
     )
     assert state.startswith("CANCELLED"), state
     parent, jobs = sweep_runs(cluster, tmp_path)

@@ -21,6 +21,8 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
 - `pruner` (median | hyperband; none by default): each job reports its evaluation every epoch
   to its trial (sporeflow.stages.pruning) and stops when the pruner finds it behind the others;
   its trial ends PRUNED (not a failure), its MLflow runs KILLED with `sporeflow.pruned`.
+- `seeds` (e.g. [1,2,3]): each trial is one job per seed and tells the study one value over them,
+  `seed_statistic` mean or lcb (seeds.py), so the search does not climb one seed's noise.
 - `<sweep dir>/optuna_trials.csv` maps trials to job numbers (the sweep's parent run reads it);
   `<sweep dir>/optimization_results.yaml` holds the best parameters and value.
 """
@@ -39,7 +41,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sporeflow_optuna_sweeper import results
+from hydra_plugins.sporeflow_optuna_sweeper import results, seeds
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
 from sporeflow.config import objective, search_space
 from sporeflow.config.facts import is_dim_reduce
@@ -88,6 +90,12 @@ class SporeflowOptunaSweeperConf:
     others'."""
     pruner_min_epochs: int = 1
     """A trial trains at least this many epochs before it can be pruned."""
+    seeds: Optional[List[int]] = None
+    """Seeds each trial runs (one job per seed, `seed=<s>`), telling the study one value over
+    them (`seed_statistic`); null: one job per trial with the config's seed."""
+    seed_statistic: str = "mean"
+    """A trial's value over its seeds: `mean`, or `lcb` (the pessimistic end of the mean's 95% t
+    interval: lower for a maximised objective, upper for a minimised one; needs 2 seeds)."""
     params: Optional[Dict[str, Any]] = field(default_factory=dict)
     """The search space: flat (`boost.rho: interval(0.3, 0.8)`) or nested; null: the command
     line's sweeps only."""
@@ -131,6 +139,8 @@ class OptunaSweeper(Sweeper):
         pruner: str,
         pruner_min_epochs: int,
         params: Optional[Dict[str, Any]],
+        seeds: Optional[List[int]] = None,
+        seed_statistic: str = "mean",
     ) -> None:
         self.study_name, self.storage = study_name, storage
         self.n_trials, self.n_jobs, self.batched = n_trials, n_jobs, batched
@@ -138,6 +148,8 @@ class OptunaSweeper(Sweeper):
         self.n_startup_trials, self.heartbeat_interval = n_startup_trials, heartbeat_interval
         self.max_failure_rate = max_failure_rate
         self.pruner, self.pruner_min_epochs = pruner, pruner_min_epochs
+        self.seeds = list(seeds) if seeds is not None else None
+        self.seed_statistic = seed_statistic
         self.params = OmegaConf.to_container(params) if isinstance(params, DictConfig) else params
         self.params = self.params or {}
         self.config: Optional[DictConfig] = None
@@ -161,6 +173,8 @@ class OptunaSweeper(Sweeper):
             "pruner_min_epochs": self.pruner_min_epochs,
             "storage": self.storage,
             "params": self.params,
+            "seeds": self.seeds,
+            "seed_statistic": self.seed_statistic,
         }
 
     def _sampler(self):
@@ -266,7 +280,8 @@ class OptunaSweeper(Sweeper):
         return batch
 
     def _run(self, study, space, distributions: dict, n_trials: int, heartbeat):
-        trials = _Trials(study, heartbeat, Path(self.config.hydra.sweep.dir))
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        trials = _Trials(study, heartbeat, sweep_dir, self.seeds, self.seed_statistic)
         if self._unbatched():
             self._run_in_slots(trials, space, distributions, n_trials)
         else:
@@ -289,14 +304,16 @@ class OptunaSweeper(Sweeper):
                     return
                 continue
             try:
-                for run in consecutive(batch):  # job numbers are trial numbers
+                for run in consecutive(batch):  # job numbers follow trial numbers
                     returns = self.launcher.launch(
-                        [self._job_overrides(space, t) for t in run],
-                        initial_job_idx=run[0].number,
+                        [job for t in run for job in self._jobs(space, t)],
+                        initial_job_idx=seeds.first_job(run[0].number, self.seeds),
                     )
                     trials.batches.append(returns)
-                    for trial, ret in zip(run, returns, strict=False):
-                        trials.told(trial, ret)
+                    k = seeds.jobs_per_trial(self.seeds)
+                    for i, trial in enumerate(run):
+                        if len(returns) >= (i + 1) * k:
+                            trials.told(trial, returns[i * k : (i + 1) * k])
                     batch = batch[len(run) :]
             except BaseException:
                 trials.give_back(batch)  # interrupted: this process's trials will not end
@@ -315,15 +332,16 @@ class OptunaSweeper(Sweeper):
                 with lock:
                     asked = self._ask(trials.study, distributions, n_trials, 1, trials.heartbeat)
                     if asked:
-                        job = asked[0].number
-                        running[job] = asked[0]
+                        number = asked[0].number
+                        running[number] = asked[0]
                 if not asked:
                     if running or not self._wait_for_others(trials.study, n_trials):
                         return  # this process's last trials end in the other slots
                     continue
                 try:
-                    (ret,) = self.launcher.launch(
-                        [self._job_overrides(space, asked[0])], initial_job_idx=job
+                    returns = self.launcher.launch(
+                        self._jobs(space, asked[0]),
+                        initial_job_idx=seeds.first_job(number, self.seeds),
                     )
                 except BaseException as ex:  # noqa: BLE001 - the main thread raises it
                     problems.append(ex)
@@ -331,9 +349,9 @@ class OptunaSweeper(Sweeper):
                 with lock:
                     if stopping.is_set():
                         return  # interrupted: the main thread gives the trial back
-                    del running[job]
-                    trials.batches.append([ret])
-                    trials.told(asked[0], ret)
+                    del running[number]
+                    trials.batches.append(returns)
+                    trials.told(asked[0], returns)
 
         threads = [
             threading.Thread(target=slot, name=f"trial-slot-{i}", daemon=True)
@@ -368,13 +386,14 @@ class OptunaSweeper(Sweeper):
             if any(t.is_alive() for t in threads) and child.is_running():
                 child.kill()
 
-    def _job_overrides(self, space, trial) -> List[str]:
-        """The trial's parameters; with a pruner also its id, for the job to report to (an
-        environment variable: the job's own overrides, name and config stay as they were)."""
+    def _jobs(self, space, trial) -> List[List[str]]:
+        """The trial's jobs' overrides: its parameters (once per seed with `seeds`); with a
+        pruner also its id, for the job to report to (an environment variable: the job's own
+        overrides, name and config stay as they were)."""
         overrides = space.job_overrides(trial.params)
         if self.pruner != "none":
             overrides.append(f"++hydra.job.env_set.{TRIAL_ID_ENV}={trial._trial_id}")  # noqa: SLF001
-        return overrides
+        return seeds.with_seeds(overrides, self.seeds)
 
     def _wait_for_others(self, study, n_trials: int) -> bool:
         """Nothing left to ask: while other processes' trials still run, wait (one of them may
@@ -406,8 +425,11 @@ def consecutive(trials: list) -> List[list]:
 class _Trials:
     """The trials this process ran: told to the study, recorded in optuna_trials.csv."""
 
-    def __init__(self, study, heartbeat, sweep_dir: Path) -> None:
+    def __init__(
+        self, study, heartbeat, sweep_dir: Path, seeds_: Optional[List[int]], statistic: str
+    ):
         self.study, self.heartbeat, self.sweep_dir = study, heartbeat, sweep_dir
+        self.seeds, self.statistic = seeds_, statistic  # the sweeper's `seeds`, `seed_statistic`
         self.batches: List[Any] = []  # Hydra's JobReturns, as the launcher gave them back
         self.records: List[dict] = []
         self.failed: List[str] = []
@@ -420,10 +442,13 @@ class _Trials:
             self.study.tell(trial, state=TrialState.FAIL)
             shared.requeue(self.study, trial)
 
-    def told(self, trial, ret) -> None:
-        """Tell the study what the trial's job returned, and record it."""
-        job = trial.number
-        result = results.outcome(ret)
+    def told(self, trial, returns: list) -> None:
+        """Tell the study what the trial's jobs returned (one value over their seeds), and
+        record each job."""
+        job = seeds.first_job(trial.number, self.seeds)
+        each = [results.outcome(ret) for ret in returns]
+        maximize = self.study.direction.name == "MAXIMIZE"
+        result = seeds.combined(each, self.seeds, self.statistic, maximize)
         if not shared.tell(self.study, trial, result.value, result.error, bool(result.pruned)):
             result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again
             print(f"[sporeflow] trial {trial.number} (job {job}): {result.error}", file=sys.stderr)
@@ -439,14 +464,16 @@ class _Trials:
                 result.traceback,
             )
         self.heartbeat.discard(trial._trial_id)  # noqa: SLF001
-        self.records.append(
-            {
-                "trial": trial.number,
-                "job": job,
-                "state": result.state,
-                "value": "" if result.value is None else result.value,
-                "error": result.error,
-                **trial.params,
-            }
-        )
+        for i, outcome in enumerate(each):
+            self.records.append(self._record(trial, job + i, result, outcome, i))
         results.write_trials(self.sweep_dir, sorted(self.records, key=lambda r: r["job"]))
+
+    def _record(self, trial, job: int, result, outcome, index: int) -> dict:
+        """A job's row of optuna_trials.csv: its trial's state and value (with seeds also the
+        job's seed and its own value)."""
+        row = {"trial": trial.number, "job": job, "state": result.state}
+        row["value"] = "" if result.value is None else result.value
+        if self.seeds:
+            row["seed"] = self.seeds[index]
+            row["job_value"] = "" if outcome.value is None else outcome.value
+        return {**row, "error": result.error, **trial.params}

@@ -29,6 +29,7 @@ EXAMPLE = "python train.py -m hparams_search=dim_reduce_optuna 'boost.rho=interv
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("none", "median", "hyperband")
+SEED_STATISTICS = ("mean", "lcb")
 OPTUNA_SWEEPER = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 
 
@@ -143,7 +144,41 @@ def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpac
     distributions = space.distributions()  # a bad spec fails here, naming its key
     if settings["sampler"] == "grid":
         grid(distributions)
+    check_seeds(settings, space)
     return space
+
+
+def check_seeds(settings: Mapping[str, Any], space: SearchSpace) -> None:
+    """`hydra.sweeper.seeds` (a trial is one job per seed) and `seed_statistic`, or a
+    ConfigError naming the key."""
+    statistic = settings.get("seed_statistic", "mean")
+    if statistic not in SEED_STATISTICS:
+        raise ConfigError(
+            f"hydra.sweeper.seed_statistic={statistic!r}: allowed are {', '.join(SEED_STATISTICS)}"
+        )
+    seeds = settings.get("seeds")
+    if seeds is None:
+        return
+    seeds = list(seeds)
+    if not seeds:
+        raise ConfigError("hydra.sweeper.seeds=[]: name the seeds each trial runs, e.g. [1,2,3]")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"hydra.sweeper.seeds={seeds}: seed {repeated[0]} is named twice")
+    if statistic == "lcb" and len(seeds) < 2:
+        raise ConfigError(
+            f"hydra.sweeper.seed_statistic=lcb needs at least 2 seeds (hydra.sweeper.seeds={seeds})"
+        )
+    if "seed" in space.specs or any(key == "seed" for key, _ in space.order):
+        raise ConfigError(
+            f"seed is set both on the command line (or in hydra.sweeper.params) and by "
+            f"hydra.sweeper.seeds={seeds}: drop one"
+        )
+    if settings.get("pruner", "none") != "none":
+        raise ConfigError(
+            f"hydra.sweeper.pruner={settings['pruner']} with hydra.sweeper.seeds: a trial of "
+            "several seeds is not pruned by one of them; use pruner=none"
+        )
 
 
 def grid(distributions: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -186,9 +186,10 @@ class Summary:
         with open(path, newline="") as f:
             trials = list(csv.DictReader(f))
         run_of_job = {j.number: j.run_id for j in jobs}
+        values = {int(t["trial"]): float(t["value"]) for t in trials if t["value"]}
+        for number, value in values.items():  # a trial of several seeds is a row per job
+            self.parent.log_metrics({"trial/value": value}, number)
         for trial in trials:
-            if trial["value"]:
-                self.parent.log_metrics({"trial/value": float(trial["value"])}, int(trial["trial"]))
             if int(trial["job"]) in run_of_job:
                 self.tracker.run(run_of_job[int(trial["job"])]).set_tags(
                     {"optuna.trial": trial["trial"]}
@@ -198,8 +199,9 @@ class Summary:
         if best is None:
             return []
         self.parent.set_tags({"optuna.best_trial": str(best["trial"])})
+        ran = len({t["trial"] for t in trials})
         return [
-            f"Optuna: {len(trials)} trials this run, best trial of the study {best['trial']} "
+            f"Optuna: {ran} trials this run, best trial of the study {best['trial']} "
             f"value {float(best['value']):.4f}"
         ]
 

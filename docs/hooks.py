@@ -2,7 +2,8 @@
 
 - `<!-- reference: schema -->` / `<!-- reference: groups -->` on a page become the tables that
   sporeflow.config.reference generates from the schema and from conf/ at every build;
-  `<!-- reference: optuna-sweeper -->` the table of the Optuna sweeper's settings;
+  `<!-- reference: optuna-sweeper -->` / `<!-- reference: race-sweeper -->` the tables of the
+  Optuna and race sweepers' settings;
 - `<!-- include: NAME -->` becomes the repository's NAME (CHANGELOG.md, CONTRIBUTING.md,
   BENCHMARKS.md), so that those files stay where a repository keeps them and are pages too.
 """
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 
 from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import SporeflowOptunaSweeperConf
+from hydra_plugins.sporeflow_race_sweeper.race_sweeper import SporeflowRaceSweeperConf
 from sporeflow.config.reference import groups_markdown, schema_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +39,12 @@ def _include(match: re.Match) -> str:
 def on_page_markdown(markdown: str, **_) -> str:
     markdown = INCLUDE.sub(_include, markdown)
     markdown = markdown.replace("<!-- reference: schema -->", schema_markdown())
-    markdown = markdown.replace(
-        "<!-- reference: optuna-sweeper -->",
-        schema_markdown(SporeflowOptunaSweeperConf, "hydra.sweeper", depth="####"),
-    )
+    for marker, conf in (
+        ("optuna", SporeflowOptunaSweeperConf),
+        ("race", SporeflowRaceSweeperConf),
+    ):
+        markdown = markdown.replace(
+            f"<!-- reference: {marker}-sweeper -->",
+            schema_markdown(conf, "hydra.sweeper", depth="####"),
+        )
     return markdown.replace("<!-- reference: groups -->", groups_markdown(REPO / "conf"))

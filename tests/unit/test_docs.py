@@ -139,11 +139,14 @@ def test_a_documented_sporeflow_command_parses(page, command, tmp_path):
 
 def test_every_schema_and_sweeper_field_has_a_meaning():
     from hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper import SporeflowOptunaSweeperConf
+    from hydra_plugins.sporeflow_race_sweeper.race_sweeper import SporeflowRaceSweeperConf
 
     sweeper = [o for n in reference.nodes(SporeflowOptunaSweeperConf) for o in n.options]
-    missing = [o.key for o in [*reference.options(), *sweeper] if not o.meaning]
+    race = [o for n in reference.nodes(SporeflowRaceSweeperConf) for o in n.options]
+    missing = [o.key for o in [*reference.options(), *sweeper, *race] if not o.meaning]
     assert not missing, f"fields without a docstring under them: {missing}"
-    assert {o.key for o in sweeper} >= {"n_trials", "storage", "pruner"}
+    assert {o.key for o in sweeper} >= {"n_trials", "storage", "pruner", "seeds"}
+    assert {o.key for o in race} >= {"max_seeds", "first_test", "alpha", "params"}
 
 
 def _rows(markdown: str) -> dict[str, list[str]]:

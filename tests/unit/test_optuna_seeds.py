@@ -61,10 +61,7 @@ def test_a_trial_of_seeds_runs_a_job_per_seed_and_tells_their_statistic(
         returns = [ret for batch in sweep.returns for ret in batch]
         with open(tmp_path / "multirun" / "optuna_trials.csv", newline="") as f:
             rows = list(csv.DictReader(f))
-        job_seeds = {
-            int(ret.hydra_cfg.hydra.job.num): list(ret.overrides)
-            for ret in returns
-        }
+        job_seeds = {int(ret.hydra_cfg.hydra.job.num): list(ret.overrides) for ret in returns}
     assert sorted(job_seeds) == list(range(9))
     study = optuna.load_study(study_name="sphere", storage=storage)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3

@@ -43,8 +43,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sporeflow_optuna_sweeper import results, seeds
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
-from sporeflow.config import objective, search_space
-from sporeflow.config.facts import is_dim_reduce
+from sporeflow.config import search_space
+from sporeflow.config.facts import sweep_direction
 from sporeflow.core.context import TRIAL_ID_ENV
 from sporeflow.core.errors import ConfigError, SporeflowError
 from sporeflow.core.processes import signal_children
@@ -111,15 +111,6 @@ ConfigStore.instance().store(
 
 class SweepJobsFailed(SporeflowError):
     """Some trials failed; the study kept going and recorded them as FAIL."""
-
-
-def app_direction(config: DictConfig) -> str:
-    """A sporeflow app's direction from `sweep.objective` (and boost.name for `auto`)."""
-    chosen = OmegaConf.select(config, "sweep.objective", default=None)
-    if chosen is None:
-        return "minimize"  # not a sporeflow app: Optuna's own default
-    dim_reduce = is_dim_reduce(config)
-    return "maximize" if objective.maximize(objective.name(str(chosen), dim_reduce)) else "minimize"
 
 
 class OptunaSweeper(Sweeper):
@@ -191,7 +182,7 @@ class OptunaSweeper(Sweeper):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         url = search_space.storage_url(self.storage, launch_dir)
-        direction = self.direction or app_direction(self.config)
+        direction = self.direction or sweep_direction(self.config)
         study = optuna.create_study(
             study_name=self.study_name,
             storage=shared.storage(url, self.heartbeat_interval),

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sporeflow.config import objective
 from sporeflow.config.schema import BoostName
 
 
@@ -51,3 +52,14 @@ def reuse_off_reason(cfg: Any) -> str | None:
         "store; stage 1 and the baselines are trained in this job "
         f"({', '.join(f'boost.{k}' for k in asked)} need tracking on)"
     )
+
+
+def sweep_direction(cfg: Any) -> str:
+    """`maximize` or `minimize`: how a sweeper ranks a sporeflow app's jobs, from its
+    `sweep.objective` (a loss is minimised); `minimize` for any other Hydra app (Optuna's own
+    default)."""
+    chosen = OmegaConf.select(cfg, "sweep.objective", default=None)
+    if chosen is None:
+        return "minimize"
+    explicit = objective.name(str(chosen), is_dim_reduce(cfg))
+    return "maximize" if objective.maximize(explicit) else "minimize"

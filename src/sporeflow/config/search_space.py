@@ -181,9 +181,14 @@ def check_seeds(settings: Mapping[str, Any], space: SearchSpace) -> None:
         )
 
 
-def grid(distributions: Mapping[str, Any]) -> list[dict[str, Any]]:
+def grid(
+    distributions: Mapping[str, Any],
+    who: str = "hydra.sweeper.sampler=grid",
+    instead: str = "use sampler=tpe / random",
+) -> list[dict[str, Any]]:
     """Every point of a finite space in command-line order (the first key varies slowest, as in
-    Hydra's BasicSweeper); an empty space is one point. ConfigError for a continuous key."""
+    Hydra's BasicSweeper); an empty space is one point. ConfigError for a continuous key,
+    naming `who` needs a grid and what to do `instead`."""
     import itertools
 
     import optuna.distributions as d
@@ -196,8 +201,8 @@ def grid(distributions: Mapping[str, Any]) -> list[dict[str, Any]]:
             values[key] = list(range(dist.low, dist.high + 1, dist.step))
         else:
             raise ConfigError(
-                f"hydra.sweeper.sampler=grid: {key} is continuous; a grid takes choice(...), "
-                "x,y,... or range(a, b) (or use sampler=tpe / random)"
+                f"{who}: {key} is continuous; a grid takes choice(...), "
+                f"x,y,... or range(a, b) (or {instead})"
             )
     return [dict(zip(values, point, strict=False)) for point in itertools.product(*values.values())]
 

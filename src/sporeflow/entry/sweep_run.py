@@ -38,7 +38,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import search_space
+from sporeflow.config import race, search_space
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -127,15 +127,19 @@ class SweepRun(Callback):
 
     @staticmethod
     def _sweeper_accepts(config: DictConfig) -> bool:
-        """False for a database store that does not connect, or Optuna sweeper settings the
-        sweeper will refuse: no parent run then; the sweeper or the first job refuses them (exit
+        """False for a database store that does not connect, or Optuna or race sweeper settings
+        the sweeper will refuse: no parent run then; the sweeper or the first job refuses them (exit
         2, one line: Hydra turns a callback's exception into a warning)."""
         try:
             if store_refusal(config.tracking.uri):  # each job refuses it (exit 2)
                 return False
-            if config.hydra.sweeper.get("_target_") == search_space.OPTUNA_SWEEPER:
-                sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
-                search_space.checked(sweeper, OmegaConf.to_container(config.hydra.overrides.task))
+            target = config.hydra.sweeper.get("_target_")
+            sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+            task = OmegaConf.to_container(config.hydra.overrides.task)
+            if target == search_space.OPTUNA_SWEEPER:
+                search_space.checked(sweeper, task)
+            elif target == race.RACE_SWEEPER:
+                race.checked(sweeper, task)
         except ConfigError:
             return False
         return True

@@ -1,0 +1,1 @@
+"""sporeflow's race sweeper for Hydra: `hydra/sweeper=sporeflow_race` (F-race over a grid)."""

@@ -143,3 +143,38 @@ def test_bad_race_settings_exit_2_naming_the_key_before_any_job(tmp_path, overri
     assert code == 2 and message in err, err[-3000:]
     assert "Traceback" not in err
     assert not list(tmp_path.glob("multirun/*/.hydra")), "no job may start"
+
+
+def test_a_race_of_the_dim_reduce_job_trains_each_seeds_stage1_once_and_decides(
+    tmp_path, monkeypatch
+):
+    """`python train.py -m hparams_search=dim_reduce_race` of the debug pipeline on tiny data,
+    in this process: two settings of rho raced over two seeds (four jobs, numbered on across
+    the rounds), one stage 1 per seed shared by both settings, one MLflow parent with the four
+    jobs as children, the race's end line and then the sweep's decision on the per-image
+    outcomes (a tie or a winner, tagged on the parent)."""
+    from helpers.inprocess import TINY_PIPELINE
+    from helpers.store import by_stage, runs_of
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    args = ["-m", "hparams_search=dim_reduce_race", *TINY_PIPELINE, "hydra.sweeper.max_seeds=2"]
+    args += ["~hydra.sweeper.params.boost.sigma", "hydra.sweeper.params.boost.rho='0.4,0.7'"]
+    code, err = train_cli([*args, f"hydra.sweep.dir={tmp_path}/multirun"], tmp_path, run_dir=None)
+    assert code == 0, err[-3000:]
+    rows = read_race(tmp_path / "multirun")
+    assert [(r["round"], r["seed"], r["job"], r["point"]) for r in rows] == [
+        ("1", "1", "0", "boost.rho=0.4"),
+        ("1", "1", "1", "boost.rho=0.7"),
+        ("2", "2", "2", "boost.rho=0.4"),
+        ("2", "2", "3", "boost.rho=0.7"),
+    ]
+    stages = by_stage(runs_of(tmp_path))
+    (parent,) = stages["sweep"]
+    assert parent.info.status == "FINISHED"
+    assert len(stages["stage1"]) == 2, "one stage 1 per seed, reused by the other setting"
+    pipelines = [r for r in runs_of(tmp_path) if r.data.tags.get("sweep.run_id")]
+    assert len(pipelines) == 4
+    assert "[sporeflow] race: 2 points left after 2 rounds" in err
+    decision = parent.data.tags["sporeflow.decision"]
+    assert decision in ("winner", "tie")
+    assert any(line.startswith(f"{decision}: boost.rho=") for line in err.splitlines()), err[-2000:]

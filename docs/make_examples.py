@@ -100,7 +100,29 @@ def _straddles(ci: str) -> bool:
     return low <= 0.0 <= high
 
 
-MAKERS = {"gain-line": gain_line, "sweep-table": sweep_table}
+def race(launch: Path) -> str:
+    """The default job's rho x sigma grid raced over seeds: a line per round, the race's end,
+    the sweep's decision, and the sentence that reads them."""
+    err = train(launch, "-m", "hparams_search=dim_reduce_race")
+    lines = [ln.strip() for ln in err.splitlines()]
+    shown = [ln for ln in lines if ln.startswith("[sporeflow] race")]
+    decided = [ln for ln in lines if ln.startswith(("winner: ", "tie: "))]
+    assert shown and decided, err[-2000:]
+    ran = sum(int(m[1]) for ln in shown if (m := re.search(r"\): (\d+) points", ln)))
+    dropped = [m[1] for ln in shown if (m := re.search(r"dropped: (.+)$", ln)) and m[1] != "none"]
+    verdict = "a tie" if decided[0].startswith("tie: ") else "a winner"
+    reading = (
+        f"Read it as: the race trained {ran} stage-2 jobs where the grid over the same seeds "
+        f"trains {6 * len(shown[1:-1])}; "
+        + (f"it dropped {'; '.join(dropped)}" if dropped else "no setting was shown worse")
+        + f". The sweep's own decision over what the race ran is {verdict}."
+    )
+    return (
+        "\n".join(("    " + ln).rstrip() for ln in [*shown, "", *decided]) + "\n\n" + reading + "\n"
+    )
+
+
+MAKERS = {"gain-line": gain_line, "sweep-table": sweep_table, "race": race}
 
 
 def examples() -> dict[str, Path]:

@@ -28,7 +28,7 @@ def test_every_example_is_one_the_script_makes():
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert set(examples()) == set(module.MAKERS) == {"gain-line", "sweep-table"}
+    assert set(examples()) == set(module.MAKERS) == {"gain-line", "sweep-table", "race"}
 
 
 def test_the_gain_line_has_the_current_format_and_its_verdict_fits_p():
@@ -79,3 +79,22 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     assert len(rows) == 6
     straddling = sum(float(r[10].split("..")[0]) <= 0 <= float(r[10].split("..")[1]) for r in rows)
     assert f"{straddling} of 6 gain intervals straddle zero" in body
+
+
+def test_the_race_example_has_the_current_lines_and_the_reading_counts_right():
+    body = examples()["race"]
+    lines = [ln.strip() for ln in body.splitlines() if ln.startswith("    ")]
+    rounds = [ln for ln in lines if ln.startswith("[sporeflow] race round ")]
+    assert lines[0].startswith("[sporeflow] race of 6 points over seeds 1..5")
+    for number, line in enumerate(rounds, 1):
+        assert re.fullmatch(
+            rf"\[sporeflow\] race round {number} \(seed {number}\): \d+ points, "
+            r"(no test yet|(Friedman|Wilcoxon) p=[\d.e-]+); dropped: .+",
+            line,
+        ), line
+    end = next(ln for ln in lines if ln.startswith("[sporeflow] race: "))
+    ran = sum(int(re.search(r": (\d+) points", ln)[1]) for ln in rounds)
+    assert f"the race trained {ran} stage-2 jobs" in body
+    decision = next(ln for ln in lines if ln.startswith(("winner: ", "tie: ")))
+    assert ("is a tie" in body) == decision.startswith("tie: ")
+    assert re.fullmatch(r"\[sporeflow\] race: .+ after \d+ rounds(: .+)?", end), end

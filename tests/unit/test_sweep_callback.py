@@ -27,7 +27,7 @@ from sporeflow.entry.sweep_run import SweepRun
 LRS = ("0.05", "0.2")
 
 
-def composed(launch, overrides, task, job=None):
+def composed(launch, overrides, task, job=None, sweep_dir="multirun"):
     """What Hydra hands the callback: the config with its hydra node, as in a multirun."""
     register_configs()
     GlobalHydra.instance().clear()
@@ -38,11 +38,11 @@ def composed(launch, overrides, task, job=None):
         GlobalHydra.instance().clear()
     with open_dict(cfg):
         cfg.hydra.runtime.cwd = str(launch)
-        cfg.hydra.sweep.dir = str(launch / "multirun")
+        cfg.hydra.sweep.dir = str(launch / sweep_dir)
         cfg.hydra.overrides.task = list(task)
         if job is not None:
             cfg.hydra.job.num = job
-            cfg.hydra.runtime.output_dir = str(launch / "multirun" / str(job))
+            cfg.hydra.runtime.output_dir = str(launch / sweep_dir / str(job))
     return cfg
 
 
@@ -54,17 +54,18 @@ def without_hydra(config):
     return job
 
 
-def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str]):
+def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str], sweep_dir="multirun"):
     """on_multirun_start, then each job (on_job_start -> the job in process -> on_job_end),
     then on_multirun_end; returns the callback."""
     from sporeflow.stages.pipeline import run_pipeline
 
     callback = SweepRun()
-    callback.on_multirun_start(composed(launch, [*TINY, *jobs[0]], sweep_task))
+    start = composed(launch, [*TINY, *jobs[0]], sweep_task, sweep_dir=sweep_dir)
+    callback.on_multirun_start(start)
     for number, overrides in enumerate(jobs):
-        config = composed(launch, [*TINY, *overrides], overrides, job=number)
+        config = composed(launch, [*TINY, *overrides], overrides, job=number, sweep_dir=sweep_dir)
         callback.on_job_start(config)
-        ctx = context(launch, overrides, run=f"multirun/{number}")
+        ctx = context(launch, overrides, run=f"{sweep_dir}/{number}")
         ctx.sweep = SweepJob.from_environ()
         try:
             value = run_pipeline(validate(without_hydra(config)), ctx)
@@ -72,7 +73,7 @@ def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str]):
         except Exception as ex:  # noqa: BLE001 - what Hydra's run_job catches
             result = JobReturn(status=JobStatus.FAILED, _return_value=ex)
         callback.on_job_end(config, result)
-    callback.on_multirun_end(composed(launch, [*TINY, *jobs[0]], sweep_task))
+    callback.on_multirun_end(start)
     os.environ.pop(SWEEP_RUN_ENV, None)
     return callback
 
@@ -159,6 +160,39 @@ def test_the_summary_ranks_the_jobs_and_decides_on_their_per_image_outcomes(swee
     versions = client_of(launch).search_model_versions(f"run_id = '{best.info.run_id}'")
     assert len(versions) == 1 and versions[0].tags["objective"] == "final/acc"
     assert versions[0].tags["sporeflow.decision"] == decision
+
+
+def test_a_sweep_started_again_copies_the_jobs_it_finished_and_trains_the_rest(sweep, capsys):
+    """sweep.skip_finished (default): a second sweep in the same store with lr 0.05 (the first
+    sweep's job 0) and 0.1 (new) copies job 0 - no training, its run names the original and
+    carries its metrics and per-image predictions - and trains job 1."""
+    launch, first = sweep
+    jobs = [[f"optimizer.lr={lr}", "epochs=1"] for lr in ("0.05", "0.1")]
+    second = run_sweep(launch, jobs, ["optimizer.lr=0.05,0.1", "epochs=1"], sweep_dir="again")
+    err = capsys.readouterr().err
+    runs = runs_of(launch)
+    before = {
+        r.data.params["optimizer.lr"]: r
+        for r in runs
+        if r.data.tags.get("sweep.run_id") == first.run_id
+    }
+    now = {
+        r.data.params["optimizer.lr"]: r
+        for r in runs
+        if r.data.tags.get("sweep.run_id") == second.run_id
+    }
+    copy, original = now["0.05"], before["0.05"]
+    assert copy.data.tags["sporeflow.copied_from"] == original.info.run_id
+    assert copy.data.tags["sporeflow.job_key"] == original.data.tags["sporeflow.job_key"]
+    assert copy.info.status == "FINISHED"
+    assert copy.data.metrics["final/acc"] == original.data.metrics["final/acc"]
+    np.testing.assert_array_equal(predictions_of(launch, copy), predictions_of(launch, original))
+    assert not list((launch / "again" / "0").rglob("*.ckpt")), "job 0 trained nothing"
+    assert f"finished before as MLflow run {original.info.run_id}" in err
+    trained = now["0.1"]
+    assert "sporeflow.copied_from" not in trained.data.tags
+    assert trained.data.tags["sporeflow.job_key"] != original.data.tags["sporeflow.job_key"]
+    assert list((launch / "again" / "1").rglob("*.ckpt")), "job 1 trained"
 
 
 def test_a_failed_job_fails_the_sweep_and_is_named_on_its_parent(tmp_path, monkeypatch):

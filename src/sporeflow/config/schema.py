@@ -410,6 +410,10 @@ class SweepConfig:
     registered_model: Optional[str] = None
     """The best job's model goes to MLflow's Model Registry under this name, one version per
     sweep; null = `<model>-<dataset>`, `""` = no registration."""
+    skip_finished: bool = True
+    """A sweep job that finished before in the same store, with the same settings, seed, code,
+    MindSpore and data, is not trained again: its run copies that one's metrics and per-image
+    predictions (`sporeflow.copied_from`). false: train every job. Single-worker jobs only."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
-from sporeflow.stages import fine_tune
+from sporeflow.stages import fine_tune, finished_jobs
 from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.spec import plain_spec
@@ -34,6 +34,9 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
     )
     with tracker, long_lived_objects_frozen():  # every graph compile collects garbage
         runner = StageRunner(cfg, ctx, tracker, worker)
+        copied = finished_jobs.copy_finished(runner)  # a sweep started again: done before
+        if copied is not None:
+            return objective_value(cfg, copied)
         if is_dim_reduce(cfg):
             return objective_value(cfg, DimReducePipeline(runner).run())
         return objective_value(cfg, run_plain(runner))

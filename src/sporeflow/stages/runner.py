@@ -17,8 +17,8 @@ from sporeflow.config.components import build_dataset
 from sporeflow.config.facts import worker_batch_size
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stages import finished_jobs, reuse, training
 from sporeflow.stages import provenance as made_with
-from sporeflow.stages import reuse, training
 from sporeflow.stages.evaluation import evaluate_weights
 from sporeflow.stages.results import StageResult
 from sporeflow.stages.runs import guarded, record_config, start_job_run
@@ -35,6 +35,7 @@ class StageRunner:
     def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, worker: Worker):
         self.cfg, self.ctx, self.tracker, self.worker = cfg, ctx, tracker, worker
         self._data: dict[int, object] = {}  # batch size -> the job's data set
+        self._job_key: str | None = None
 
     def data(self, batch_size: int | None = None):
         """The job's data set at a batch size (default: this worker's share), built once."""
@@ -46,8 +47,17 @@ class StageRunner:
     # --- the MLflow run of a stage -------------------------------------------------------------
     def open_job_run(self, stage: str, run_dir: Path) -> TrackedRun:
         """The job's top-level run (a plain stage or a pipeline), its marker in `run_dir`."""
-        run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
+        run = self._start_job_run(stage)
         self._mark(run_dir, run, stage)
+        return run
+
+    def _start_job_run(self, stage: str) -> TrackedRun:
+        """A top-level run with the job's key (stages.finished_jobs), when it has one."""
+        run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
+        if finished_jobs.keyed(self):
+            if self._job_key is None:
+                self._job_key = finished_jobs.job_key_of(self)
+            run.set_tags({finished_jobs.KEY_TAG: self._job_key})
         return run
 
     def open_run(self, spec: StageSpec, parent: TrackedRun | None, resume: bool) -> TrackedRun:
@@ -63,7 +73,7 @@ class StageRunner:
             }
             run.set_tags(resumed)
         elif parent is None:
-            run = start_job_run(self.tracker, self.cfg, self.ctx, spec.name)
+            run = self._start_job_run(spec.name)
             run.set_tags(spec.run_tags())
         else:
             tags = {"stage": spec.name}

@@ -1,6 +1,6 @@
 """A sweep started again does not train what it finished before (`sweep.skip_finished`).
 
-Every job's top-level run carries its key (`sporeflow.job_key`): a digest of its whole config
+Every sweep job's top-level run carries its key (`sporeflow.job_key`): a digest of its whole config
 but where it logs and how a sweep ranks (`tracking`, `sweep`, `resume`, the progress bar), and
 of what else made it (stages.provenance: sporeflow's code, MindSpore, the data's digest). A
 sweep job whose key a FINISHED run of the store already has is not trained: its run in this
@@ -50,15 +50,16 @@ def job_key_of(runner) -> str:
 
 
 def keyed(runner) -> bool:
-    """Whether the job's run carries a key: a single-worker job that records runs."""
-    return runner.tracker.enabled and runner.worker.world_size == 1
+    """Whether the job's run carries a key: a single-worker sweep job that records runs (the
+    key digests the data files: single runs do not pay for it)."""
+    return runner.ctx.sweep is not None and runner.tracker.enabled and runner.worker.world_size == 1
 
 
 def applies(runner) -> bool:
-    """Whether this job may be copied: a keyed sweep job with `sweep.skip_finished` on."""
+    """Whether this job may be copied: a keyed job with `sweep.skip_finished` on."""
     cfg = runner.cfg
     skip = bool(OmegaConf.select(cfg, "sweep.skip_finished", default=True))
-    return runner.ctx.sweep is not None and skip and keyed(runner) and not cfg.resume
+    return skip and keyed(runner) and not cfg.resume
 
 
 def finished_run(runner, key: str):

@@ -171,3 +171,20 @@ def sporeflow_here(cwd: Path, *args: str):
         else:
             os.environ["MLFLOW_TRACKING_URI"] = before[1]
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+SPHERE = Path(__file__).resolve().parent / "sphere" / "sphere.py"
+
+
+def sphere_sweep(hydra_sweep_runner, sweep_dir: Path, task, overrides, config_name="config"):
+    """Hydra's own in-process sweep (its pytest plugin's runner: a context manager) of the
+    sphere app's config `config_name` with `task` as the task function."""
+    return hydra_sweep_runner(
+        calling_file=str(SPHERE),
+        calling_module=None,
+        task_function=task,
+        config_path="conf",
+        config_name=config_name,
+        overrides=list(overrides),
+        temp_dir=sweep_dir,
+    )

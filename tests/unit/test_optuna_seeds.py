@@ -7,17 +7,15 @@ answers them in this process."""
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
-from helpers.inprocess import TINY, train_cli
+from helpers.inprocess import TINY, sphere_sweep, train_cli
 from hydra_plugins.sporeflow_optuna_sweeper.seeds import trial_value
 
-SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
 # each seed moves the sphere's value: seed 2's job is the noisiest
 NOISE = {1: 0.3, 2: -1.1, 3: 0.5}
 
@@ -43,19 +41,16 @@ def test_a_trial_of_seeds_runs_a_job_per_seed_and_tells_their_statistic(
     the trial's parameters and its own seed; each trial's value in the study is the upper end
     of the t interval of its jobs' values (sphere is minimised: the pessimistic end)."""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    sweep = hydra_sweep_runner(
-        calling_file=str(SPHERE),
-        calling_module=None,
-        task_function=sphere_with_noise,
-        config_path="conf",
-        config_name="config",
-        overrides=[
+    sweep = sphere_sweep(
+        hydra_sweep_runner,
+        tmp_path / "multirun",
+        sphere_with_noise,
+        [
             "hydra.sweeper.n_trials=3",
             f"hydra.sweeper.storage={storage}",
             "hydra.sweeper.seeds=[1,2,3]",
             "hydra.sweeper.seed_statistic=lcb",
         ],
-        temp_dir=tmp_path / "multirun",
     )
     with sweep:
         returns = [ret for batch in sweep.returns for ret in batch]
@@ -88,19 +83,16 @@ def test_a_failed_seed_fails_its_trial_naming_the_seed(hydra_sweep_runner, tmp_p
         return sphere_with_noise(cfg)
 
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    sweep = hydra_sweep_runner(
-        calling_file=str(SPHERE),
-        calling_module=None,
-        task_function=fails_on_seed_2,
-        config_path="conf",
-        config_name="config",
-        overrides=[
+    sweep = sphere_sweep(
+        hydra_sweep_runner,
+        tmp_path / "multirun",
+        fails_on_seed_2,
+        [
             "hydra.sweeper.n_trials=1",
             f"hydra.sweeper.storage={storage}",
             "hydra.sweeper.seeds=[1,2]",
             "hydra.sweeper.max_failure_rate=1",
         ],
-        temp_dir=tmp_path / "multirun",
     )
     with sweep:
         pass

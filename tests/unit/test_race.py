@@ -13,10 +13,8 @@ import pytest
 import scikit_posthocs
 from scipy.stats import friedmanchisquare, wilcoxon
 
-from helpers.inprocess import train_cli
+from helpers.inprocess import sphere_sweep, train_cli
 from hydra_plugins.sporeflow_race_sweeper.elimination import conover_p, judge, ranks_within_blocks
-
-SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -67,15 +65,7 @@ def test_a_race_drops_what_its_tests_show_worse_and_runs_no_more_seeds_of_it(
     from the last round's; after each round from the second, the points dropped are exactly
     those scipy's Friedman test and scikit-posthocs' Conover test (or scipy's Wilcoxon, for two)
     show worse than the best at 5%, recomputed from the values race.csv recorded."""
-    with hydra_sweep_runner(
-        calling_file=str(SPHERE),
-        calling_module=None,
-        task_function=noisy_sphere,
-        config_path="conf",
-        config_name="race",
-        overrides=[],
-        temp_dir=tmp_path / "multirun",
-    ):
+    with sphere_sweep(hydra_sweep_runner, tmp_path / "multirun", noisy_sphere, [], "race"):
         rows = read_race(tmp_path / "multirun")
     err = capsys.readouterr().err
     alive = ["x=0", "x=1", "x=2", "x=3"]

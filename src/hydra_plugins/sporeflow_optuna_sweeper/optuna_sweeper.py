@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sporeflow_optuna_sweeper import results, seeds
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
+from hydra_plugins.sporeflow_optuna_sweeper.launching import LaunchingSweeper, register
 from sporeflow.config import search_space
 from sporeflow.config.facts import sweep_direction
 from sporeflow.core.context import TRIAL_ID_ENV
@@ -101,19 +99,14 @@ class SporeflowOptunaSweeperConf:
     line's sweeps only."""
 
 
-ConfigStore.instance().store(
-    group="hydra/sweeper",
-    name="sporeflow_optuna",
-    node=SporeflowOptunaSweeperConf,
-    provider="sporeflow",
-)
+register("sporeflow_optuna", SporeflowOptunaSweeperConf)
 
 
 class SweepJobsFailed(SporeflowError):
     """Some trials failed; the study kept going and recorded them as FAIL."""
 
 
-class OptunaSweeper(Sweeper):
+class OptunaSweeper(LaunchingSweeper):
     def __init__(
         self,
         study_name: str,
@@ -143,14 +136,6 @@ class OptunaSweeper(Sweeper):
         self.seed_statistic = seed_statistic
         self.params = OmegaConf.to_container(params) if isinstance(params, DictConfig) else params
         self.params = self.params or {}
-        self.config: Optional[DictConfig] = None
-        self.launcher = None
-
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
-        self.config = config
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
 
     def settings(self) -> dict:
         return {

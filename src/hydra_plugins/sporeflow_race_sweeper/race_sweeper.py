@@ -24,11 +24,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
-from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.sporeflow_optuna_sweeper.launching import LaunchingSweeper, register
 from hydra_plugins.sporeflow_optuna_sweeper.results import outcome
 from hydra_plugins.sporeflow_race_sweeper.elimination import Round, judge
 from sporeflow.config import race
@@ -59,33 +57,20 @@ class SporeflowRaceSweeperConf:
     syntax); the command line's sweeps are added."""
 
 
-ConfigStore.instance().store(
-    group="hydra/sweeper",
-    name="sporeflow_race",
-    node=SporeflowRaceSweeperConf,
-    provider="sporeflow",
-)
+register("sporeflow_race", SporeflowRaceSweeperConf)
 
 
 class RaceJobsFailed(SporeflowError):
     """Some points' jobs failed: they left the race, which went on without them."""
 
 
-class RaceSweeper(Sweeper):
+class RaceSweeper(LaunchingSweeper):
     def __init__(self, **settings: Any) -> None:
         settings.pop("_target_", None)
         params = settings.get("params")
         if isinstance(params, DictConfig):
             settings["params"] = OmegaConf.to_container(params)
         self.settings = settings
-        self.config: Optional[DictConfig] = None
-        self.launcher = None
-
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
-        self.config = config
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
-        )
 
     def sweep(self, arguments: List[str]) -> Any:
         plan = race.checked(self.settings, arguments)

@@ -6,8 +6,9 @@ points). In one launch folder (one MLflow store):
 
 1. the full grid over seeds 1-5 (`seed=1,2,3,4,5`): 30 jobs, stage 1 and the baseline trained
    once per seed;
-2. the race of the same grid (`hparams_search=dim_reduce_race`, max_seeds 5): it reuses each
-   seed's stage 1 and baseline from (1), so its cost is the stage-2 runs it needs;
+2. the race of the same grid (`hparams_search=dim_reduce_race`, max_seeds 5,
+   `sweep.skip_finished=false`): it reuses each seed's stage 1 and baseline from (1), so its
+   cost is the stage-2 runs it needs;
 3. seed 1 alone (the grid's seed-1 jobs), decided as a one-seed sweep would;
 4. the grid over seeds 6-8, which took no part: does the 5-seed leader lead there too?
 
@@ -98,8 +99,16 @@ def main() -> None:
     launch.mkdir(parents=True, exist_ok=True)
     walls = {
         "grid, seeds 1-5": sweep(launch, "grid", [*GRID, "seed=1,2,3,4,5"]),
+        # the race's jobs are the grid's (same point and seed): sweep.skip_finished would copy
+        # them; trained, they show what a race costs on its own
         "race, seeds 1-5 at most": sweep(
-            launch, "race", ["hparams_search=dim_reduce_race", "hydra.sweeper.max_seeds=5"]
+            launch,
+            "race",
+            [
+                "hparams_search=dim_reduce_race",
+                "hydra.sweeper.max_seeds=5",
+                "sweep.skip_finished=false",
+            ],
         ),
         "grid, seeds 6-8": sweep(launch, "holdout", [*GRID, "seed=6,7,8"]),
     }

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
 from sporeflow.report.decision import Point, decide
 from trainjob import run_train, runs
 
@@ -89,6 +91,17 @@ def decided(points: list[Point]) -> str:
     return decision.line("stage2/acc") if decision else "no decision"
 
 
+def point_table(points: list[Point]) -> list[str]:
+    """The decision's table (report.decision.Decision.rows), one line a point, best first."""
+    from sporeflow.report.sweep_report import render
+
+    decision = decide(points)
+    if decision is None:
+        return ["no decision"]
+    header, rows = decision.rows("stage2/acc")
+    return render(header, rows).splitlines()
+
+
 def race_rows(launch: Path) -> list[dict]:
     with open(launch / "race" / "race.csv", newline="") as f:
         return list(csv.DictReader(f))
@@ -133,12 +146,16 @@ def main() -> None:
             f"dropped: {', '.join(dropped) or 'none'}"
         )
     print("  decisions (stage 2's per-image outcomes, Holm over points, 5%):")
-    print(f"    full grid, seeds 1-5: {decided(stage2_points(launch, 'grid', {1, 2, 3, 4, 5}))}")
-    print(
-        f"    race, the seeds each ran: {decided(stage2_points(launch, 'race', {1, 2, 3, 4, 5}))}"
-    )
-    print(f"    seed 1 alone:         {decided(stage2_points(launch, 'grid', {1}))}")
-    print(f"    held out, seeds 6-8:  {decided(stage2_points(launch, 'holdout', {6, 7, 8}))}")
+    for label, folder, seeds in (
+        ("full grid, seeds 1-5", "grid", {1, 2, 3, 4, 5}),
+        ("race, the seeds each ran", "race", {1, 2, 3, 4, 5}),
+        ("seed 1 alone", "grid", {1}),
+        ("held out, seeds 6-8", "holdout", {6, 7, 8}),
+    ):
+        points = stage2_points(launch, folder, seeds)
+        print(f"    {label}: {decided(points)}")
+        if folder != "race":  # the race ran the grid's jobs: the same table
+            print("\n".join(f"      {line}" for line in point_table(points)))
 
 
 if __name__ == "__main__":

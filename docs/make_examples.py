@@ -108,14 +108,30 @@ def race(launch: Path) -> str:
     shown = [ln for ln in lines if ln.startswith("[sporeflow] race")]
     decided = [ln for ln in lines if ln.startswith(("winner: ", "tie: "))]
     assert shown and decided, err[-2000:]
+    return race_block(shown, decided)
+
+
+def race_block(shown: list[str], decided: list[str]) -> str:
+    """The race's lines and its decision as printed, and the sentence that reads them."""
     ran = sum(int(m[1]) for ln in shown if (m := re.search(r"\): (\d+) points", ln)))
     dropped = [m[1] for ln in shown if (m := re.search(r"dropped: (.+)$", ln)) and m[1] != "none"]
     verdict = "a tie" if decided[0].startswith("tie: ") else "a winner"
+    gone = [p.strip() for d in dropped for p in d.split(",") if "=" in p]
+    still_tied = [
+        p for p in gone if f"{p} (" in decided[0].split(" cannot be told apart from ")[-1]
+    ]
     reading = (
         f"Read it as: the race trained {ran} stage-2 jobs where the grid over the same seeds "
         f"trains {6 * len(shown[1:-1])}; "
         + (f"it dropped {'; '.join(dropped)}" if dropped else "no setting was shown worse")
-        + f". The sweep's own decision over what the race ran is {verdict}."
+        + f". The sweep's own decision over what the race ran is {verdict}"
+        + (
+            f", and {len(still_tied)} of the {len(gone)} dropped settings are among the tied: "
+            "the race's rank test over seeds drops on weaker evidence than the decision's "
+            "per-image, Holm-corrected test needs to call a setting worse."
+            if still_tied
+            else "."
+        )
     )
     return (
         "\n".join(("    " + ln).rstrip() for ln in [*shown, "", *decided]) + "\n\n" + reading + "\n"

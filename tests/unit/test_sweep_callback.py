@@ -250,3 +250,12 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     (version,) = client_of(tmp_path).search_model_versions()
     decision = "winner" if winner else "tie"
     assert f"its model: models:/{version.name}/{version.version}, tagged {decision}" in err
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_whether_a_job_may_be_copied_reaches_the_job_through_its_environment(copies):
+    """A grid's or a race's job may be copied, an Optuna trial's not (the callback decides from
+    the sweeper; the job, maybe an msrun worker or a SLURM task, reads it from its environment)."""
+    job = SweepJob("run", ("optimizer.lr",), 3, copies=copies)
+    assert SweepJob.from_environ(job.environ()) == job
+    assert SweepJob.from_environ({SWEEP_RUN_ENV: "run"}).copies, "an older sweep's job: copies"

@@ -27,6 +27,7 @@ class RunContext:
 SWEEP_RUN_ENV = "SPOREFLOW_SWEEP_RUN"  # the sweep's MLflow parent run id
 SWEEP_KEYS_ENV = "SPOREFLOW_SWEEP_KEYS"  # the swept keys, comma-separated (what job names show)
 SWEEP_JOB_ENV = "SPOREFLOW_SWEEP_JOB"  # this job's number in the sweep
+SWEEP_COPIES_ENV = "SPOREFLOW_SWEEP_COPIES"  # "0": a job that finished before is trained again
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,16 @@ class SweepJob:
     run_id: str  # the sweep's MLflow parent run
     keys: tuple  # swept keys, e.g. ("boost.rho", "boost.sigma")
     job: int
+    # a job that finished before may be copied (stages.finished_jobs): a grid or a race; not a
+    # trial of an Optuna study, which continues by itself and whose trials are new proposals
+    copies: bool = True
 
     def environ(self) -> dict:
         return {
             SWEEP_RUN_ENV: self.run_id,
             SWEEP_KEYS_ENV: ",".join(self.keys),
             SWEEP_JOB_ENV: str(self.job),
+            SWEEP_COPIES_ENV: "1" if self.copies else "0",
         }
 
     @classmethod
@@ -47,7 +52,8 @@ class SweepJob:
         if not env.get(SWEEP_RUN_ENV):
             return None
         keys = tuple(k for k in env.get(SWEEP_KEYS_ENV, "").split(",") if k)
-        return cls(env[SWEEP_RUN_ENV], keys, int(env.get(SWEEP_JOB_ENV) or 0))
+        copies = env.get(SWEEP_COPIES_ENV, "1") != "0"
+        return cls(env[SWEEP_RUN_ENV], keys, int(env.get(SWEEP_JOB_ENV) or 0), copies)
 
     def label(self, overrides: list[str]) -> str:
         """What differs in this job: "rho=0.4 sigma=0.2" from its overrides of the swept keys

@@ -200,7 +200,10 @@ class SweepRun(Callback):
             os.environ.update(link.environ())
         if self.run_id is None:
             return
-        job = SweepJob(self.run_id, tuple(self.sweep.keys), int(config.hydra.job.num))
+        optuna = config.hydra.sweeper.get("_target_") == search_space.OPTUNA_SWEEPER
+        job = SweepJob(
+            self.run_id, tuple(self.sweep.keys), int(config.hydra.job.num), copies=not optuna
+        )
         os.environ.update(job.environ())
         os.environ[WRITER_ENV] = str(writer_file(self.sweep.sweep_dir))  # used if it is alive here
 

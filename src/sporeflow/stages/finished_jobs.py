@@ -10,6 +10,8 @@ with the same command, trains only the jobs it had not finished; a job with othe
 MindSpore trains again.
 
 Jobs of several workers (msrun) are always trained: every rank would have to agree on the copy.
+An Optuna study's trials are always trained too: the study continues by itself, and a trial is
+a new proposal (its sampler may propose a finished point again: that is the sampler's to avoid).
 The copied run logs no model of its own: the original's is the one to register or serve.
 """
 
@@ -56,10 +58,11 @@ def keyed(runner) -> bool:
 
 
 def applies(runner) -> bool:
-    """Whether this job may be copied: a keyed job with `sweep.skip_finished` on."""
+    """Whether this job may be copied: a keyed job of a grid or a race (not an Optuna trial:
+    core.context.SweepJob.copies) with `sweep.skip_finished` on."""
     cfg = runner.cfg
     skip = bool(OmegaConf.select(cfg, "sweep.skip_finished", default=True))
-    return skip and keyed(runner) and not cfg.resume
+    return skip and keyed(runner) and runner.ctx.sweep.copies and not cfg.resume
 
 
 def finished_run(runner, key: str):

@@ -413,7 +413,8 @@ class SweepConfig:
     skip_finished: bool = True
     """A sweep job that finished before in the same store, with the same settings, seed, code,
     MindSpore and data, is not trained again: its run copies that one's metrics and per-image
-    predictions (`sporeflow.copied_from`). false: train every job. Single-worker jobs only."""
+    predictions (`sporeflow.copied_from`). false: train every job. Grids and races of
+    single-worker jobs (an Optuna study continues by itself)."""
 
 
 @dataclass

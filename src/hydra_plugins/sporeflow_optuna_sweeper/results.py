@@ -76,12 +76,18 @@ def _traceback(error: Any, ret: Any) -> str:
 def write_trials(sweep_dir: Path, records: list) -> None:
     """<sweep dir>/optuna_trials.csv: trial, job, state, value, error, params (the sweep's parent
     run reads it to name each job's trial)."""
+    write_csv(sweep_dir / TRIALS_FILE, records)
+
+
+def write_csv(path: Path, records: list) -> None:
+    """`records` (dicts) as a CSV file, every key a column, written atomically (the sweep's
+    parent run may read it at any moment)."""
     columns = list(dict.fromkeys(k for r in records for k in r))
     out = io.StringIO(newline="")
     writer = csv.DictWriter(out, fieldnames=columns)
     writer.writeheader()
     writer.writerows(records)
-    write_text_atomic(sweep_dir / TRIALS_FILE, out.getvalue())
+    write_text_atomic(path, out.getvalue())
 
 
 def write_best(study: Any, sweep_dir: Path) -> Any:

@@ -68,10 +68,10 @@ def judge(values: np.ndarray, maximize: bool, alpha: float) -> Round:
     if not p < alpha:  # NaN (every block tied) keeps everyone too
         return Round(everyone, test="Friedman", p_value=p)
     ranks = ranks_within_blocks(scores)
-    best = int(np.argmin(ranks.sum(axis=0)))
+    sums = ranks.sum(axis=0)
+    best = int(np.argmin(sums))
     pairwise = conover_p(ranks, best)
-    worse = ranks.sum(axis=0) > ranks.sum(axis=0)[best]
-    dropped = [j for j in everyone if worse[j] and pairwise[j] < alpha]
+    dropped = [j for j in everyone if sums[j] > sums[best] and pairwise[j] < alpha]
     kept = [j for j in everyone if j not in dropped]
     return Round(kept, dropped, "Friedman", p, {j: float(pairwise[j]) for j in dropped})
 

@@ -16,8 +16,6 @@ as for any sweep.
 
 # (no `from __future__ import annotations`: Hydra imports plugin modules without putting them
 # in sys.modules, and dataclasses cannot then resolve string annotations)
-import csv
-import io
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +25,11 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sporeflow_optuna_sweeper.launching import LaunchingSweeper, register
-from hydra_plugins.sporeflow_optuna_sweeper.results import outcome
+from hydra_plugins.sporeflow_optuna_sweeper.results import outcome, write_csv
 from hydra_plugins.sporeflow_race_sweeper.elimination import Round, judge
 from sporeflow.config import race
 from sporeflow.config.facts import sweep_direction
 from sporeflow.core.errors import SporeflowError
-from sporeflow.storage.files import write_text_atomic
 
 RACE_FILE = "race.csv"
 
@@ -178,8 +175,4 @@ class _Race:
         )
 
     def _write(self) -> None:
-        out = io.StringIO(newline="")
-        writer = csv.DictWriter(out, fieldnames=list(self.rows[0]))
-        writer.writeheader()
-        writer.writerows(self.rows)
-        write_text_atomic(self.sweep_dir / RACE_FILE, out.getvalue())
+        write_csv(self.sweep_dir / RACE_FILE, self.rows)

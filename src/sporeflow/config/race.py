@@ -42,7 +42,7 @@ def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> Race:
             + ", ".join(search_space.DIRECTIONS)
         )
     space = search_space.build(settings.get("params"), arguments)
-    if "seed" in space.specs or any(key == "seed" for key, _ in space.order):
+    if space.sets("seed"):
         raise ConfigError(
             "seed is set on the command line (or in hydra.sweeper.params) of a race: the race "
             f"picks the seeds (1..hydra.sweeper.max_seeds={settings['max_seeds']}); drop it"

@@ -69,6 +69,10 @@ class SearchSpace:
     def fixed(self) -> list[str]:
         return [line for _, line in self.order if line is not None]
 
+    def sets(self, key: str) -> bool:
+        """Whether the command line or the space gives `key` a value (swept or fixed)."""
+        return key in self.specs or any(k == key for k, _ in self.order)
+
     def distributions(self) -> dict[str, Any]:
         return {key: distribution(key, spec) for key, spec in self.specs.items()}
 
@@ -169,7 +173,7 @@ def check_seeds(settings: Mapping[str, Any], space: SearchSpace) -> None:
         raise ConfigError(
             f"hydra.sweeper.seed_statistic=lcb needs at least 2 seeds (hydra.sweeper.seeds={seeds})"
         )
-    if "seed" in space.specs or any(key == "seed" for key, _ in space.order):
+    if space.sets("seed"):
         raise ConfigError(
             f"seed is set both on the command line (or in hydra.sweeper.params) and by "
             f"hydra.sweeper.seeds={seeds}: drop one"

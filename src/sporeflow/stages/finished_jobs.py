@@ -26,7 +26,6 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from sporeflow.config.facts import is_dim_reduce
-from sporeflow.stages import provenance as made_with
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,6 @@ def job_key(cfg, provenance: dict[str, str]) -> str:
     key.get("callbacks", {}).pop("progress_bar", None)
     blob = json.dumps({"config": key, "made_with": provenance}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def job_key_of(runner) -> str:
-    """The key of the runner's job (its data set is built once, for this and for training)."""
-    return job_key(runner.cfg, made_with.of(runner.data(runner.cfg.dataset.batch_size)))
 
 
 def keyed(runner) -> bool:
@@ -79,8 +73,7 @@ def copy_finished(runner) -> dict | None:
     one, and the metrics it reported; None when the job has to train."""
     if not applies(runner):
         return None
-    key = job_key_of(runner)
-    original = finished_run(runner, key)
+    original = finished_run(runner, runner.job_key())
     if original is None:
         return None
     stage = "pipeline" if is_dim_reduce(runner.cfg) else "train"

@@ -55,10 +55,16 @@ class StageRunner:
         """A top-level run with the job's key (stages.finished_jobs), when it has one."""
         run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
         if finished_jobs.keyed(self):
-            if self._job_key is None:
-                self._job_key = finished_jobs.job_key_of(self)
-            run.set_tags({finished_jobs.KEY_TAG: self._job_key})
+            run.set_tags({finished_jobs.KEY_TAG: self.job_key()})
         return run
+
+    def job_key(self) -> str:
+        """The job's key (stages.finished_jobs), made once: its config and provenance (the data
+        set it trains on is built once, for this and for training)."""
+        if self._job_key is None:
+            provenance = made_with.of(self.data(self.cfg.dataset.batch_size))
+            self._job_key = finished_jobs.job_key(self.cfg, provenance)
+        return self._job_key
 
     def open_run(self, spec: StageSpec, parent: TrackedRun | None, resume: bool) -> TrackedRun:
         """The stage's run: the one its marker names when resuming, else a new one (the job's

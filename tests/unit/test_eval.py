@@ -279,6 +279,14 @@ def test_a_registered_model_version_or_alias_is_a_source(trained):
     assert line.startswith(
         "Config error: source=models:/tiny-digits/9: no such registered model"
     ), line
+    # a version registered from a path names no run: refused as such, not as missing
+    client.create_model_version("tiny-digits", source=str(launch / "run"))
+    proc = evaluate(launch, "refused_pathonly", "source=models:/tiny-digits/2")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(
+        "Config error: source=models:/tiny-digits/2: this version names no run"
+    ), line
 
 
 def artifact_file(launch, run, name: str):

@@ -91,6 +91,12 @@ def _from_model_version(name: str, model: re.Match, tracker: Tracker) -> Source:
     run_id = tracker.model_version_run_id(model["name"], ref)
     if run_id is None:
         raise ConfigError(f"{name}: no such registered model version in {tracker.uri}")
+    if not run_id:
+        raise ConfigError(
+            f"{name}: this version names no run (registered from a path or a model logged "
+            "outside a run), so its config and weights are unknown to sporeflow; give the run "
+            "that trained it (its run dir or run id)"
+        )
     return _from_run_id(name, run_id, tracker)
 
 

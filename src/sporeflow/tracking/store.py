@@ -295,15 +295,18 @@ class Store:
 
     def model_version_run_id(self, name: str, ref: str) -> str | None:
         """The run that made version `ref` (a number, or an alias: `name@ref`) of registered
-        model `name`; None when the store has no such model or version."""
+        model `name`; None when the store has no such model or version, "" when the version
+        names no run (registered from a path or from a logged model made outside a run)."""
         if not self.connect(create=False):
             return None
 
         def read() -> str | None:
             try:
                 if ref.isdigit():
-                    return self._client.get_model_version(name, ref).run_id
-                return self._client.get_model_version_by_alias(name, ref).run_id
+                    version = self._client.get_model_version(name, ref)
+                else:
+                    version = self._client.get_model_version_by_alias(name, ref)
+                return version.run_id or ""
             except Exception as ex:
                 if getattr(ex, "error_code", "") in (
                     "RESOURCE_DOES_NOT_EXIST",

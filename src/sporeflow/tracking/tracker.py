@@ -378,7 +378,8 @@ class Tracker:
         return self._read("get_run", read, None)
 
     def model_version_run_id(self, name: str, ref: str) -> str | None:
-        """The run id behind `models:/name/ref` (or `models:/name@ref`); None if unknown."""
+        """The run id behind `models:/name/ref` (or `models:/name@ref`); None if unknown, ""
+        when the version names no run."""
         return self._read("get_model_version", lambda s: s.model_version_run_id(name, ref), None)
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:

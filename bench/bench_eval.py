@@ -122,9 +122,7 @@ def main() -> None:
     rates = {}
     for kind in ("npy", "png", "by hand"):
         key = "by hand npy" if kind == "by hand" else f"predict {kind}"
-        rates[kind] = (count - 1) / (
-            median[f"{key}, {count} images"] - median[f"{key}, 1 images"]
-        )
+        rates[kind] = (count - 1) / (median[f"{key}, {count} images"] - median[f"{key}, 1 images"])
         print(f"  {key}: {rates[kind]:8.0f} images/s beyond its fixed cost")
     print(f"  png / npy throughput: {rates['png'] / rates['npy']:.2f}x")
     print(f"  predict npy / by hand throughput: {rates['npy'] / rates['by hand']:.2f}x")

@@ -9,10 +9,14 @@ written as the job's outcome in its dir, so the sweeper goes on and the sweep's 
 it and ends the job's runs with it. Ctrl-C (or SIGTERM) in the submitting process cancels the
 jobs still queued or running (no job outlives its sweep) and exits 130 (143).
 
-In each job it ignores SIGUSR2: submitit asks SLURM for that signal before the time limit
-(`signal_delay_s`) to checkpoint and requeue a job, which a sporeflow job does not do (it would
-start again in its own run dir); with a limit shorter than the delay the signal comes at once.
-A job at its limit is ended by SLURM (SIGTERM: its runs end KILLED) and the sweep says TIMEOUT.
+Requeue at the time limit (`hydra.launcher.max_num_timeout` > 0; the jobs are submitted with
+`--requeue`): SIGUSR2, which submitit asks SLURM to send `signal_delay_s` before the limit,
+makes the job checkpoint at its next step and leave its runs open (core.signals.Requeued);
+here it then asks SLURM to queue it again and ends without a result, so the sweep keeps waiting
+for it. The requeued job continues the same run dir and MLflow runs (entry.app). A job
+requeued max_num_timeout times ignores the signal and is ended at its limit by SLURM (SIGTERM:
+its runs end KILLED), and the sweep says TIMEOUT after so many requeues. With
+max_num_timeout=0 (the default) every job ignores SIGUSR2 and ends at its limit.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core import signals
-from sporeflow.core.errors import SchedulerEnded
+from sporeflow.core.errors import ConfigError, SchedulerEnded
 from sporeflow.launch import slurm
 
 POLL = 10.0  # seconds between asking SLURM's accounting about the sweep's jobs (one sacct call)
@@ -42,8 +47,21 @@ class SlurmLauncher(HydraSlurm):
     """Hydra's SlurmLauncher with sporeflow's waiting and reporting (the module docstring)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # see the module docstring
-        return super().__call__(*args, **kwargs)
+        """One job, on its node (see the module docstring for SIGUSR2)."""
+        before = slurm.restart_count()
+        if before < int(self.params.get("max_num_timeout") or 0):
+            signals.requeue_on(signal.SIGUSR2, before)
+        else:
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        try:
+            return super().__call__(*args, **kwargs)
+        except signals.Requeued as stop:
+            why_not = slurm.requeue_this_job()
+            print(
+                f"[sporeflow] {stop}: " + (why_not or "requeued; it continues where it stopped"),
+                file=sys.stderr,
+            )
+            raise SystemExit(1 if why_not else 0) from None  # no result: the sweep waits on
 
     def _executor(self):
         """submitit's executor with this sweep's parameters, as Hydra's launcher builds it."""
@@ -54,13 +72,15 @@ class SlurmLauncher(HydraSlurm):
             init["slurm_max_num_timeout"] = self.params["max_num_timeout"]
         executor = submitit.AutoExecutor(cluster="slurm", **init)
         queue_keys = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(
-            **{
-                key if key in queue_keys else f"slurm_{key}": value
-                for key, value in self.params.items()
-                if key not in ("submitit_folder", "max_num_timeout")
-            }
-        )
+        params = {
+            key if key in queue_keys else f"slurm_{key}": value
+            for key, value in self.params.items()
+            if key not in ("submitit_folder", "max_num_timeout")
+        }
+        if int(self.params.get("max_num_timeout") or 0) > 0:  # requeue-able (scontrol requeue)
+            extra = dict(params.get("slurm_additional_parameters") or {})
+            params["slurm_additional_parameters"] = {**extra, "requeue": True}
+        executor.update_parameters(**params)
         return executor
 
     def launch(
@@ -68,6 +88,8 @@ class SlurmLauncher(HydraSlurm):
     ) -> Sequence[JobReturn]:
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            self._check_requeue(overrides, idx)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs_args = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -136,23 +158,45 @@ class SlurmLauncher(HydraSlurm):
             error = result._return_value  # noqa: SLF001 - return_value would re-raise it
             stopped = job.job_id in cancelled
             if isinstance(error, SchedulerEnded):
+                said = f"cancelled with the sweep: {error}" if stopped else self._after(error)
                 record_scheduler_end(
                     self._job_dir(overrides, num),
                     num,
                     list(overrides),
-                    f"cancelled with the sweep: {error}" if stopped else str(error),
+                    said,
                     status="KILLED" if stopped else "FAILED",
                 )
             results.append(result)
         return results
 
-    def _job_dir(self, overrides: Sequence[str], num: int) -> Path:
-        """The job's dir (node 0's, where its outcome goes), as the job itself resolved it."""
+    def _after(self, error: BaseException) -> str:
+        """SLURM's account, and at a time limit how often the job was requeued before it."""
+        times = int(self.params.get("max_num_timeout") or 0)
+        if times and ": TIMEOUT" in str(error):
+            return f"{error}; after the requeues allowed (hydra.launcher.max_num_timeout={times})"
+        return str(error)
+
+    def _job_config(self, overrides: Sequence[str], num: int) -> DictConfig:
+        """The job's config, as the job itself composes it."""
         assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config.hydra.job):
             config.hydra.job.num = num
+        return config
+
+    def _job_dir(self, overrides: Sequence[str], num: int) -> Path:
+        """The job's dir (node 0's, where its outcome goes), as the job itself resolved it."""
+        config = self._job_config(overrides, num)
         return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+
+    def _check_requeue(self, overrides: Sequence[str], num: int) -> None:
+        """A job that could not continue after a requeue is refused before any is submitted."""
+        config = self._job_config(overrides, num)
+        refusal = slurm.requeue_refusal(
+            self.params, int(config.parallel.workers), is_dim_reduce(config)
+        )
+        if refusal:
+            raise ConfigError(refusal)
 
 
 def wait_for(jobs: list, timeout: float | None = None) -> None:

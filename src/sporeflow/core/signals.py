@@ -4,6 +4,11 @@ SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt, so every MLflow run
 through ends KILLED) and the entry exits 128 + the signal number (130, 143). Note: while a
 MindSpore graph step runs, MindSpore's own SIGINT handler turns Ctrl-C into a SIGTERM of the
 process, so a Ctrl-C mid-step arrives here as SIGTERM (exit 143).
+
+SLURM's warning before a job's time limit (SIGUSR2, `signal_delay_s` ahead) only sets a flag
+once `requeue_on` was called: the training loop checkpoints at its next step and raises
+`Requeued` (engine.callbacks.RequeueAtSignal), which leaves the job's runs open for the
+requeued job to continue.
 """
 
 from __future__ import annotations
@@ -35,7 +40,22 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+class Requeued(BaseException):
+    """The job stops for a requeue (SLURM's time-limit warning, or a preemption): not a
+    failure and not an interruption, so the runs it passes through stay open (RUNNING) and the
+    requeued job resumes them. `requeues` counts this one."""
+
+    def __init__(self, signum: int, requeues: int):
+        super().__init__(
+            f"{signal.Signals(signum).name}: stopping for requeue {requeues} of this job"
+        )
+        self.signum = signum
+        self.requeues = requeues
+
+
 _received: list[int] = []  # every signal _raise saw, in order
+_requeue_asked: list[int] = []  # signals that asked for a requeue, in order
+_requeue = {"armed": False, "before": 0}  # requeue_on called; requeues of this job before it
 
 
 def _raise(signum, frame):
@@ -50,6 +70,34 @@ def raise_if_received() -> None:
     The training loop calls this at every step, so such an interrupt still ends the run."""
     if _received:
         raise Interrupted(_received[-1])
+
+
+def requeue_on(sig: int, requeues_before: int) -> None:
+    """From now on `sig` only asks for a requeue (a flag the training loop reads at its next
+    step: an exception raised inside MindSpore's own code could be swallowed)."""
+    _requeue.update(armed=True, before=requeues_before)
+    _requeue_asked.clear()
+    signal.signal(sig, lambda signum, frame: _requeue_asked.append(signum))
+
+
+def requeue_off(sig: int) -> None:
+    """`sig` is ignored again (a job that cannot continue where it stopped, or may not be
+    requeued once more, trains on until its time limit)."""
+    signal.signal(sig, signal.SIG_IGN)
+    _requeue["armed"] = False
+    _requeue_asked.clear()
+
+
+def requeue_armed() -> bool:
+    return bool(_requeue["armed"])
+
+
+def requeue_asked() -> bool:
+    return bool(_requeue_asked)
+
+
+def raise_requeued() -> None:
+    raise Requeued(_requeue_asked[-1], int(_requeue["before"]) + 1)
 
 
 def install() -> None:

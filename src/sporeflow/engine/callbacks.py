@@ -19,6 +19,7 @@ import psutil
 from mindspore.train import Callback
 from tqdm.auto import tqdm
 
+from sporeflow.core import signals
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase, save_hooks_state
 from sporeflow.storage.checkpoints import checkpoint_files, prune, save_atomic
@@ -143,7 +144,7 @@ class ProgressBar(Callback):
         self.record = record
         self.bar = tqdm(
             total=record.epochs * record.steps_per_epoch,
-            initial=record.start_epoch * record.steps_per_epoch,
+            initial=record.steps_before,
             desc=stage,
             unit="step",
             dynamic_ncols=True,
@@ -236,7 +237,9 @@ class CheckpointEachEpoch(Callback):
 
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.<fmt>`; the stage's
     hooks' state beside it (`epoch_0003.hooks.json`, written first), so a resume from that
-    checkpoint gives every hook back what it knew then.
+    checkpoint gives every hook back what it knew then. A stop mid-epoch (a requeue) writes
+    `epoch_0003_step_00000150.<fmt>` (after epoch 3's, before epoch 4's by name), which also
+    holds `epoch_step`, the batches of epoch 4 already trained on.
     """
 
     def __init__(
@@ -258,18 +261,67 @@ class CheckpointEachEpoch(Callback):
         self.integrated_save = integrated_save
         self.hooks = list(hooks)
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        if cb.cur_epoch_num % self.every:
-            return
-        path = self.directory / f"epoch_{cb.cur_epoch_num:04d}.{self.fmt}"
+    def save(self, cb, epoch_step: int = 0) -> Path:
+        """The full checkpoint of the step `cb` is at: after `cb.cur_epoch_num` when
+        `epoch_step` is 0, else `epoch_step` batches into it."""
+        done = cb.cur_epoch_num - 1 if epoch_step else cb.cur_epoch_num
+        step = self.record.global_step(cb)
+        stem = f"epoch_{done:04d}" + (f"_step_{step:08d}" if epoch_step else "")
+        path = self.directory / f"{stem}.{self.fmt}"
         if self.hooks:
             save_hooks_state(path, self.hooks)
         save_atomic(
             cb.train_network,
             path,
-            append_dict={"epoch_num": cb.cur_epoch_num, "step_num": self.record.global_step(cb)},
+            append_dict={"epoch_num": done, "step_num": step, "epoch_step": epoch_step},
             integrated_save=self.integrated_save,
         )
         prune(checkpoint_files(self.directory, "epoch_*"), self.keep)
         prune(sorted(self.directory.glob("epoch_*.hooks.json")), self.keep)
+        return path
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        if cb.cur_epoch_num % self.every == 0:
+            self.save(cb)
+
+
+class RequeueAtSignal(Callback):
+    """Stops a stage for a requeue once it was asked (core.signals.requeue_on: SLURM's warning
+    before the time limit) at the next step where nothing is half done (not inside a gradient
+    accumulation): the record written (`flush`), a full checkpoint of that step, then
+    `Requeued`. At an epoch's last step it waits for the epoch's end (evaluation, checkpoint).
+    Runs last among a stage's callbacks; the last epoch's end just finishes the stage."""
+
+    def __init__(
+        self,
+        record: EventRecord,
+        checkpoints: CheckpointEachEpoch,
+        accumulation_steps: int = 1,
+        flush: Sequence[Callable[[], None]] = (),
+    ):
+        super().__init__()
+        self.record, self.checkpoints = record, checkpoints
+        self.accumulation_steps = accumulation_steps
+        self.flush = list(flush)
+
+    def _stop(self, cb, epoch_step: int) -> None:
+        for write in self.flush:
+            write()
+        if epoch_step or cb.cur_epoch_num % self.checkpoints.every:  # not saved at this end yet
+            self.checkpoints.save(cb, epoch_step)
+        signals.raise_requeued()
+
+    def on_train_step_end(self, run_context):
+        if not signals.requeue_asked():
+            return
+        cb = run_context.original_args()
+        in_epoch = self.record.step_in_epoch(cb)
+        whole = self.record.global_step(cb) % self.accumulation_steps == 0
+        if in_epoch < self.record.steps_per_epoch and whole:
+            self._stop(cb, in_epoch)
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        if signals.requeue_asked() and cb.cur_epoch_num < self.record.epochs:
+            self._stop(cb, 0)

@@ -21,22 +21,30 @@ class Event:
 class EventRecord:
     """What one stage has measured so far.
 
-    `start_epoch` is where a resumed stage continues: MindSpore's `Model.train(initial_epoch=e)`
-    restarts `cur_step_num` at 1 while `cur_epoch_num` stays absolute, so the record turns
-    MindSpore's step counter into the stage's global step.
+    `start_epoch` is where a resumed stage continues (and `start_batches`, the batches of its
+    next epoch it had trained on when it stopped mid-epoch): MindSpore's
+    `Model.train(initial_epoch=e)` restarts `cur_step_num` at 1 while `cur_epoch_num` stays
+    absolute, so the record turns MindSpore's step counter into the stage's global step.
     """
 
-    def __init__(self, epochs: int, steps_per_epoch: int, start_epoch: int = 0):
+    def __init__(
+        self, epochs: int, steps_per_epoch: int, start_epoch: int = 0, start_batches: int = 0
+    ):
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.start_epoch = start_epoch
+        self.steps_before = start_epoch * steps_per_epoch + start_batches
         self.evals: list[tuple[int, dict]] = []  # (epoch, {metric: value}), in epoch order
         self._latest: dict[str, Event] = {}
         self._queues: list[list[Event]] = []
 
     def global_step(self, cb_params) -> int:
         """The stage's global step from MindSpore's callback parameters."""
-        return self.start_epoch * self.steps_per_epoch + cb_params.cur_step_num
+        return self.steps_before + cb_params.cur_step_num
+
+    def step_in_epoch(self, cb_params) -> int:
+        """Batches of the current epoch trained so far (1 .. steps_per_epoch)."""
+        return self.global_step(cb_params) - (cb_params.cur_epoch_num - 1) * self.steps_per_epoch
 
     def put(self, name: str, value: float, step: int) -> None:
         event = Event(name, float(value), int(step))

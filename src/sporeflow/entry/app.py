@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 
 from sporeflow.config.components import build_model
 from sporeflow.config.facts import is_dim_reduce
@@ -31,7 +31,7 @@ from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.entry import messages
-from sporeflow.launch import msrun
+from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
 from sporeflow.storage.checkpoints import is_checkpoint
 from sporeflow.storage.run_marker import read_run_marker
@@ -173,6 +173,29 @@ def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
     return _run_as_launcher if msrun.needs_launch(cfg) else _run_stand_alone
 
 
+def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
+    """Under SLURM with requeues allowed (launch.slurm): a job that cannot continue where it
+    stopped (msrun workers, a pipeline) ignores the time-limit warning; a requeued job whose
+    run dir has its run continues it (resume=<its run dir>)."""
+    if not signals.requeue_armed():
+        return cfg
+    if msrun.needs_launch(cfg) or is_dim_reduce(cfg):  # refused at submission; by hand here
+        signals.requeue_off(signal.SIGUSR2)
+        return cfg
+    restarts = slurm.restart_count()
+    resuming = cfg.resume not in (False, "false", "False", "", None)
+    if not restarts or resuming or not read_run_marker(ctx.run_dir).get("mlflow_run_id"):
+        return cfg
+    print(
+        f"[sporeflow] SLURM requeued this job ({restarts} time(s)): it continues {ctx.run_dir}",
+        file=sys.stderr,
+    )
+    continued = cfg.copy()
+    with read_write(continued):
+        continued.resume = str(ctx.run_dir)
+    return continued
+
+
 def _checked_and_claimed(cfg: DictConfig, ctx: RunContext) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
     from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
@@ -195,6 +218,7 @@ def run_task(cfg: DictConfig) -> float:
     try:
         plain = _validated(cfg)
         if not worker:
+            plain = _after_requeue(plain, ctx)
             _checked_and_claimed(plain, ctx)
             _say_unused(plain, ctx.overrides)
         signals.install()

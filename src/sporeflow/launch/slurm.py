@@ -5,7 +5,13 @@ starts one sporeflow launcher per node, each running msrun for its node's worker
 SLURM they give a single node's values (node 0, 127.0.0.1).
 
 `verdict` is the other side: what SLURM's accounting says of a job that ended without a result
-(read by the process that submitted the sweep)."""
+(read by the process that submitted the sweep).
+
+A requeue (`hydra.launcher.max_num_timeout` > 0): SLURM warns a job `signal_delay_s` before its
+time limit (SIGUSR2); the job checkpoints at its next step, leaves its runs open and asks SLURM
+to queue it again (`requeue`); the requeued job (`restart_count` > 0) continues its run dir and
+runs. Only a job that trains in its own process without boost can continue where it stopped
+(`requeue_refusal`)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,41 @@ import subprocess
 
 def in_slurm() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+
+
+def restart_count() -> int:
+    """How often SLURM has requeued this job (its time limit, a preemption, a lost node)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", 0) or 0) if in_slurm() else 0
+
+
+def requeue_this_job() -> str:
+    """Ask SLURM to put this job back on the queue (it ends this run of it); "" when done,
+    else why not."""
+    answer = _ask("scontrol", "requeue", os.environ["SLURM_JOB_ID"])
+    return answer if answer.startswith("(") else ""
+
+
+def requeue_refusal(launcher: dict, parallel_workers: int, dim_reduce: bool) -> str | None:
+    """Why a sweep's jobs cannot be requeued with these settings (one line), else None."""
+    times = int(launcher.get("max_num_timeout") or 0)
+    if times <= 0:
+        return None
+    key = f"hydra.launcher.max_num_timeout={times}"
+    if parallel_workers > 1 or dim_reduce:
+        return (
+            f"{key}: a requeued job continues where it stopped only when it trains in its own "
+            "process without boost (parallel=none, boost=none; this job: "
+            f"{'boost=dim_reduce' if dim_reduce else f'{parallel_workers} workers'}); "
+            "set it to 0 (the job then ends at its time limit)"
+        )
+    delay, limit = int(launcher.get("signal_delay_s", 0)), int(launcher.get("timeout_min", 0))
+    if delay >= limit * 60:
+        return (
+            f"hydra.launcher.signal_delay_s={delay}: SLURM's warning must come before the "
+            f"time limit (hydra.launcher.timeout_min={limit}, {limit * 60} s), or every "
+            "requeued job is told to stop as it starts"
+        )
+    return None
 
 
 def node_rank() -> int:

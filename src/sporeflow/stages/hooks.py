@@ -2,7 +2,8 @@
 guard (stop before anything sees diverged weights) -> measure (snapshots, throughput, loss,
 eval) -> the user's hooks (`callbacks.hooks`; they read what was measured) -> write the record
 to MLflow (rank 0) -> act on it (best-k, epoch checkpoints with every user hook's state) ->
-the sweep's pruner -> show it (progress bar, rank 0).
+the sweep's pruner -> show it (progress bar, rank 0) -> stop for a requeue once SLURM asked
+(all of this step's and epoch's work done and saved).
 
 Writing before checkpointing keeps this true: when epoch e's checkpoint exists, epoch e's
 metrics are in the journal, so a resumed run continues them exactly."""
@@ -20,6 +21,7 @@ from sporeflow.engine.callbacks import (
     CheckpointEachEpoch,
     EvalEachEpoch,
     ProgressBar,
+    RequeueAtSignal,
     StepLoss,
     Throughput,
 )
@@ -116,12 +118,16 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
     if main:  # the loss is read to the host only where something shows or writes it
         ordered.append(StepLoss(record, cfg.callbacks.log_every_n_steps))
     ordered += [evaluator, *user]
-    if main:
-        ordered.append(MlflowWriter(record, run))
-    ordered += _checkpoints(stage, record, user)
+    writer = MlflowWriter(record, run) if main else None
+    ordered += [writer] if writer else []
+    checkpoints = _checkpoints(stage, record, user)
+    ordered += checkpoints
     reporter = pruning.for_stage(cfg, stage.spec.name, record, stage.worker)
     if reporter is not None:  # after the epoch is saved
         ordered.append(reporter)
     if main and cfg.callbacks.progress_bar:
         ordered.append(ProgressBar(record, stage.spec.name))
+    flush = [writer.write] if writer else []
+    accumulation = cfg.train.accumulation_steps
+    ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush))
     return StageHooks(ordered, throughput, evaluator, user)

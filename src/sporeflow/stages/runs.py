@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
+from sporeflow.core.signals import Requeued
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.sync import sync, wait_for_writers
@@ -81,13 +82,19 @@ def record_config(
 
 
 PRUNED_TAG = "sporeflow.pruned"
+REQUEUES_TAG = "sporeflow.requeues"
 
 
 def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
     """Run fn(); the MLflow run ends FINISHED, or KILLED (Ctrl-C; a pruned trial, the pruner's
-    reason in `sporeflow.pruned`) / FAILED if fn raises, the reason in `sporeflow.failure`."""
+    reason in `sporeflow.pruned`) / FAILED if fn raises, the reason in `sporeflow.failure`. A
+    job stopped for a requeue leaves it RUNNING (`sporeflow.requeues` counts them): the
+    requeued job continues it."""
     try:
         result = fn()
+    except Requeued as ex:
+        run.set_tags({REQUEUES_TAG: ex.requeues})
+        raise
     except KeyboardInterrupt:
         run.end("KILLED")
         raise

@@ -49,6 +49,7 @@ class PreparedStage:
     ckpt_dir: Path
     worker: Worker
     start_epoch: int
+    start_batches: int  # of epoch start_epoch + 1, trained before a stop mid-epoch
     resumed_from: Path | None  # the checkpoint a resumed stage continues from
     train_data: object
     eval_data: object
@@ -70,14 +71,24 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
     if worker.is_main:
         log.info("stage %s: building the network and its train step", spec.name)
     ckpt_dir = checkpoint_dir(spec.stage_dir, worker.rank, worker.world_size)
-    start_epoch, state, path = 0, None, None
+    start_epoch, start_batches, state, path = 0, 0, None, None
     if resume:
         path, state = newest_complete_checkpoint(ckpt_dir)
         start_epoch = int(state["epoch_num"].asnumpy())
-        log.info("resuming %s from %s (epoch %d)", spec.name, path, start_epoch)
+        if "epoch_step" in state:  # written mid-epoch (a requeue): the batches already trained
+            start_batches = int(state["epoch_step"].asnumpy())
+        log.info(
+            "resuming %s from %s (epoch %d, %d batches into the next)",
+            spec.name,
+            path,
+            start_epoch,
+            start_batches,
+        )
     train_data = data.create(
         "train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args()
     )
+    if start_batches:  # MindSpore's own fast-forward: its first epoch starts after them
+        train_data.set_init_step(start_batches)
     steps_per_epoch = train_data.get_dataset_size()
     if steps_per_epoch == 0:
         raise DataError(
@@ -93,6 +104,7 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
         ckpt_dir,
         worker,
         start_epoch,
+        start_batches,
         path,
         train_data,
         data.create("test"),
@@ -163,7 +175,7 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     if stage.worker.is_main:
         _tag_batching(stage, run)
         record_data(run, stage.data)
-    record = EventRecord(spec.epochs, stage.steps_per_epoch, stage.start_epoch)
+    record = EventRecord(spec.epochs, stage.steps_per_epoch, stage.start_epoch, stage.start_batches)
     hooks = stage_hooks(stage, record, run)
     _fit(stage, record, hooks)
     latest = record.latest_eval()

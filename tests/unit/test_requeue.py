@@ -1,0 +1,104 @@
+"""A job warned before its SLURM time limit (issue 36 item 3), in this process: it stops at the
+next step with a full checkpoint of that step and its run left RUNNING; the requeued job (SLURM
+says so in SLURM_RESTART_COUNT) continues the same run dir and MLflow run, and ends with the
+weights and the metric history of a job that was never stopped. The real scheduler's side
+(SIGUSR2 from SLURM, `scontrol requeue`, the sweep waiting) is tests/e2e/test_slurm_cluster.py."""
+
+from __future__ import annotations
+
+import signal
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from helpers.inprocess import TINY, run_train_here
+from helpers.requeue import signal_at, slurm_env
+from helpers.store import runs_of
+from sporeflow.core import signals
+from sporeflow.launch.slurm import requeue_refusal
+
+JOB = [*TINY, "epochs=3", "seed=5"]  # 128 images in batches of 32: 4 steps an epoch
+
+
+@pytest.fixture
+def armed():
+    """SIGUSR2 asks for a requeue, as sporeflow's SLURM launcher arms it in a job."""
+    before = signal.getsignal(signal.SIGUSR2)
+    yield lambda restarts: signals.requeue_on(signal.SIGUSR2, restarts)
+    signals.requeue_off(signal.SIGUSR2)
+    signal.signal(signal.SIGUSR2, before)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The same job never stopped (its warning never comes): (its run, final weights)."""
+    launch = tmp_path_factory.mktemp("straight")
+    proc = run_train_here([*JOB, signal_at(10**9)], launch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = runs_of(launch)
+    return run, weights(launch / "run" / "checkpoints" / "final.ckpt"), launch
+
+
+def weights(path) -> dict:
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+
+
+def history(launch, run, key: str) -> list[tuple[int, float]]:
+    client = MlflowClient(f"sqlite:///{launch}/mlflow.db")
+    return sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+
+
+@pytest.mark.parametrize(
+    ("warned_at", "kept"),
+    [(6, "epoch_0001_step_00000006.ckpt"), (4, "epoch_0001.ckpt")],
+    ids=["mid-epoch", "at-an-epoch-end"],
+)
+def test_a_warned_job_stops_at_the_next_step_and_its_requeue_finishes_the_same_run(
+    straight, armed, tmp_path, warned_at, kept
+):
+    job = [*JOB, signal_at(warned_at)]
+    armed(0)
+    with pytest.raises(signals.Requeued):
+        run_train_here(job, tmp_path, env=slurm_env(0))
+    (stopped,) = runs_of(tmp_path)
+    assert stopped.info.status == "RUNNING" and stopped.data.tags["sporeflow.requeues"] == "1"
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / kept).is_file() and not (checkpoints / "final.ckpt").exists()
+    steps = [s for s, _ in history(tmp_path, stopped, "train/loss")]
+    assert steps == list(range(1, warned_at + 1)), "every step's loss written before the stop"
+
+    armed(1)
+    proc = run_train_here(job, tmp_path, env=slurm_env(1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SLURM requeued this job (1 time(s)): it continues" in proc.stderr
+    (run,) = runs_of(tmp_path)
+    assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
+    reference, want, ref_launch = straight
+    for key in ("train/loss", "eval/acc", "eval/loss"):
+        got, expected = history(tmp_path, run, key), history(ref_launch, reference, key)
+        assert [s for s, _ in got] == [s for s, _ in expected], f"{key}: each step once"
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-5)
+    got = weights(checkpoints / "final.ckpt")
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
+
+
+@pytest.mark.parametrize(
+    ("launcher", "workers", "dim_reduce", "says"),
+    [
+        ({**LAUNCHER, "max_num_timeout": 0}, 8, True, None),
+        (LAUNCHER, 1, False, None),
+        (LAUNCHER, 2, False, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
+        (LAUNCHER, 1, True, "(parallel=none, boost=none; this job: boost=dim_reduce)"),
+        ({**LAUNCHER, "signal_delay_s": 90}, 1, False, "hydra.launcher.signal_delay_s=90:"),
+    ],
+)
+def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, dim_reduce, says):
+    refusal = requeue_refusal(launcher, workers, dim_reduce)
+    assert refusal == says if says is None else says in refusal

@@ -10,6 +10,7 @@ with the reason otherwise."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +36,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = REPO / "scripts" / "slurm-two-nodes.sh"
 NODE0 = "10.77.0.1"
+TWO_NODES = ("parallel=data2", "parallel.nodes=2")
 
 
 class Cluster:
@@ -49,9 +52,12 @@ class Cluster:
             **kwargs,
         )
 
-    def sweep_command(self, launch: Path, *args: str) -> list[str]:
-        """`python train.py -m cluster=slurm parallel=data2 parallel.nodes=2 ARGS` submitted
-        from node0, sweep dir launch/multirun, tracked in the cluster's MLflow server."""
+    def sweep_command(
+        self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
+    ) -> list[str]:
+        """`python train.py -m cluster=slurm parallel=data2 parallel.nodes=2 ARGS` (another
+        `parallel`: e.g. one stand-alone node) submitted from node0, sweep dir
+        launch/multirun, tracked in the cluster's MLflow server."""
         return [
             str(SCRIPT),
             "run",
@@ -63,8 +69,7 @@ class Cluster:
             str(TRAIN),
             "-m",
             "cluster=slurm",
-            "parallel=data2",
-            "parallel.nodes=2",
+            *parallel,
             "hydra.launcher.cpus_per_task=1",  # SLURM's count; the workers' threads are sporeflow's
             "hydra.launcher.partition=debug",
             f"tracking.uri={self.server}",
@@ -73,11 +78,13 @@ class Cluster:
             *args,
         ]
 
-    def start_sweep(self, launch: Path, *args: str) -> subprocess.Popen:
+    def start_sweep(
+        self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
+    ) -> subprocess.Popen:
         """The sweep started (its own session: a Ctrl-C to its group reaches it alone), once
         its job 0 trains (its MLflow run exists)."""
         sweep = subprocess.Popen(
-            self.sweep_command(launch, *args),
+            self.sweep_command(launch, *args, parallel=parallel),
             cwd=launch,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -397,3 +404,127 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
         60,
         "node1 did not come back",
     )
+
+
+@contextlib.contextmanager
+def requeued_jobs_released(cluster: Cluster):
+    """While inside, a requeued job waits for no one: SLURM holds a requeued job for 120 s
+    (BeginTime) before it may start again; this lifts the hold at once, as an admin can
+    (`scontrol update StartTime=now`), from a thread that looks every second."""
+    stop = threading.Event()
+
+    def release():
+        while not stop.wait(1.0):
+            held = cluster.on_node0("squeue", "-h", "-t", "PD", "-o", "%i %r").stdout.split()
+            for job, reason in zip(held[::2], held[1::2], strict=True):
+                if reason == "BeginTime":
+                    cluster.on_node0("scontrol", "update", f"jobid={job}", "StartTime=now")
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def epochs_saved(job_dir: Path) -> int:
+    """The newest whole epoch a job's checkpoints hold (0 before the first)."""
+    found = [
+        int(p.stem[6:]) for p in (job_dir / "checkpoints").glob("epoch_[0-9][0-9][0-9][0-9].ckpt")
+    ]
+    return max(found, default=0)
+
+
+def submitted(launch: Path) -> str | None:
+    """The SLURM job id of a one-job sweep (submitit's log folder is named after it), once
+    submitted."""
+    folder = launch / "multirun" / ".submitit"
+    found = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+    return found[0] if found else None
+
+
+def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cluster, tmp_path):
+    """issue 36 item 3. Two one-node sweeps side by side, one stand-alone job each.
+    A (a 10-minute limit, hydra.launcher.max_num_timeout=2) is warned twice while it trains
+    with SIGUSR2 sent the way SLURM sends it before a limit (scancel --signal, to the job's
+    steps): each time it checkpoints, is requeued and continues: one FINISHED run with
+    `sporeflow.requeues` 2, every epoch's evaluation and every step's loss once.
+    B (a two-minute limit, signal_delay_s=30, max_num_timeout=1) gets SLURM's own timed
+    warning (30-90 s into the job: SLURM's timer may send it up to a minute early, so a
+    one-minute limit could warn a job still starting, before it can handle the signal):
+    requeued once, its second run may not be requeued again, trains on and SLURM ends it at
+    its limit: the run ends KILLED, the sweep names TIMEOUT after the requeues allowed."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    alone = ("parallel=standalone",)
+    command_a = cluster.sweep_command(
+        a, "epochs=30", "hydra.launcher.max_num_timeout=2", "seed=4", parallel=alone
+    )
+    command_b = cluster.sweep_command(
+        b,
+        "epochs=5000",
+        "hydra.launcher.timeout_min=2",
+        "hydra.launcher.signal_delay_s=30",
+        "hydra.launcher.max_num_timeout=1",
+        parallel=alone,
+    )
+    sweeps = []
+    with requeued_jobs_released(cluster):
+        try:
+            for command, launch in ((command_a, a), (command_b, b)):
+                sweeps.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=launch,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                        start_new_session=True,
+                    )
+                )
+            job_a = wait_until(lambda: submitted(a), 120, "job A was not submitted")
+            for requeue, epoch in ((1, 3), (2, 10)):
+                wait_until(
+                    lambda e=epoch: epochs_saved(a / "multirun" / "0") >= e, 240, "no progress"
+                )
+                warned = cluster.on_node0("scancel", "--signal=USR2", job_a)
+                assert warned.returncode == 0, warned.stderr
+                wait_until(
+                    lambda r=requeue: requeues_of(cluster, a) == str(r),
+                    120,
+                    f"job A was not requeued a {requeue}. time",
+                )
+            out_a, _ = sweeps[0].communicate(timeout=600)
+            out_b, _ = sweeps[1].communicate(timeout=600)
+        finally:
+            for sweep in sweeps:
+                if sweep.poll() is None:
+                    os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweeps[0].returncode == 0, out_a[-4000:]
+    client = MlflowClient(f"sqlite:///{cluster.store}")
+    job = sweep_runs(cluster, a)[1][0]
+    assert job.info.status == "FINISHED" and job.data.tags["sporeflow.requeues"] == "2"
+    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "eval/acc"))
+    steps_per_epoch = int(job.data.tags["batch.steps_per_epoch"])
+    assert evals == [e * steps_per_epoch for e in range(1, 31)], "every epoch evaluated once"
+    losses = sorted(m.step for m in client.get_metric_history(job.info.run_id, "train/loss"))
+    assert losses == list(range(1, 30 * steps_per_epoch + 1)), "every step's loss once"
+    assert (a / "multirun" / "0" / "checkpoints" / "final.ckpt").is_file()
+
+    assert sweeps[1].returncode == 1, out_b[-4000:]
+    parent, jobs = sweep_runs(cluster, b)
+    failure = parent.data.tags["sporeflow.failure"]
+    assert ": TIMEOUT (past its time limit" in failure, failure
+    assert "after the requeues allowed (hydra.launcher.max_num_timeout=1)" in failure, failure
+    assert jobs[0].info.status == "KILLED" and jobs[0].data.tags["sporeflow.requeues"] == "1"
+    print(next(line for line in out_b.splitlines() if "TIMEOUT" in line))
+    no_job_process_left(cluster)
+    assert not squeue(cluster)
+
+
+def requeues_of(cluster: Cluster, launch: Path) -> str | None:
+    """The `sporeflow.requeues` tag of a one-job sweep's run (None before it has one)."""
+    jobs = sweep_runs(cluster, launch)[1]
+    return jobs[0].data.tags.get("sporeflow.requeues") if 0 in jobs else None

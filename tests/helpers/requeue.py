@@ -7,18 +7,24 @@ from __future__ import annotations
 import os
 import signal
 
+import psutil
+
 from sporeflow.engine.hooks import HookBase
 
 
 class SignalAtStep(HookBase):
-    """SIGUSR2 to this process once the stage's global step reaches `step`."""
+    """SIGUSR2 to this process and every process it started (SLURM signals every process of a
+    job step: the tracking writer too) once the stage's global step reaches `step`."""
 
     def __init__(self, step: int):
         self.step = step
 
     def after_step(self, step: int) -> None:
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGUSR2)
+        if step != self.step:
+            return
+        for child in psutil.Process().children(recursive=True):
+            child.send_signal(signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGUSR2)
 
 
 def signal_at(step: int) -> str:

@@ -69,7 +69,7 @@ def test_a_warned_job_stops_at_the_next_step_and_its_requeue_finishes_the_same_r
     steps = [s for s, _ in history(tmp_path, stopped, "train/loss")]
     assert steps == list(range(1, warned_at + 1)), "every step's loss written before the stop"
 
-    armed(1)
+    signals.requeue_off(signal.SIGUSR2)  # its last requeue allowed: the launcher arms nothing
     proc = run_train_here(job, tmp_path, env=slurm_env(1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SLURM requeued this job (1 time(s)): it continues" in proc.stderr
@@ -102,3 +102,32 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
 def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, dim_reduce, says):
     refusal = requeue_refusal(launcher, workers, dim_reduce)
     assert refusal == says if says is None else says in refusal
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (
+            ["parallel=data2", "hydra.launcher.max_num_timeout=2"],
+            "Config error: hydra.launcher.max_num_timeout=2: a requeued job continues",
+        ),
+        (
+            [
+                "hydra.launcher.max_num_timeout=1",
+                "hydra.launcher.timeout_min=1",
+                "hydra.launcher.signal_delay_s=90",
+            ],
+            "Config error: hydra.launcher.signal_delay_s=90: SLURM's warning must come before",
+        ),
+    ],
+)
+def test_a_sweep_whose_jobs_could_not_continue_is_refused_before_any_is_submitted(
+    tmp_path, extra, says
+):
+    """Refused by the SLURM launcher before sbatch is called, in one line, and no sweep run
+    is made (the sweep callback asks the same question before its parent run)."""
+    proc = run_train_here(["-m", "cluster=slurm", *TINY, *extra], tmp_path, run_dir=None)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(says), line
+    assert not runs_of(tmp_path)

@@ -55,7 +55,8 @@ class SlurmLauncher(HydraSlurm):
             signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         try:
             return super().__call__(*args, **kwargs)
-        except signals.Requeued as stop:
+        except signals.Requeued as stop:  # its runs are open and its record durable
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SLURM's end of this run of the job
             why_not = slurm.requeue_this_job()
             print(
                 f"[sporeflow] {stop}: " + (why_not or "requeued; it continues where it stopped"),

@@ -14,12 +14,13 @@ requeued job to continue.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -78,6 +79,19 @@ def requeue_on(sig: int, requeues_before: int) -> None:
     _requeue.update(armed=True, before=requeues_before)
     _requeue_asked.clear()
     signal.signal(sig, lambda signum, frame: _requeue_asked.append(signum))
+
+
+@contextlib.contextmanager
+def kept_from_children(sig: int) -> Iterator[None]:
+    """Processes started inside have `sig` blocked from their first instruction (a signal mask
+    is inherited across exec; a handler is not): SLURM's time-limit warning goes to every
+    process of a job step, and a helper process (the tracking writer) must not die of it. A
+    `sig` this process receives meanwhile waits and is handled on the way out."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def requeue_off(sig: int) -> None:

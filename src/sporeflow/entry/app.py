@@ -174,17 +174,16 @@ def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
 
 
 def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
-    """Under SLURM with requeues allowed (launch.slurm): a job that cannot continue where it
-    stopped (msrun workers, a pipeline) ignores the time-limit warning; a requeued job whose
-    run dir has its run continues it (resume=<its run dir>)."""
-    if not signals.requeue_armed():
-        return cfg
-    if msrun.needs_launch(cfg) or is_dim_reduce(cfg):  # refused at submission; by hand here
+    """A job SLURM requeued (launch.slurm.restart_count) whose run dir has its run continues
+    it (resume=<its run dir>) - when it can: not a job of msrun workers or a pipeline, which
+    also ignore the time-limit warning if sporeflow's SLURM launcher armed it."""
+    continues = not (msrun.needs_launch(cfg) or is_dim_reduce(cfg))
+    if not continues and signals.requeue_armed():  # refused at submission; by hand here
         signals.requeue_off(signal.SIGUSR2)
-        return cfg
     restarts = slurm.restart_count()
     resuming = cfg.resume not in (False, "false", "False", "", None)
-    if not restarts or resuming or not read_run_marker(ctx.run_dir).get("mlflow_run_id"):
+    marked = bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
+    if not (continues and restarts and marked) or resuming:
         return cfg
     print(
         f"[sporeflow] SLURM requeued this job ({restarts} time(s)): it continues {ctx.run_dir}",

@@ -39,6 +39,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import race, search_space
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -142,7 +143,7 @@ class SweepRun(Callback):
                 race.checked(sweeper, task)
         except ConfigError:
             return False
-        return True
+        return not _requeue_refused(config)
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
         study = study_tags(config)
@@ -296,6 +297,15 @@ class SweepRun(Callback):
             return
         tracker.delete_run(self.run_id)
         print(f"[sporeflow] sweep: no job ran, so it leaves no MLflow run {hint}", file=sys.stderr)
+
+
+def _requeue_refused(config: DictConfig) -> bool:
+    """SLURM requeue settings the launcher refuses before submitting (launch.slurm)."""
+    if not _on_a_cluster(config):
+        return False
+    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    workers = int(config.parallel.workers)
+    return slurm.requeue_refusal(launcher, workers, is_dim_reduce(config)) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

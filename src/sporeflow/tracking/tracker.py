@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sporeflow.core import signals
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
 from sporeflow.storage.files import sha256_file
@@ -170,7 +172,10 @@ class Tracker:
             )
         assert self._journal is not None
         journal = self._journal.path
-        with open(sibling(journal, ".writer.log"), "a") as writer_log:  # the child keeps its copy
+        with (
+            open(sibling(journal, ".writer.log"), "a") as writer_log,  # the child keeps its copy
+            signals.kept_from_children(signal.SIGUSR2),  # SLURM's warning is the trainer's
+        ):
             self._writer = subprocess.Popen(
                 [sys.executable, "-m", "sporeflow.tracking.writer", str(journal)],
                 stdin=subprocess.DEVNULL,

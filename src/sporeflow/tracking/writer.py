@@ -143,7 +143,8 @@ def become_writer(log_file: Path) -> None:
     """What a writer process is (this one and the sweep's): MLflow's telemetry off unless the
     user chose it, a log file of its own, nice 10 (training comes first for the CPU: records
     only wait in their journal), Ctrl-C ignored (its owner decides when to stop), SIGTERM a
-    stop after the write in progress."""
+    stop after the write in progress; SIGUSR2 ignored (its trainer started it with the signal
+    blocked: core.signals.kept_from_children)."""
     telemetry.off_unless_chosen()
     logging.basicConfig(
         filename=log_file,
@@ -152,6 +153,7 @@ def become_writer(log_file: Path) -> None:
     )
     os.nice(10)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: the trainer's
     signal.signal(signal.SIGTERM, lambda *_: setattr(StopRequest, "requested", True))
 
 

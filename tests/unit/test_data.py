@@ -102,6 +102,16 @@ def test_sampler_epoch_order_depends_only_on_seed_and_epoch():
     assert list(EpochSampler(10, seed=5, shuffle=False)) == list(range(10))
 
 
+def test_the_sampler_keeps_no_record_per_epoch_in_mindspores_get_indices():
+    """MindSpore's engine calls Sampler.get_indices once per epoch; its base class keeps each
+    epoch's batch sizes, so a long run grew by 8 bytes per row per epoch (the soak)."""
+    sampler = EpochSampler(1000, seed=3)
+    got = [sampler.get_indices() for _ in range(50)]
+    assert len(sampler.batch_sizes) <= 2, "at most the last epoch's and this one's"
+    for epoch in (0, 1, 49):
+        assert got[epoch].tolist() == EpochSampler(1000, seed=3).epoch_indices(epoch).tolist()
+
+
 def test_resumed_pipeline_replays_the_same_batches():
     data = Digits(batch_size=64, mean=0.0, std=1.0)
     run = data.create("train", seed=9)

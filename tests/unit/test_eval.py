@@ -273,20 +273,13 @@ def test_a_registered_model_version_or_alias_is_a_source(trained):
         assert run.data.tags["sporeflow.source"] == uri
         assert run.data.tags["sporeflow.source_run"] == source.info.run_id
         assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
-    proc = evaluate(launch, "refused", "source=models:/tiny-digits/9")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(
-        "Config error: source=models:/tiny-digits/9: no such registered model"
-    ), line
-    # a version registered from a path names no run: refused as such, not as missing
+    # a missing version, and one registered from a path (it names no run): each its own line
     client.create_model_version("tiny-digits", source=str(launch / "run"))
-    proc = evaluate(launch, "refused_pathonly", "source=models:/tiny-digits/2")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(
-        "Config error: source=models:/tiny-digits/2: this version names no run"
-    ), line
+    for version, says in (("9", "no such registered model"), ("2", "this version names no run")):
+        proc = evaluate(launch, f"refused_{version}", f"source=models:/tiny-digits/{version}")
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"Config error: source=models:/tiny-digits/{version}: {says}"), line
 
 
 def artifact_file(launch, run, name: str):

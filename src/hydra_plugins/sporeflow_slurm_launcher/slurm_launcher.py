@@ -192,6 +192,8 @@ class SlurmLauncher(HydraSlurm):
 
     def _check_requeue(self, overrides: Sequence[str], num: int) -> None:
         """A job that could not continue after a requeue is refused before any is submitted."""
+        if int(self.params.get("max_num_timeout") or 0) <= 0:
+            return  # no requeue: nothing to compose
         config = self._job_config(overrides, num)
         refusal = slurm.requeue_refusal(
             self.params, int(config.parallel.workers), is_dim_reduce(config)

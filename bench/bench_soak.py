@@ -1,5 +1,5 @@
-"""A soak (issue 36 item 6): one default job (LeNet-5 on digits, tracked in the launch dir's
-sqlite store, checkpoints every epoch) trains for MINUTES, and every INTERVAL seconds the
+"""A soak (issue 36 item 6, BENCHMARKS table 16): one default job (LeNet-5 on digits, tracked
+in the launch dir's sqlite store, checkpoints every epoch) trains for MINUTES, and every INTERVAL seconds the
 trainer's and its tracking writer's resident memory and open files, the run dir's checkpoints,
 its journal, the rest of it and the MLflow store are sampled. After a warm-up (the first
 quarter) each quantity's growth is fitted per hour (least squares) and set against what is

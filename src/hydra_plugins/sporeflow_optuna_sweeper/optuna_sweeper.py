@@ -75,7 +75,8 @@ class SporeflowOptunaSweeperConf:
     sampler: str = "tpe"
     """`tpe`, `random`, or `grid` (every point of a choice/range space once, in order)."""
     seed: int = 1
-    """The sampler's seed."""
+    """The sampler's seed (a continued study's sampler: this plus the trials it holds, so it
+    does not draw the first sweep's points again)."""
     n_startup_trials: int = 4
     """Random trials before TPE models the results; also the trials that complete before any
     is pruned."""
@@ -153,14 +154,12 @@ class OptunaSweeper(LaunchingSweeper):
             "seed_statistic": self.seed_statistic,
         }
 
-    def _sampler(self):
+    def _sampler(self, seed: int):
         import optuna
 
         if self.sampler == "tpe":
-            return optuna.samplers.TPESampler(
-                seed=self.seed, n_startup_trials=self.n_startup_trials
-            )
-        return optuna.samplers.RandomSampler(seed=self.seed)  # grid: every trial is enqueued
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials)
+        return optuna.samplers.RandomSampler(seed=seed)  # grid: every trial is enqueued
 
     def _open_study(self, launch_dir: Path, distributions: dict):
         import optuna
@@ -171,10 +170,13 @@ class OptunaSweeper(LaunchingSweeper):
         study = optuna.create_study(
             study_name=self.study_name,
             storage=shared.storage(url, self.heartbeat_interval),
-            sampler=self._sampler(),
+            sampler=self._sampler(self.seed),
             load_if_exists=True,
             direction=direction,
         )
+        held = len(study.get_trials(deepcopy=False))
+        if held:  # a continued study: new draws, not the first sweep's random start-up again
+            study.sampler = self._sampler(self.seed + held)
         where = redacted(url) if url else "memory"
         if study.direction.name.lower() != direction:
             raise ConfigError(

@@ -95,7 +95,7 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
         ({**LAUNCHER, "max_num_timeout": 0}, 8, True, None),
         (LAUNCHER, 1, False, None),
         (LAUNCHER, 2, False, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
-        (LAUNCHER, 1, True, "(parallel=none, boost=none; this job: boost=dim_reduce)"),
+        (LAUNCHER, 1, True, "(parallel=standalone, boost=none; this job: boost=dim_reduce)"),
         ({**LAUNCHER, "signal_delay_s": 90}, 1, False, "hydra.launcher.signal_delay_s=90:"),
     ],
 )

@@ -34,7 +34,7 @@ from sporeflow.entry import messages
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
 from sporeflow.storage.checkpoints import is_checkpoint
-from sporeflow.storage.run_marker import read_run_marker
+from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
 log = logging.getLogger("sporeflow")
@@ -181,9 +181,8 @@ def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
     if not continues and signals.requeue_armed():  # refused at submission; by hand here
         signals.requeue_off(signal.SIGUSR2)
     restarts = slurm.restart_count()
-    resuming = cfg.resume not in (False, "false", "False", "", None)
     marked = bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
-    if not (continues and restarts and marked) or resuming:
+    if not (continues and restarts and marked) or not resume_off(cfg.resume):
         return cfg
     print(
         f"[sporeflow] SLURM requeued this job ({restarts} time(s)): it continues {ctx.run_dir}",
@@ -238,8 +237,7 @@ def run_task(cfg: DictConfig) -> float:
 def run_started(cfg: DictConfig, ctx: RunContext) -> bool:
     """Whether this job has an MLflow run to end (its marker is in the run dir) or continues
     one (resume=): an interruption before that leaves nothing to mark or continue."""
-    resuming = cfg.resume not in (False, "false", "False", "", None)
-    return resuming or bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
+    return not resume_off(cfg.resume) or bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
 
 
 def remove_unused_run_dir(run_dir: Path) -> None:

@@ -44,7 +44,7 @@ def requeue_refusal(launcher: dict, parallel_workers: int, dim_reduce: bool) -> 
     if parallel_workers > 1 or dim_reduce:
         return (
             f"{key}: a requeued job continues where it stopped only when it trains in its own "
-            "process without boost (parallel=none, boost=none; this job: "
+            "process without boost (parallel=standalone, boost=none; this job: "
             f"{'boost=dim_reduce' if dim_reduce else f'{parallel_workers} workers'}); "
             "set it to 0 (the job then ends at its time limit)"
         )

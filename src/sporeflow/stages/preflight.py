@@ -21,7 +21,7 @@ from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
 )
-from sporeflow.storage.run_marker import find_resume_dir
+from sporeflow.storage.run_marker import find_resume_dir, resume_off
 from sporeflow.tracking.store import store_refusal
 from sporeflow.tracking.tracker import Tracker
 
@@ -59,7 +59,7 @@ def check_store(tracking: DictConfig) -> None:
 
 def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
     """The folder, a readable checkpoint in it, and that it is a checkpoint of this network."""
-    if cfg.resume in (False, "false", "False", "", None):
+    if resume_off(cfg.resume):
         return
     try:
         run_dir = find_resume_dir(cfg.resume, ctx.launch_dir)

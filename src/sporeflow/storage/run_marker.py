@@ -28,9 +28,14 @@ def read_run_marker(run_dir: Path) -> dict:
         return {}
 
 
+def resume_off(resume: bool | str | None) -> bool:
+    """Whether `resume=` asks for no resume (false, as Hydra or a user may spell it)."""
+    return resume is False or resume in ("false", "False", "", None)
+
+
 def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
     """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
-    if resume is False or resume in ("false", "False", "", None):
+    if resume_off(resume):
         return None
     if resume is True or resume in ("true", "True"):
         markers = sorted(

@@ -129,9 +129,8 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
     """While held, no other job of this launch dir can finish a run with this fingerprint:
     rank 0 holds the lock (the other ranks wait at a barrier), so every rank's lookup inside
     sees the same store. On a store other machines reach, it also waits while another machine
-    trains a run with this fingerprint (`tag`), to reuse it. The lock is let go once the store
-    has the run this turn trained (the journal's writer applied it), or after
-    tracking.drain_timeout: the next job then finds it, or trains its own."""
+    trains a run with this fingerprint (`tag`), to reuse it. A turn that trains calls
+    `published` before it ends, so the lock passes once the next job can find the run."""
     if not worker.is_main:
         barrier(worker)
         yield
@@ -148,11 +147,16 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
         wait_for_other_machines(tracker, tag, fingerprint, what)
         barrier(worker)
         yield
-        if not tracker.wait_applied(tracker.drain_timeout):
-            log.warning(
-                "%s: the MLflow store does not have its run yet; other jobs may train their own",
-                what,
-            )
+
+
+def published(tracker: Tracker, what: str) -> None:
+    """Wait (inside the turn) until the store has the run the turn trained (its writer applied
+    the journal), at most tracking.drain_timeout: the next job then finds it, or trains its own.
+    A turn that reused a run has nothing new to wait for (a sweep's jobs after its first)."""
+    if not tracker.wait_applied(tracker.drain_timeout):
+        log.warning(
+            "%s: the MLflow store does not have its run yet; other jobs may train their own", what
+        )
 
 
 STALE_S = 600.0  # a RUNNING run silent this long belongs to a machine that is gone

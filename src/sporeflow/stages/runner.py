@@ -137,6 +137,8 @@ class StageRunner:
                 return found
             result = train()
             self.share(result, spec)
+            if self.worker.is_main:
+                reuse.published(self.tracker, spec.name)
             return result
 
     def find_reusable(self, spec: StageSpec, usable) -> StageResult | None:

@@ -205,6 +205,11 @@ class Store:
         self.connect()
         return self._client
 
+    def preload(self) -> None:
+        """Import MLflow's client now (seconds), while this process waits for something else:
+        the first read then opens the store without it."""
+        _import_client(self.uri)
+
     def call(self, what: str, fn: Callable[[], T], busy_retries=BUSY_RETRIES) -> T:
         """fn(), retried while a sqlite store is busy; StoreError (or Rejected) otherwise."""
         for pause in (*busy_retries, None):

@@ -219,9 +219,13 @@ class Tracker:
 
     def real_id(self, run: TrackedRun, timeout: float) -> str | None:
         """The MLflow id of a run this process created, waiting up to `timeout` s for the
-        writer to create it (None if the store does not have it by then)."""
+        writer to create it (None if the store does not have it by then). The wait imports
+        MLflow's client first: a writer starting up takes as long, and this process reads the
+        store later anyway (reuse, the sweep's summary)."""
         if not is_key(run.run_id):
             return run.run_id
+        if self.enabled:
+            self.store().preload()
         self.wait_applied(timeout)
         return self.applied().runs.get(run.run_id or "")
 

@@ -98,6 +98,25 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     assert [step for step, _ in client_curve] == [1, 2, 3]
 
 
+def test_a_reuse_turn_waits_for_the_store_only_when_it_trained(tmp_path, monkeypatch):
+    """A turn that trains waits until the store has its run, so the next job can find it; a
+    job whose stage 1 and baselines are all reused passes each turn at once (before, each
+    turn waited for the writer: about 0.2 s a turn, 4 turns in every job of a sweep)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    waited = []
+    real = reuse.published
+    monkeypatch.setattr(
+        reuse, "published", lambda tracker, what: (waited.append(what), real(tracker, what))
+    )
+    run_job(compose_job, tmp_path, [*TINY_PIPELINE, "boost.rho=0.4"], run="a")
+    assert sorted(waited) == ["annealed", "baseline", "snapshot_mean", "stage1"]
+    waited.clear()
+    run_job(compose_job, tmp_path, [*TINY_PIPELINE, "boost.rho=0.7"], run="b")
+    assert waited == []
+    second = pipeline_runs(tmp_path)[-1]
+    assert all(second.data.tags[f"{s}_reused_from"] for s in ("stage1", "baseline"))
+
+
 def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(
     launch, two_pipelines
 ):

@@ -5,13 +5,17 @@ LeNet-5 / digits job), with stage-1 and baseline reuse on (the default) and off
 how many stage runs were trained, and the size of what the sweep stored; and the default once
 more with no logged models and no system metrics ("bare"), to show what those cost a sweep; the
 default once with tracking off; and the default run by the code before the tracking journal
-(BEFORE_JOURNAL, a git worktree on this venv), side by side.
-Usage: python bench/bench_sweep.py
+(BEFORE_JOURNAL, a git worktree on this venv), side by side. With PAIRS > 1 the default and the
+code before the journal run in turn PAIRS times (the table shows each one's median) and the
+ratio between them is taken pair by pair: the machine's drift between pairs cancels.
+Usage: python bench/bench_sweep.py [PAIRS]
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -53,11 +57,25 @@ def sweep(extra: list[str], **where) -> dict:
         }
 
 
+def paired(pairs: int, before: Path) -> tuple[dict, dict, list[float]]:
+    """The default and the code before the journal, in turn `pairs` times: each one's run of
+    median wall time, and each pair's ratio."""
+    runs = [(sweep([]), sweep([], repo=before)) for _ in range(pairs)]
+    ratios = [now["wall"] / old["wall"] for now, old in runs]
+    medians = []
+    for arm in zip(*runs, strict=True):
+        walls = [r["wall"] for r in arm]
+        medians.append(arm[walls.index(statistics.median_low(walls))])
+    return medians[0], medians[1], ratios
+
+
 def main() -> None:
+    pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     with checkout(BEFORE_JOURNAL) as before:
+        default, old, ratios = paired(pairs, before)
         found = {
-            "reuse on (default)": sweep([]),
-            f"before journal {BEFORE_JOURNAL}": sweep([], repo=before),
+            "reuse on (default)": default,
+            f"before journal {BEFORE_JOURNAL}": old,
             "reuse on, bare": sweep(BARE),
             "tracking off": sweep(UNTRACKED),
             "reuse off": sweep(NO_REUSE),
@@ -82,8 +100,10 @@ def main() -> None:
     print(
         f"  reuse saves {off['wall'] - on['wall']:.0f} s ({off['wall'] / on['wall']:.2f}x faster)"
     )
-    old = found[f"before journal {BEFORE_JOURNAL}"]
-    print(f"  default / before the journal: {on['wall'] / old['wall']:.2f}x")
+    print(
+        f"  default / before the journal: {statistics.median(ratios):.2f}x (pairs: "
+        f"{', '.join(f'{r:.3f}' for r in ratios)}; walls above: each arm's median of {pairs})"
+    )
 
 
 if __name__ == "__main__":

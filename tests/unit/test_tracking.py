@@ -162,6 +162,40 @@ def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_pa
     assert "try 1 failed" in sibling(tracker.journal, ".writer.log").read_text()
 
 
+LEFT_OPEN = """
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from sporeflow.tracking.tracker import Tracker
+root = Path(sys.argv[1])
+config = SimpleNamespace(uri=None, experiment_name="t", enabled=True)
+with Tracker.from_config(config, root, journal_dir=root / "run") as tracker:
+    run = tracker.start_run("r", tags={"stage": "train"})
+    run.log_metrics({"m": 1.0}, 1)
+    run.set_tags({"sporeflow.requeues": "1"})  # what a job stopped for a requeue leaves
+"""
+
+
+def test_sync_leaves_open_the_runs_of_a_journal_its_owner_closed(tmp_path, monkeypatch):
+    """A job stopped for a SLURM requeue closes its journal with its run left RUNNING (the
+    requeued job continues it). Its process is gone, but `sporeflow sync` of the dir, while
+    the job waits in the queue, must not end that run KILLED: only a journal whose owner died
+    without closing it (a crash) has its open runs ended."""
+    from sporeflow.tracking.sync import sync
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    child = subprocess.run(
+        [sys.executable, "-c", LEFT_OPEN, str(tmp_path)], capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr
+    (synced,) = sync(tmp_path / "run")
+    assert (synced.sent, synced.left, synced.ended, synced.busy) == (0, 0, (), False)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])
+    assert run.info.status == "RUNNING" and run.data.tags["sporeflow.requeues"] == "1"
+    assert "sporeflow.closed" not in run.data.tags
+
+
 def test_a_killed_writer_is_replaced_and_nothing_is_lost(tmp_path):
     tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
     with tracker:

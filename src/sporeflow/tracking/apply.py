@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sporeflow.tracking.journal import AppliedState, JournalTail, Op, header_of, is_key
+from sporeflow.tracking.journal import (
+    AppliedState,
+    JournalTail,
+    Op,
+    header_of,
+    is_key,
+    read_records,
+)
 from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
 from sporeflow.tracking.system_metrics import SystemMetrics
 
@@ -203,6 +210,14 @@ class Applier:
     def _opened(self, ref: str) -> None:
         if ref not in self.state.open:
             self.state.open.append(ref)
+
+    def owner_closed(self) -> bool:
+        """Whether the owner wrote its close record: it ended what it meant to end, and a run it
+        left open goes on elsewhere (a job SLURM requeued continues it)."""
+        if self.closed:
+            return True
+        records = read_records(self.journal, self.state.seq - 1)
+        return bool(records) and records[-1]["op"] == Op.close
 
     def end_open(self, status: str, reason: str) -> list[str]:
         """End every run this journal opened and did not end (its process died): `status`,

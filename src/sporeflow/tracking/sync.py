@@ -2,7 +2,8 @@
 
 Each journal under the dir is applied by this process unless its writer (its own, or its
 sweep's) is alive (then it is left to it). A journal whose owner is gone and that left runs
-open ends them KILLED. Running it twice sends nothing the second time.
+open ends them KILLED, unless the owner closed it (as a job stopped for a SLURM requeue does:
+its runs go on in the requeued job). Running it twice sends nothing the second time.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def sync_journal(journal: Path) -> Synced:
     before = applier.state.seq
     try:
         applier.apply_pending()
-        if is_alive(**_owner(applier.header)) is False:  # None: on another host, cannot tell
+        gone = is_alive(**_owner(applier.header)) is False  # None: another host, cannot tell
+        if gone and not applier.owner_closed():
             result.ended = tuple(applier.end_open("KILLED", gone_reason(applier.header)))
     except StoreError as ex:
         result.error = str(ex)

@@ -298,13 +298,22 @@ def streaming_pca(
     check_count(n, n_component)
     for folder in {p.parent for p in paths if p.suffix == ".npy"}:
         check_npy_layout(folder, layout)
-    groups = _groups(
-        layout, n, chunk_mb * n / (2 * n + n_component)
-    )  # 2 blocks + k columns in chunk_mb
-    offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
+    # two blocks and k basis columns fit in chunk_mb
+    groups = _groups(layout, n, chunk_mb * n / (2 * n + n_component))
     ref = n // 2
-    bar = tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress)
+    with tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress) as bar:
+        gram = _gram(paths, layout, groups, chunk_mb, ref, bar)
+        coef_t = np.ascontiguousarray(_coefficients(gram, n_component).T, dtype=np.float32)
+        columns = _basis_columns(paths, layout, groups, chunk_mb, ref, coef_t, bar)
+        if out_path is None:
+            return _basis_in_memory(columns, n_component, layout.total)
+        return _basis_to_file(columns, n_component, layout.total, out_path)
 
+
+def _gram(paths, layout: Layout, groups, chunk_mb: float, ref: int, bar) -> np.ndarray:
+    """First pass: the N x N float64 Gram matrix of the differences to snapshot `ref`, summed
+    over the blocks; a snapshot with a non-finite value is named (DivergedError)."""
+    n = len(paths)
     gram = np.zeros((n, n))
     for _, block in _blocks(paths, layout, groups, chunk_mb, ref):
         with np.errstate(invalid="ignore", over="ignore"):  # a diverged snapshot: named just below
@@ -314,35 +323,42 @@ def streaming_pca(
             _diverged(paths[bad[0]])
         gram += part
         bar.update(n)
-    coef_t = np.ascontiguousarray(_coefficients(gram, n_component).T, dtype=np.float32)
+    return gram
 
-    def columns():
-        """(first flat index, k x width basis columns) per group; one k x width buffer reused."""
-        out = np.empty((n_component, max(_width(g) for g in groups)), np.float32)
-        for group, block in _blocks(paths, layout, groups, chunk_mb, ref):
-            first = group[0]
-            cols = out[:, : block.shape[1]]
-            np.matmul(coef_t, block, out=cols)
-            yield offsets[first[0]] + first[1], cols
-            bar.update(n)
-        bar.close()
 
-    if out_path is None:
-        basis = np.empty((n_component, layout.total), dtype=np.float32)
-        for start, cols in columns():
-            basis[:, start : start + cols.shape[1]] = cols
-        return basis
+def _basis_columns(paths, layout: Layout, groups, chunk_mb: float, ref: int, coef_t, bar):
+    """Second pass: (first flat index, k x width basis columns) per group; one k x width
+    buffer reused, so a caller copies what it keeps before the next."""
+    offsets = np.concatenate([[0], np.cumsum(layout.sizes)]).astype(np.int64)
+    out = np.empty((coef_t.shape[0], max(_width(g) for g in groups)), np.float32)
+    for group, block in _blocks(paths, layout, groups, chunk_mb, ref):
+        first = group[0]
+        cols = out[:, : block.shape[1]]
+        np.matmul(coef_t, block, out=cols)
+        yield offsets[first[0]] + first[1], cols
+        bar.update(len(paths))
+
+
+def _basis_in_memory(columns, n_component: int, total: int) -> np.ndarray:
+    basis = np.empty((n_component, total), dtype=np.float32)
+    for start, cols in columns:
+        basis[:, start : start + cols.shape[1]] = cols
+    return basis
+
+
+def _basis_to_file(columns, n_component: int, total: int, out_path: Path) -> np.ndarray:
+    """The basis as `out_path` (.npy, written atomically), memory-mapped: the header first, then
+    each row's slice written at its place, so no k x M array is ever in memory."""
     with atomic_path(out_path) as tmp:
-        # the .npy header, then each basis row's slice written at its place: no k x M array in memory
         header = np.lib.format.open_memmap(
-            tmp, mode="w+", dtype=np.float32, shape=(n_component, layout.total)
+            tmp, mode="w+", dtype=np.float32, shape=(n_component, total)
         )
         data_offset = header.offset
         del header
         with open(tmp, "r+b") as f:
-            for start, cols in columns():
+            for start, cols in columns:
                 for row in range(n_component):
-                    os.pwrite(f.fileno(), cols[row], data_offset + 4 * (row * layout.total + start))
+                    os.pwrite(f.fileno(), cols[row], data_offset + 4 * (row * total + start))
             f.flush()
             os.fsync(f.fileno())
     return np.load(out_path, mmap_mode="r")

@@ -379,7 +379,10 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
         wait_until(
             lambda: all(sacct_states(cluster, running).get(job) == "NODE_FAIL" for job in running),
             120,
-            "SLURM never ended the jobs on the lost node",
+            lambda: (
+                f"SLURM never ended the jobs on the lost node: sacct {sacct_states(cluster, running)}"
+                f", sinfo {cluster.on_node0('sinfo', '-h', '-N', '-o', '%N %T %E').stdout!r}"
+            ),
         )
         print(f"NODE_FAIL {time.monotonic() - lost:.1f} s after node1 was lost")
         wait_until(  # the two ended jobs leave the queue (COMPLETING over), job 2 stays

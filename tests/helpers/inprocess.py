@@ -4,6 +4,8 @@ stage runner, specs, reuse and the pipeline without paying a new interpreter per
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 from helpers.train import CONF, TRAIN
@@ -66,9 +68,11 @@ def train_cli(
     args, launch_dir: Path, run_dir: str | None = "run", app: str = "train"
 ) -> tuple[int, str]:
     """`python train.py ARGS` (or eval.py: app="eval") in `launch_dir`, in this process: (exit
-    code, what it printed on stderr). Everything the command changes in the process is put back: the argv, the working
-    folder, stderr, the signal handlers, HYDRA_FULL_ERROR and Hydra's global state."""
-    import contextlib
+    code, what it printed on stderr). Everything the command changes in the process is put back:
+    the argv, the working folder, stderr, the signal handlers, HYDRA_FULL_ERROR, Hydra's global
+    state and the root logger (Hydra gives it a handler on the job's log file; a refused job's
+    run dir is removed, and a handler left behind that a later `dictConfig` closed - MLflow
+    calls one - reopens that missing file at the next test's first log line)."""
     import io
     import os
     import signal
@@ -94,7 +98,7 @@ def train_cli(
         os.chdir(launch_dir)
         os.environ.pop("HYDRA_FULL_ERROR", None)
         GlobalHydra.instance().clear()
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), root_logger_kept():
             try:
                 run_cli(_entry(app))
             except SystemExit as ex:
@@ -113,6 +117,21 @@ def train_cli(
     return code, err.getvalue()
 
 
+@contextlib.contextmanager
+def root_logger_kept():
+    """The root logger's handlers and level as they were before, and the handlers added inside
+    (Hydra's console and job-log handlers) closed."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for added in set(root.handlers) - set(handlers):
+            added.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def run_train_here(
     args, cwd: Path, env: dict | None = None, timeout: float = 0, run_dir="run", app="train"
 ):
@@ -120,7 +139,6 @@ def run_train_here(
     `env` added to the environment for the call; a CompletedProcess-like (returncode, stderr,
     stdout). For jobs that need no process of their own (no signals, no msrun, no probe of
     the process's imports)."""
-    import contextlib
     import io
     import os
     import subprocess
@@ -144,7 +162,6 @@ def run_train_here(
 def sporeflow_here(cwd: Path, *args: str):
     """helpers.train.sporeflow_cli's twin in this process: the `sporeflow` command's main() in
     `cwd` against its default store; a CompletedProcess-like (returncode, stdout, stderr)."""
-    import contextlib
     import io
     import os
     import subprocess

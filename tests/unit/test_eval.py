@@ -131,6 +131,22 @@ def test_a_source_that_cannot_be_evaluated_exits_2_before_any_work(trained, sour
     assert len(runs(launch, "eval")) == before and not (launch / "refused").exists()
 
 
+def test_a_refused_command_run_here_leaves_no_handler_on_its_removed_run_dir(trained):
+    """The in-process helper puts the root logger back: a refused eval's run dir is removed,
+    and a Hydra job-log handler left on it, once a `dictConfig` closed it (MLflow configures
+    its loggers with one), reopened the missing file at the next log line of another test
+    (CI, stop 44: test_cpu_isa failed with FileNotFoundError on refused/eval.log)."""
+    import logging.config
+
+    launch, _ = trained
+    before = logging.getLogger().handlers[:]
+    proc = evaluate(launch, "refused", f"source={launch / 'nope'}")
+    assert proc.returncode == 2 and not (launch / "refused").exists()
+    assert logging.getLogger().handlers == before
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    logging.getLogger("sporeflow.test").warning("a line after a refused command")
+
+
 def stored_test_images(count: int) -> np.ndarray:
     """TINY's test images as stored (HWC uint8), in the split's order."""
     from sporeflow.data.sampling import EpochSampler

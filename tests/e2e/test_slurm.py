@@ -6,6 +6,10 @@ nodes in network namespaces, root): tests/e2e/test_slurm_cluster.py."""
 from __future__ import annotations
 
 import os
+import shlex
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,43 +53,59 @@ def without_hydra(cfg):
     return cfg
 
 
-def test_slurm_preset_asks_for_one_task_per_node_with_a_fake_srun(tmp_path, monkeypatch):
-    """submitit's SlurmExecutor insists on an `srun` on PATH before it writes a script: a fake one."""
-    import submitit
+def sbatch_script(tmp_path, monkeypatch, *overrides: str) -> str:
+    """The sbatch script sporeflow's SlurmLauncher (built from the preset as Hydra builds it)
+    would submit. submitit's SlurmExecutor insists on an `srun` on PATH before it writes one:
+    a fake one; nothing is submitted."""
+    from hydra.utils import instantiate
 
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-
-    launcher = compose_with_hydra(SLURM_JOB).hydra.launcher
-    assert launcher._target_.endswith("SlurmLauncher")
-    params = OmegaConf.to_container(launcher, resolve=False)
-    params = {
-        k: v
-        for k, v in params.items()
-        if k not in ("_target_", "submitit_folder", "max_num_timeout", "name")
-    }
-    params = {k: OmegaConf.select(launcher, k) if k in ("nodes",) else v for k, v in params.items()}
-    base = set(OmegaConf.structured(BaseQueueConf).keys())
     fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
+    fake_bin.mkdir(parents=True)
     (fake_bin / "srun").write_text("#!/bin/sh\nexit 0\n")
     (fake_bin / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    executor = submitit.AutoExecutor(
-        folder=tmp_path / "submitit", cluster="slurm"
-    )  # builds, never submits
-    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
-    script = executor._executor._make_submission_file_text(
-        "python -u -m submitit.core._submit", "uid"
-    )
+    cfg = compose_with_hydra([*SLURM_JOB, f"hydra.sweep.dir={tmp_path}/multirun", *overrides])
+    executor = instantiate(cfg.hydra.launcher)._executor()._executor
+    return executor._make_submission_file_text(executor._submitit_command_str, "uid")
+
+
+def test_slurm_preset_asks_for_one_task_per_node_with_a_fake_srun(tmp_path, monkeypatch):
+    script = sbatch_script(tmp_path, monkeypatch)
     for line in (
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --cpus-per-task=8",
         "#SBATCH --partition=cpu",
         "#SBATCH --time=120",
+        "#SBATCH --signal=USR2@120",
     ):
         assert line in script, script
     assert "srun" in script  # one task per node, each a sporeflow launcher
+    assert "--requeue" not in script  # only with hydra.launcher.max_num_timeout > 0
+    assert "#SBATCH --requeue" in sbatch_script(
+        tmp_path / "requeue", monkeypatch, "parallel=standalone", "hydra.launcher.max_num_timeout=1"
+    )
+
+
+def test_a_task_warned_while_python_still_starts_lives_on(tmp_path, monkeypatch):
+    """SLURM's warning (SIGUSR2, up to a minute before `signal_delay_s`) can reach a task before
+    any handler is set; its default action kills the task (CI, stop 44: a two-minute limit's
+    job died starting). The srun line starts Python with the signal ignored: a Python that
+    sends itself SIGUSR2 as its first act lives on, where a plain one dies of it."""
+    (srun_line,) = [
+        line
+        for line in sbatch_script(tmp_path, monkeypatch).splitlines()
+        if line.startswith("srun ")
+    ]
+    assert " sh -c " in srun_line, srun_line
+    python = srun_line[srun_line.index(" sh -c ") : srun_line.index(" -u -m submitit")]
+    first_act = shlex.quote(
+        "import os, signal; os.kill(os.getpid(), signal.SIGUSR2); print('alive')"
+    )
+    started = subprocess.run(f"{python} -c {first_act}", shell=True, capture_output=True, text=True)
+    assert (started.returncode, started.stdout) == (0, "alive\n"), started.stderr
+    plain = subprocess.run([sys.executable, "-c", shlex.split(first_act)[0]], capture_output=True)
+    assert plain.returncode == -signal.SIGUSR2
 
 
 def test_each_node_task_runs_msrun_for_its_own_workers(fake_slurm_env, tmp_path):

@@ -92,11 +92,27 @@ class Cluster:
             start_new_session=True,
         )
         try:
-            wait_until(lambda: 0 in sweep_runs(self, launch)[1], 180, "job 0 never started its run")
+            wait_until(
+                lambda: 0 in sweep_runs(self, launch)[1],
+                180,
+                lambda: f"job 0 never started its run; {self.state(launch)}",
+            )
         except BaseException:
             os.killpg(sweep.pid, signal.SIGKILL)
             raise
         return sweep
+
+    def state(self, launch: Path) -> str:
+        """What the scheduler and the jobs' own logs say now (for a failed wait's message):
+        the queue with SLURM's reasons, the nodes, and each task log's last lines."""
+        queue = self.on_node0("squeue", "-h", "-o", "%i %T %r").stdout.strip()
+        nodes = self.on_node0("sinfo", "-h", "-N", "-o", "%N %T %E").stdout.strip()
+        logs = sorted((launch / "multirun" / ".submitit").glob("*/*_log.err"))
+        tails = "".join(
+            f"\n--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            for log in logs
+        )
+        return f"squeue: {queue!r}; sinfo: {nodes!r}; task logs:{tails or ' none'}"
 
     def runs(self) -> list:
         """Every run in the server's store (none before the first run made the experiment)."""
@@ -309,7 +325,10 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     scancel once it trains, job 1 runs into its two-minute time limit (one minute was less than
     a loaded CI machine took to start job 0's run: it then timed out before the scancel). The
     sweep waits for both, ends FAILED and names each with SLURM's state; both jobs' runs end
-    KILLED saying why; no process of either job is left on either node."""
+    KILLED saying why; no process of either job is left on either node. With the default
+    signal_delay_s (120 s, the whole limit) SLURM's warning reaches both jobs as they start:
+    they live on (their tasks start Python with SIGUSR2 ignored; CI of stop 44 lost job 0 to
+    it before that)."""
     sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=5000", "hydra.launcher.timeout_min=2")
     try:
         (array,) = {job.split("_")[0] for job in squeue(cluster)}

@@ -16,7 +16,9 @@ here it then asks SLURM to queue it again and ends without a result, so the swee
 for it. The requeued job continues the same run dir and MLflow runs (entry.app). A job
 requeued max_num_timeout times ignores the signal and is ended at its limit by SLURM (SIGTERM:
 its runs end KILLED), and the sweep says TIMEOUT after so many requeues. With
-max_num_timeout=0 (the default) every job ignores SIGUSR2 and ends at its limit.
+max_num_timeout=0 (the default) every job ignores SIGUSR2 and ends at its limit. Each task
+starts Python with SIGUSR2 ignored (`launch.slurm.python_ignoring_the_warning`): a warning that
+arrives while the task still imports would otherwise kill it.
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ class SlurmLauncher(HydraSlurm):
         """submitit's executor with this sweep's parameters, as Hydra's launcher builds it."""
         import submitit
 
-        init = {"folder": self.params["submitit_folder"]}
+        init = {
+            "folder": self.params["submitit_folder"],
+            "slurm_python": slurm.python_ignoring_the_warning(sys.executable),
+        }
         if "max_num_timeout" in self.params:
             init["slurm_max_num_timeout"] = self.params["max_num_timeout"]
         executor = submitit.AutoExecutor(cluster="slurm", **init)

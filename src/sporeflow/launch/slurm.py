@@ -16,6 +16,7 @@ runs. Only a job that trains in its own process without boost can continue where
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 
 
@@ -56,6 +57,16 @@ def requeue_refusal(launcher: dict, parallel_workers: int, dim_reduce: bool) -> 
             "requeued job is told to stop as it starts"
         )
     return None
+
+
+def python_ignoring_the_warning(python: str) -> str:
+    """The command a job's tasks start Python with (submitit's `python`): `python` with SIGUSR2
+    ignored until the job's code chooses (SlurmLauncher.__call__: requeue, or ignore). SLURM's
+    warning comes `signal_delay_s` before the limit and up to a minute earlier; with a short
+    limit it can reach tasks still importing, whose default action for it is to die (the job
+    then fails before its run begins). An ignored signal stays ignored across exec."""
+    ignoring = shlex.quote('trap "" USR2; exec "$0" "$@"')
+    return f"sh -c {ignoring} {shlex.quote(python)}"
 
 
 def node_rank() -> int:

@@ -356,13 +356,15 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
 def sacct_states(cluster: Cluster, job_ids) -> dict[str, str]:
     """Array task id (34_1) -> its state in SLURM's accounting. Asked by array: `sacct -j 34_2`
     does not find a task cancelled before it ever started, which is accounted inside the
-    array's record of its pending tasks (`34_[2]`, `34_[2-3]`, `34_[2,4]`)."""
+    array's record of its pending tasks (`34_[2]`, `34_[2-3]`, `34_[2,4]`). A task's own record
+    wins over that range record, which may still list it after it ran (`6_[0-2%3]|PENDING`
+    beside `6_0|NODE_FAIL`: the node-lost test waited its 120 s for NODE_FAIL on that)."""
     arrays = sorted({job.split("_")[0] for job in job_ids})
     answer = cluster.on_node0(
         "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)
     )
     states = {}
-    for line in answer.stdout.splitlines():
+    for line in sorted(answer.stdout.splitlines(), key=lambda row: "[" not in row.split("|")[0]):
         job, state = line.split("|")
         array, _, tasks = job.partition("_")
         for task in expand_tasks(tasks.strip("[]")):

@@ -163,6 +163,40 @@ def test_slurms_account_of_a_job_it_ended(row, down, said):
     assert slurm.describe("9_1", row, down) == said
 
 
+# what `sacct -X -P -o JobID,State,NodeList -j 6` answered in the real cluster after node1 was
+# lost (tests/e2e/test_slurm_cluster.py): the array's first record still listed tasks 0 and 1
+# (array_task_str 0x7 in slurmdbd's job table), and came last
+STALE_ARRAY = [
+    "6_0|NODE_FAIL|node[0-1]",
+    "6_1|NODE_FAIL|node[0-1]",
+    "6_[0-2%3]|PENDING|None assigned",
+]
+
+
+def test_a_tasks_own_record_wins_over_its_arrays_stale_range_record():
+    from sporeflow.launch.slurm_watcher import OwnRecordsWatcher
+
+    info = OwnRecordsWatcher(delay_s=600).read_info(
+        "\n".join(["JobID|State|NodeList", *STALE_ARRAY])
+    )
+    assert {job: info[job]["State"] for job in ("6_0", "6_1", "6_2")} == {
+        "6_0": "NODE_FAIL",
+        "6_1": "NODE_FAIL",
+        "6_2": "PENDING",  # a task with no record of its own has its array's
+    }
+    assert OwnRecordsWatcher(delay_s=600).read_info("") == {}  # sacct said nothing yet
+
+
+def test_the_verdict_reads_the_jobs_own_row():
+    rows = "\n".join(
+        f"{job}|{state}|00:10:00|00:00:29|node[0-1]"
+        for job, state, _ in (row.split("|") for row in STALE_ARRAY)
+    )
+    assert slurm.own_row("6_1", rows) == "NODE_FAIL|00:10:00|00:00:29|node[0-1]"
+    assert slurm.own_row("6_2", rows) == "PENDING|00:10:00|00:00:29|node[0-1]"  # the array's
+    assert slurm.own_row("6_2", "(sacct: timed out)") == "(sacct: timed out)"
+
+
 @pytest.mark.parametrize(
     "state,ended",
     [

@@ -67,9 +67,13 @@ class SlurmLauncher(HydraSlurm):
             raise SystemExit(1 if why_not else 0) from None  # no result: the sweep waits on
 
     def _executor(self):
-        """submitit's executor with this sweep's parameters, as Hydra's launcher builds it."""
+        """submitit's executor with this sweep's parameters, as Hydra's launcher builds it; its
+        jobs read SLURM's accounting task record first (launch.slurm_watcher)."""
         import submitit
 
+        from sporeflow.launch.slurm_watcher import watch_own_records
+
+        watch_own_records()
         init = {
             "folder": self.params["submitit_folder"],
             "slurm_python": slurm.python_ignoring_the_warning(sys.executable),

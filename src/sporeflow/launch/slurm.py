@@ -151,14 +151,38 @@ def accounting_missing(job_id: str) -> str | None:
     return answer if answer.startswith("(") else None
 
 
+def own_records_last(rows: list[str]) -> list[str]:
+    """sacct's `JobID|...` rows with each array's range records (`6_[0-2%3]`) before the tasks'
+    own records (`6_0`), so that a reader in which the last row wins (submitit's) takes a task's
+    own state. SLURM's accounting can keep an array's first record listing tasks that have since
+    started and ended: `6_[0-2%3]|PENDING` listed after `6_0|NODE_FAIL` for as long as the sweep
+    ran (slurm-wlm 22.05 here)."""
+    ranges = [row for row in rows if "[" in row.split("|", 1)[0]]
+    return ranges + [row for row in rows if "[" not in row.split("|", 1)[0]]
+
+
 def verdict(job_id: str) -> str:
     """What `sacct` says of the job (see `describe`), asked of SLURM now."""
-    row = _ask("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,Timelimit,Elapsed,NodeList")
-    fields = row.splitlines()[0].split("|") if row and not row.startswith("(") else []
+    answer = _ask(
+        "sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,Timelimit,Elapsed,NodeList"
+    )
+    row = own_row(job_id, answer)
+    fields = row.split("|") if row and not row.startswith("(") else []
     down = None
     if len(fields) == 4 and fields[0].startswith("NODE_FAIL"):
         down = _ask("sinfo", "-R", "-h", "-n", fields[3], "-o", "%N: %E")
     return describe(job_id, row, down)
+
+
+def own_row(job_id: str, answer: str) -> str:
+    """From sacct's `JobID|State|...` rows, the job's own row less its JobID (an array's range
+    record that lists the job too is passed over: `own_records_last`), else the first row's;
+    `answer` itself when sacct said why it could not answer."""
+    if not answer or answer.startswith("("):
+        return answer
+    rows = own_records_last(answer.splitlines())
+    own = [row for row in rows if row.split("|", 1)[0] == job_id]
+    return (own or rows)[0].split("|", 1)[-1]
 
 
 def describe(job_id: str, sacct_row: str, down: str | None = None) -> str:

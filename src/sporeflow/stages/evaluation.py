@@ -46,7 +46,7 @@ def evaluate_weights(
     result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
     final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"
     path = save_atomic(network, final)
-    correct, classified = judged(network, eval_data)
+    correct, classified = judged(model, eval_data)
     run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
     record_data(run, data)
     record_model(cfg, run, network, path, eval_data, spec.stage_dir, 0)

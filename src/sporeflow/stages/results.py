@@ -30,10 +30,11 @@ class StageResult:
     reused_from: str | None = None  # the MLflow run it was reused from, when not trained here
 
 
-def judged(network, eval_data) -> tuple[np.ndarray, dict[str, float]]:
-    """A stage's exported weights on the eval split, one pass: right/wrong per image (what a
-    paired comparison needs) and top-5 and per-class accuracy (`acc_top5`, `acc_class_<c>`)."""
-    logits, labels = logits_and_labels(network, eval_data)
+def judged(model, eval_data) -> tuple[np.ndarray, dict[str, float]]:
+    """A stage's exported weights (in `model`, a mindspore.Model) on the eval split, one pass:
+    right/wrong per image (what a paired comparison needs) and top-5 and per-class accuracy
+    (`acc_top5`, `acc_class_<c>`)."""
+    logits, labels = logits_and_labels(model, eval_data)
     if not len(labels):
         return np.zeros(0, bool), {}
     found = classification_metrics(logits, labels)

@@ -209,7 +209,7 @@ def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: 
     parts, fmt = stage.parts, checkpoint_format(stage.cfg)
     with (parts.ema_swap if ema_ranked else nullcontext)():
         weights = save_atomic(parts.network, stage.ckpt_dir / f"final.{fmt}")
-        outcome = judged(parts.network, stage.eval_data)
+        outcome = judged(parts.model, stage.eval_data)
         if stage.worker.is_main:
             record_model(
                 stage.cfg,

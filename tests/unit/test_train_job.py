@@ -206,3 +206,27 @@ def test_tracking_off_trains_and_touches_no_store(tmp_path):
     assert not list(tmp_path.glob("mlflow.db*")) and not (tmp_path / "mlartifacts").exists()
     (summary,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("[sporeflow] train:")]
     assert summary.endswith("MLflow off (tracking.enabled=false)"), summary
+
+
+def test_a_trained_stage_compiles_its_eval_graph_once(tmp_path, monkeypatch):
+    """The per-image predictions at a stage's end run the graph its evaluations compiled
+    (the Model's eval network in phase "eval"): a job compiles a train and an eval graph, no
+    third one for the predictions (it did until the predictions ran the bare network). Counted
+    at MindSpore's own compile: a graph it had not compiled before."""
+    from mindspore.graph.api import _CellGraphExecutor
+
+    from helpers.inprocess import TINY
+
+    compile_graph, compiled = _CellGraphExecutor.compile, []
+
+    def counting(self, obj, *args, phase="predict", **kwargs):
+        full_phase, new = compile_graph(self, obj, *args, phase=phase, **kwargs)
+        if new:
+            compiled.append((type(obj).__name__, phase))
+        return full_phase, new
+
+    monkeypatch.setattr(_CellGraphExecutor, "compile", counting)
+    proc = run_train([*TINY, "epochs=2", "tracking.log_model=false"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert compiled == [("TrainOneStepCell", "train"), ("WithEvalCell", "eval")]
+    assert (tmp_path / "run" / "predictions.npy").is_file()

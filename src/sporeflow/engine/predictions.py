@@ -12,7 +12,8 @@ def logits_and_labels(model, eval_data) -> tuple[np.ndarray, np.ndarray]:
     logits, label). After a `Model.eval` on the same data its compiled graph is reused; the bare
     network called here compiled a graph of its own, once per stage (BENCHMARKS table 6)."""
     cell = model.eval_network
-    cell.set_train(False)
+    cell.set_train(False)  # which also sets the phase to "predict": a graph of its own
+    cell.phase = "eval"  # as Model.eval leaves it (Model._exec_preprocess): its graph
     outputs, labels = [], []
     for images, batch_labels in eval_data.create_tuple_iterator(num_epochs=1):
         _, logits, label = cell(images, batch_labels)

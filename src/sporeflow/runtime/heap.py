@@ -1,8 +1,8 @@
 """Python's cyclic garbage collector kept off the objects a job starts with.
 
 MindSpore runs a full `gc.collect()` before it compiles each graph (`mindspore/graph/api.py`,
-`_CellGraphExecutor.compile`): a job compiles a dozen graphs (train, eval and predict steps of
-every stage, the MINDIR export), and with MLflow, Optuna and pandas loaded in a sweep's process
+`_CellGraphExecutor.compile`): a job compiles several graphs (train and eval steps of every
+stage, the MINDIR export), and with MLflow, Optuna and pandas loaded in a sweep's process
 each full collection walks about half a million objects. The objects alive when a job starts
 (modules, the config, a sweep's state) outlive it, so they are moved to the collector's
 permanent generation for the job's duration (`gc.freeze`): each collection then walks only what

@@ -99,12 +99,12 @@ def test_a_task_warned_while_python_still_starts_lives_on(tmp_path, monkeypatch)
     ]
     assert " sh -c " in srun_line, srun_line
     python = srun_line[srun_line.index(" sh -c ") : srun_line.index(" -u -m submitit")]
-    first_act = shlex.quote(
-        "import os, signal; os.kill(os.getpid(), signal.SIGUSR2); print('alive')"
+    first_act = "import os, signal; os.kill(os.getpid(), signal.SIGUSR2); print('alive')"
+    started = subprocess.run(
+        f"{python} -c {shlex.quote(first_act)}", shell=True, capture_output=True, text=True
     )
-    started = subprocess.run(f"{python} -c {first_act}", shell=True, capture_output=True, text=True)
     assert (started.returncode, started.stdout) == (0, "alive\n"), started.stderr
-    plain = subprocess.run([sys.executable, "-c", shlex.split(first_act)[0]], capture_output=True)
+    plain = subprocess.run([sys.executable, "-c", first_act], capture_output=True)
     assert plain.returncode == -signal.SIGUSR2
 
 

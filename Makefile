@@ -1,18 +1,19 @@
-# The README's two commands: `make train` and `make test`. Both create the virtualenv when it is
-# missing and (re)install when setup.cfg/pyproject.toml changed. VENV may point elsewhere
-# (CI keeps one per requirements hash outside the clone).
+# The README's commands: `make train`, `make test` (and CI's `make test-all`). Each creates the
+# virtualenv when it is missing and (re)installs when setup.cfg/pyproject.toml changed. VENV may
+# point elsewhere (CI keeps one per requirements hash outside the clone).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sporeflow-installed
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-fast test-slow lint format bench docs docs-serve docs-examples clean help
+.PHONY: install train test test-e2e test-all lint format bench docs docs-serve docs-examples clean help
 
 help:
 	@echo "make train   - install if needed, then run the default job (python train.py)"
-	@echo "make test    - install if needed, then run the whole test suite on 2 cores (what CI runs)"
-	@echo "make test-fast - all but the tests marked slow; make test-slow - only those"
+	@echo "make test    - install if needed, then the in-process tier (tests/unit) on 2 cores: run it on every change"
+	@echo "make test-e2e - the process tier (tests/e2e: msrun, signals, servers, SLURM, the browser)"
+	@echo "make test-all - both tiers in one run on 2 cores (what CI runs)"
 	@echo "make lint    - ruff (lint and format check) and mypy on the lower layers; CI runs it first"
 	@echo "make format  - ruff format and ruff's safe fixes, in place"
 	@echo "make bench   - run the benchmarks in bench/ (print figures, not tests)"
@@ -36,22 +37,24 @@ RUN := PATH="$(abspath $(VENV))/bin:$$PATH" $(PY)
 train: install
 	$(RUN) train.py $(ARGS)
 
-# `make test` runs the whole suite on both cores (pytest-xdist): a test file per worker at a
-# time, so that a module's shared runs are made once, the longest files first
-# (tests/helpers/ordering.py; --no-loadscope-reorder keeps that order) so that both workers end
-# together. `make test-fast` leaves out the tests marked slow (about a minute each or more:
-# msrun jobs, sweeps, a SLURM cluster); `make test-slow` runs only those.
+# Two tiers (docs/testing.md). `make test` is the in-process tier (tests/unit: whole jobs run in
+# the test process, minutes), the one to run on every change; `make test-e2e` the process tier
+# (tests/e2e: msrun workers, signals, servers, namespaces, SLURM, the browser: half an hour);
+# `make test-all` runs both in one pytest run, so the two workers stay busy to the end: what CI
+# runs. Each spreads the files over both cores (pytest-xdist): a test file per worker at a time,
+# so that a module's shared runs are made once, the longest files first (tests/helpers/ordering.py;
+# --no-loadscope-reorder keeps that order) so that both workers end together.
 PYTEST := $(RUN) -m pytest
 PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 test: install
+	$(PYTEST) $(PARALLEL) tests/unit $(PYTEST_ARGS)
+
+test-e2e: install
+	$(PYTEST) $(PARALLEL) tests/e2e $(PYTEST_ARGS)
+
+test-all: install
 	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
-
-test-fast: install
-	$(PYTEST) -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
-
-test-slow: install
-	$(PYTEST) -m slow $(PARALLEL) $(PYTEST_ARGS)
 
 # mypy checks the layers below config (they import no Hydra): the ones most code stands on
 TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking

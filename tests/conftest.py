@@ -45,8 +45,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _hydra_version_base_unset():
     """`initialize(version_base="1.3")` sets a process-wide default (whether a job changes into
-    its output dir, among others) that outlives the call; make test runs files of both tiers in
-    one process, so every test starts with the base a fresh process has (Hydra's own launcher
+    its output dir, among others) that outlives the call; make test-all runs files of both tiers
+    in one process, so every test starts with the base a fresh process has (Hydra's own launcher
     suites expect it). Reset at setup too: a module-scoped fixture composes before this runs."""
     from hydra.version import _UNSPECIFIED_, VersionBase
 

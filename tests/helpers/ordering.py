@@ -1,6 +1,6 @@
 """The suite's files, longest first, so two xdist workers finish together.
 
-`make test` runs every file in one of two workers (`--dist loadfile`, a module's shared runs
+`make test-all` (and each tier's target) runs every file in one of two workers (`--dist loadfile`, a module's shared runs
 made once) in the order the files are collected (`--no-loadscope-reorder`; xdist would otherwise
 start with the files holding the most tests, the cheap unit files, and leave a ten-minute
 SLURM or msrun file for the end). The order is longest processing time first: the seconds

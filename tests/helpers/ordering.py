@@ -1,11 +1,12 @@
 """The suite's files, longest first, so two xdist workers finish together.
 
-`make test-all` (and each tier's target) runs every file in one of two workers (`--dist loadfile`, a module's shared runs
-made once) in the order the files are collected (`--no-loadscope-reorder`; xdist would otherwise
-start with the files holding the most tests, the cheap unit files, and leave a ten-minute
-SLURM or msrun file for the end). The order is longest processing time first: the seconds
-each file took in a recorded run (tests/durations.json), or for a file not in it an estimate
-from its tests (a slow one about a minute, an e2e one about fifteen seconds).
+`make test-all` (and each tier's target) runs every file in one of two workers (`--dist
+loadfile`, a module's shared runs made once) in the order the files are collected
+(`--no-loadscope-reorder`; xdist would otherwise start with the files holding the most tests,
+the cheap unit files, and leave a ten-minute SLURM or msrun file for the end). The order is
+longest processing time first: the seconds each file took in a recorded run
+(tests/durations.json), or for a file not in it an estimate from its tests (a slow one about
+a minute, an e2e one about fifteen seconds).
 
 `SPOREFLOW_TEST_DURATIONS=<path>` makes a run write the seconds each file took to <path>; CI
 keeps the file, and committing it as tests/durations.json keeps the order true.

@@ -15,8 +15,7 @@ from sporeflow.config.schema import BoostName
 def is_dim_reduce(cfg: Any) -> bool:
     """Whether `boost` asks for the dim-reduce pipeline. Takes a validated config (an enum)
     or a composed one still holding the option's name (the Optuna sweeper's view)."""
-    name = getattr(getattr(cfg, "boost", None), "name", None)
-    return str(getattr(name, "value", name)) == BoostName.dim_reduce.value
+    return BoostName.names_dim_reduce(getattr(getattr(cfg, "boost", None), "name", None))
 
 
 def checkpoint_format(cfg: Any) -> str:

@@ -109,6 +109,12 @@ class BoostName(Enum):
     none = "none"
     dim_reduce = "dim_reduce"
 
+    @classmethod
+    def names_dim_reduce(cls, name: Any) -> bool:
+        """Whether `name` (this enum, or the option's name as a composed config holds it) is
+        the dim-reduce pipeline: the one place the option is compared."""
+        return str(getattr(name, "value", name)) == cls.dim_reduce.value
+
 
 class StartFrom(Enum):
     final = "final"  # stage 2 starts from stage 1's final weights (MindSpore's built-in does)
@@ -460,7 +466,7 @@ class RunConfig:
 
     @property
     def dim_reduce(self) -> bool:
-        return self.boost.name is BoostName.dim_reduce
+        return BoostName.names_dim_reduce(self.boost.name)
 
     def relations(self) -> Iterator[str]:
         """What holds between nodes: the batch across workers, the objective the run reports,

@@ -76,7 +76,9 @@ def test_digits_pipeline_shapes_and_normalisation():
     data = Digits(batch_size=16, image_size=32, mean=0.0, std=1.0)
     got = batches(data.create("test", shuffle=False))
     images, labels = got[0]
-    assert images.shape == (16, 1, 32, 32) and images.dtype == np.float32
+    # read in order: 360 images in 24 equal batches of 15 (even_batch_size), not 22 x 16 + 8
+    assert {len(b[1]) for b in got} == {15}
+    assert images.shape == (15, 1, 32, 32) and images.dtype == np.float32
     assert labels.dtype == np.int32
     assert 0.0 <= images.min() and images.max() <= 1.0
     assert sum(len(b[1]) for b in got) == 360
@@ -241,6 +243,36 @@ def test_synthetic_any_shape():
     data = Synthetic(batch_size=4, image_size=224, channels=3, num_samples=8, test_samples=4)
     images, labels = batches(data.create("train"))[0]
     assert images.shape == (4, 3, 224, 224) and labels.dtype == np.int32
+
+
+def largest_divisor_reference(rows, batch_size):
+    """Brute force: the largest b <= batch_size dividing rows, with b >= batch_size // 2 or b
+    the whole split; else batch_size."""
+    fits = [b for b in range(1, batch_size + 1) if rows % b == 0]
+    fits = [b for b in fits if b >= batch_size // 2 or b == rows]
+    return max(fits) if fits else batch_size
+
+
+def test_an_even_batch_size_is_the_largest_divisor_of_the_split_near_the_batch():
+    from sporeflow.data.base import even_batch_size
+
+    assert even_batch_size(360, 32) == 30  # the digits test split: 12 batches of 30, not 11 + 8
+    for rows in range(1, 400):
+        for batch in (1, 2, 3, 7, 16, 32, 50):
+            assert even_batch_size(rows, batch) == largest_divisor_reference(rows, batch), (
+                rows,
+                batch,
+            )
+
+
+def test_a_split_read_in_order_comes_in_equal_batches_and_training_keeps_its_batch():
+    from sporeflow.data.synthetic import Synthetic
+
+    data = Synthetic(batch_size=32, image_size=8, channels=1, num_samples=100, test_samples=72)
+    assert [len(labels) for _, labels in batches(data.create("test"))] == [24, 24, 24]
+    assert [len(labels) for _, labels in batches(data.create("train"))] == [32, 32, 32, 4]
+    in_order = batches(data.create("train", shuffle=False, augment=False))
+    assert [len(labels) for _, labels in in_order] == [25, 25, 25, 25]
 
 
 def test_image_folder_tree_decodes_crops_and_labels(tmp_path):

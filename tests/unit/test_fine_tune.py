@@ -58,6 +58,16 @@ def source(tmp_path_factory):
     return launch
 
 
+@pytest.fixture(scope="module")
+def tiny_source(tmp_path_factory):
+    """A finished run of the tiny MLP (its launch dir): a source no LeNet weight fits, and the
+    start of a dim-reduce pipeline of the same network."""
+    launch = tmp_path_factory.mktemp("tiny")
+    proc = run_train_here([*TINY, "epochs=1", "seed=4"], launch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return launch
+
+
 def five_class_run(launch, data, *extra):
     args = [
         *QUIET,
@@ -107,12 +117,11 @@ def test_frozen_parameters_keep_the_sources_values_and_the_rest_train(source, tm
         assert not np.array_equal(end[name].asnumpy(), start[name].asnumpy()), name
 
 
-def test_a_source_none_of_whose_weights_fit_is_refused_before_any_work(source, tmp_path):
+def test_a_source_none_of_whose_weights_fit_is_refused_before_any_work(tiny_source, tmp_path):
     from helpers.inprocess import train_cli
 
-    mlp, lenet = tmp_path / "mlp", tmp_path / "lenet"
-    mlp.mkdir(), lenet.mkdir()
-    assert run_train_here([*TINY, "epochs=1"], mlp).returncode == 0
+    mlp, lenet = tiny_source, tmp_path / "lenet"
+    lenet.mkdir()
     code, err = train_cli([f"train.init_from={mlp / 'run'}"], lenet)
     assert code == 2, err[-3000:]
     assert f"train.init_from={mlp / 'run'}: none of its weights" in err
@@ -120,10 +129,11 @@ def test_a_source_none_of_whose_weights_fit_is_refused_before_any_work(source, t
     assert not (lenet / "run").exists()
 
 
-def test_a_dim_reduce_stage1_starts_from_the_source_and_its_fingerprint_knows_it(tmp_path):
-    source, tuned = tmp_path / "source", tmp_path / "tuned"
-    source.mkdir(), tuned.mkdir()
-    assert run_train_here([*TINY, "epochs=1", "seed=4"], source).returncode == 0
+def test_a_dim_reduce_stage1_starts_from_the_source_and_its_fingerprint_knows_it(
+    tiny_source, tmp_path
+):
+    source, tuned = tiny_source, tmp_path / "tuned"
+    tuned.mkdir()
     proc = run_train_here([*TINY_PIPELINE, f"train.init_from={source / 'run'}"], tuned)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tuned}/mlflow.db")

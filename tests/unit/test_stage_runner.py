@@ -37,13 +37,28 @@ def launch(tmp_path_factory):
         os.environ["MLFLOW_TRACKING_URI"] = old
 
 
+# which reuse turns of each of two_pipelines' jobs waited for the store (reuse.published)
+WAITED: dict[str, list[str]] = {}
+
+
 @pytest.fixture(scope="module")
 def two_pipelines(launch):
     """Two dim-reduce jobs that differ only in stage-2 settings: the second reuses stage 1 and
-    every baseline of the first."""
-    first = run_job(compose_job, launch, [*TINY_PIPELINE, "boost.rho=0.4"], run="a")
-    second = run_job(compose_job, launch, [*TINY_PIPELINE, "boost.rho=0.7"], run="b")
-    return first, second
+    every baseline of the first. Each job's reuse turns that waited for the store are kept in
+    WAITED."""
+    real = reuse.published
+
+    def published(tracker, what):
+        WAITED[job].append(what)
+        return real(tracker, what)
+
+    jobs = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reuse, "published", published)
+        for job, rho in (("a", 0.4), ("b", 0.7)):
+            WAITED[job] = []
+            jobs.append(run_job(compose_job, launch, [*TINY_PIPELINE, f"boost.rho={rho}"], run=job))
+    return tuple(jobs)
 
 
 def children_of(launch, parent_id):
@@ -98,22 +113,13 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     assert [step for step, _ in client_curve] == [1, 2, 3]
 
 
-def test_a_reuse_turn_waits_for_the_store_only_when_it_trained(tmp_path, monkeypatch):
+def test_a_reuse_turn_waits_for_the_store_only_when_it_trained(launch, two_pipelines):
     """A turn that trains waits until the store has its run, so the next job can find it; a
     job whose stage 1 and baselines are all reused passes each turn at once (before, each
     turn waited for the writer: about 0.2 s a turn, 4 turns in every job of a sweep)."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    waited = []
-    real = reuse.published
-    monkeypatch.setattr(
-        reuse, "published", lambda tracker, what: (waited.append(what), real(tracker, what))
-    )
-    run_job(compose_job, tmp_path, [*TINY_PIPELINE, "boost.rho=0.4"], run="a")
-    assert sorted(waited) == ["annealed", "baseline", "snapshot_mean", "stage1"]
-    waited.clear()
-    run_job(compose_job, tmp_path, [*TINY_PIPELINE, "boost.rho=0.7"], run="b")
-    assert waited == []
-    second = pipeline_runs(tmp_path)[-1]
+    assert sorted(WAITED["a"]) == ["annealed", "baseline", "snapshot_mean", "stage1"]
+    assert WAITED["b"] == []
+    second = pipeline_runs(launch)[-1]
     assert all(second.data.tags[f"{s}_reused_from"] for s in ("stage1", "baseline"))
 
 

@@ -25,6 +25,18 @@ from sporeflow.data.sampling import EpochSampler
 SPLITS = ("train", "test")
 
 
+def even_batch_size(rows: int, batch_size: int) -> int:
+    """The size that cuts `rows` into equal batches of at least half `batch_size`, with the
+    fewest batches that allows; `batch_size` when no such size exists. In GRAPH_MODE a smaller
+    last batch is a second input shape: every network that evaluates the split would compile
+    a second graph for it."""
+    fewest = -(-rows // batch_size)
+    for count in range(fewest, max(fewest, rows // max(1, batch_size // 2)) + 1):
+        if rows % count == 0:
+            return rows // count
+    return batch_size
+
+
 @dataclass(frozen=True)
 class DataSource:
     """Where a split comes from: a name users know, a location, the files whose bytes are the
@@ -117,7 +129,8 @@ class ImageDataset(ABC):
         (float32 soft labels, N x num_classes) where `mix` (default: augmented) and augment.mix.
 
         The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
-        sees the same batches as one that never stopped.
+        sees the same batches as one that never stopped. A split read in order (an
+        evaluation) comes in equal batches where its size allows (`even_batch_size`).
         """
         if split not in SPLITS:
             raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
@@ -138,7 +151,10 @@ class ImageDataset(ABC):
         mixed = self.mix is not None and (augmented if mix is None else mix)
         if mixed:
             data = data.map(transforms.OneHot(self.num_classes), input_columns="label")
-        data = data.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        size = self.batch_size
+        if not shuffle and not self.drop_remainder:
+            size = even_batch_size(sampler.per_shard, self.batch_size)
+        data = data.batch(size, drop_remainder=self.drop_remainder)
         return self._mixed(data) if mixed else data
 
     def _mixed(self, batches: mds.Dataset) -> mds.Dataset:

@@ -40,14 +40,16 @@ def trained(tmp_path_factory):
     from sporeflow.storage.checkpoints import load_weights
 
     cfg = OmegaConf.load(cwd / "run" / ".hydra" / "config.yaml")
-    images, _ = next(
-        build_dataset(cfg, batch_size=N_IMAGES).create("test").create_tuple_iterator(num_epochs=1)
+    # the first N_IMAGES of the split (an evaluation's batches are equal ones, not N_IMAGES)
+    batches = (
+        build_dataset(cfg).create("test").create_tuple_iterator(num_epochs=1, output_numpy=True)
     )
+    images = np.concatenate([batch for batch, _ in batches])[:N_IMAGES]
     network = build_model(cfg)
     load_weights(network, cwd / "run" / "checkpoints" / "final.ckpt")
     network.set_train(False)
-    reference = ms.Model(network).predict(images).asnumpy().argmax(axis=1)
-    return cwd, run, model, images.asnumpy(), reference
+    reference = ms.Model(network).predict(ms.Tensor(images)).asnumpy().argmax(axis=1)
+    return cwd, run, model, images, reference
 
 
 @pytest.fixture

@@ -229,3 +229,39 @@ def test_a_stage1_of_other_data_with_the_same_config_is_not_reused_and_the_log_s
     )
     assert "code" not in why and "mindspore" not in why
     assert first.data.tags["provenance.mindspore"] == __import__("mindspore").__version__
+
+
+class StoreThatDropsLooks:
+    """A shared store's answers to the wait's looks, in order (None: the look was not answered,
+    as when a loaded `mlflow server` resets the connection)."""
+
+    shared = True
+
+    def __init__(self, answers):
+        self.answers, self.looks = list(answers), 0
+
+    def search_runs_if_read(self, filter_string):
+        self.looks += 1
+        return self.answers.pop(0)
+
+    def last_activity(self, run):
+        import time
+
+        return time.time()
+
+
+def test_a_wait_for_another_machine_survives_looks_the_store_does_not_answer():
+    """Machine b waits while a trains stage 1 on the team server; a look that fails (CI saw
+    "Connection reset by peer") must not end the wait, or b trains stage 1 a second time."""
+    from types import SimpleNamespace
+
+    running = SimpleNamespace(info=SimpleNamespace(run_id="a-stage1"))
+    store = StoreThatDropsLooks([[running], None, None, [running], None, []])
+    reuse.wait_for_other_machines(store, "fingerprint.stage1", "f00d", "stage1", poll_s=0)
+    assert store.looks == 6 and store.answers == []  # waited through both failed looks
+    nobody_seen = StoreThatDropsLooks([None, [running], []])
+    reuse.wait_for_other_machines(nobody_seen, "fingerprint.stage1", "f00d", "stage1", poll_s=0)
+    assert nobody_seen.looks == 1  # no run seen yet: an unanswered look trains it here
+    gone = StoreThatDropsLooks([[running]] + [None] * (reuse.UNREAD_PATIENCE + 1) + [[running]])
+    reuse.wait_for_other_machines(gone, "fingerprint.stage1", "f00d", "stage1", poll_s=0)
+    assert gone.looks == reuse.UNREAD_PATIENCE + 2  # a store that stays away ends the wait

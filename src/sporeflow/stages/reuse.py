@@ -160,6 +160,7 @@ def published(tracker: Tracker, what: str) -> None:
 
 
 STALE_S = 600.0  # a RUNNING run silent this long belongs to a machine that is gone
+UNREAD_PATIENCE = 12  # failed looks in a row (x poll_s) a wait survives before it gives up
 
 
 def wait_for_other_machines(
@@ -167,14 +168,23 @@ def wait_for_other_machines(
 ) -> None:
     """On a shared store: while a run tagged `tag` = fingerprint is RUNNING and alive (it logged
     something within STALE_S), another machine is training it: wait, then reuse it. Two
-    machines that look in the same few seconds (before either run exists) each train theirs."""
+    machines that look in the same few seconds (before either run exists) each train theirs.
+    A look the store does not answer while another machine's run was seen keeps the wait (for
+    UNREAD_PATIENCE looks in a row): taking it for "nobody trains it" trained it twice."""
     if not tracker.shared:
         return
-    announced = False
+    announced, unread = False, 0
     while True:
-        running = tracker.search_runs(
+        running = tracker.search_runs_if_read(
             f"tags.{tag} = '{fingerprint}' and attributes.status = 'RUNNING'"
         )
+        if running is None:  # the store did not answer (a reset connection on a loaded server)
+            unread += 1
+            if not announced or unread > UNREAD_PATIENCE:
+                return  # nothing seen to wait for, or the store stays away: train it here
+            time.sleep(poll_s)
+            continue
+        unread = 0
         live = [r for r in running if time.time() - tracker.last_activity(r) < STALE_S]
         if not live:
             return

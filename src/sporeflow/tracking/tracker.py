@@ -343,6 +343,11 @@ class Tracker:
         """Runs of this experiment matching an MLflow filter, newest first."""
         return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), [])
 
+    def search_runs_if_read(self, filter_string: str, max_results: int = 20) -> list | None:
+        """As search_runs, but None when the store did not answer (not: no such runs)."""
+        found = self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), None)
+        return None if found is None else list(found)
+
     @property
     def shared(self) -> bool:
         """Whether other machines may read this store (a server or a database, not a file on

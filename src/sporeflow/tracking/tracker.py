@@ -340,13 +340,13 @@ class Tracker:
             return missing
 
     def search_runs(self, filter_string: str, max_results: int = 20) -> list:
-        """Runs of this experiment matching an MLflow filter, newest first."""
-        return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), [])
+        """Runs of this experiment matching an MLflow filter, newest first (none when the store
+        cannot be read)."""
+        return self.search_runs_if_read(filter_string, max_results) or []
 
     def search_runs_if_read(self, filter_string: str, max_results: int = 20) -> list | None:
         """As search_runs, but None when the store did not answer (not: no such runs)."""
-        found = self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), None)
-        return None if found is None else list(found)
+        return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), None)
 
     @property
     def shared(self) -> bool:

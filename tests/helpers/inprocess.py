@@ -1,6 +1,10 @@
 """Run a job in this process, the way `python train.py` would after Hydra composed its config:
 validate -> run_pipeline, against a sqlite store in the launch dir. For the unit tier: the
-stage runner, specs, reuse and the pipeline without paying a new interpreter per test."""
+stage runner, specs, reuse and the pipeline without paying a new interpreter per test.
+
+The jobs run here share one tracking writer per test process (`use_shared_writer`, started by
+tests/unit/conftest.py), as a sweep's jobs share the sweep's: each job waits at its end until
+the store has its records, but no job pays a writer's start (MLflow's import) of its own."""
 
 from __future__ import annotations
 
@@ -27,6 +31,35 @@ TINY = [
 TINY_PIPELINE = [*TINY, "debug=dim_reduce"]
 
 
+_SHARED_WRITER: dict[str, str] = {}  # "file": the writer file of the test process's writer
+
+
+def use_shared_writer(writer_file: Path | None) -> None:
+    """Name the shared writer the jobs run here use (None: each starts its own)."""
+    _SHARED_WRITER.pop("file", None)
+    if writer_file is not None:
+        _SHARED_WRITER["file"] = str(writer_file)
+
+
+@contextlib.contextmanager
+def shared_writer_named():
+    """SPOREFLOW_TRACKING_WRITER set to the test process's shared writer for a job's call,
+    unless the caller named one (or none) itself."""
+    import os
+
+    from sporeflow.tracking.shared_writer import WRITER_ENV
+
+    named = _SHARED_WRITER.get("file")
+    if named is None or WRITER_ENV in os.environ:
+        yield
+        return
+    os.environ[WRITER_ENV] = named
+    try:
+        yield
+    finally:
+        os.environ.pop(WRITER_ENV, None)
+
+
 def context(launch_dir: Path, overrides, run: str = "run") -> RunContext:
     return RunContext(
         run_dir=Path(launch_dir) / run,
@@ -42,7 +75,8 @@ def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[flo
     from sporeflow.stages.pipeline import run_pipeline
 
     cfg = validate(compose(list(overrides)))
-    return run_pipeline(cfg, context(launch_dir, overrides, run)), cfg
+    with shared_writer_named():
+        return run_pipeline(cfg, context(launch_dir, overrides, run)), cfg
 
 
 def _entry(app: str = "train"):
@@ -98,7 +132,7 @@ def train_cli(
         os.chdir(launch_dir)
         os.environ.pop("HYDRA_FULL_ERROR", None)
         GlobalHydra.instance().clear()
-        with contextlib.redirect_stderr(err), root_logger_kept():
+        with contextlib.redirect_stderr(err), root_logger_kept(), shared_writer_named():
             try:
                 run_cli(_entry(app))
             except SystemExit as ex:

@@ -55,8 +55,9 @@ def shared(tmp_path, monkeypatch):
 def test_a_sweeps_jobs_share_its_writer_and_end_without_waiting_for_one(shared, monkeypatch):
     """Each job's journal names the sweep's writer, the job starts no writer of its own and
     `sporeflow sync` leaves the journal to it; the sweep's flush finds every record in the
-    store once; a process that is not the sweep's job (no variable) keeps its own writer, which
-    the sweep's writer leaves alone; at the stop the writer ends and its file is gone."""
+    store once, also of a job whose run dir is outside the sweep dir; a process that is not the
+    sweep's job (no variable) keeps its own writer, which the sweep's writer leaves alone; at
+    the stop the writer ends and its file is gone."""
     launch, sweep, writer = shared
     jobs = [job(launch, sweep, n) for n in range(3)]
     runs = [log_job(tracker, 25, f"job{n}") for n, tracker in enumerate(jobs)]
@@ -65,10 +66,10 @@ def test_a_sweeps_jobs_share_its_writer_and_end_without_waiting_for_one(shared, 
         assert tracker._writer is None and tracker.left == 0
         assert header_of(tracker.journal)["writer"] == writer.ident
     assert [s.busy for s in sync(sweep)] == [True] * 3  # left to the live writer
-    deeper = Tracker.from_config(config(), launch, journal_dir=sweep / "4" / "run")
-    deeper.start_run("deeper").end()
-    deeper.finish()  # a run dir the shared writer does not look in: a writer of its own
-    assert deeper._writer is not None and header_of(deeper.journal)["writer"] == "own"
+    deeper = Tracker.from_config(config(), launch, journal_dir=launch / "elsewhere" / "run")
+    deeper_run = log_job(deeper, 3, "deeper")
+    deeper.finish()  # registered with the writer: followed wherever its run dir is
+    assert deeper._writer is None and header_of(deeper.journal)["writer"] == writer.ident
     monkeypatch.delenv(WRITER_ENV)
     alone = job(launch, sweep, 3)
     alone_run = log_job(alone, 5, "alone")
@@ -81,6 +82,7 @@ def test_a_sweeps_jobs_share_its_writer_and_end_without_waiting_for_one(shared, 
         got = MlflowClient(tracker.uri).get_run(tracker.applied().runs[run.run_id])
         assert got.info.status == "FINISHED"
     assert history(alone, alone_run) == [(s, float(s)) for s in range(1, 6)]
+    assert history(deeper, deeper_run) == [(s, float(s)) for s in range(1, 4)]
     assert alone.journal not in {j for j in writer._journals()}
     pid = writer._proc.pid
     assert writer.stop() == 0
@@ -104,3 +106,28 @@ def test_when_the_sweeps_writer_dies_a_job_starts_its_own_and_loses_nothing(shar
     tracker.finish()
     assert tracker._writer is not None and tracker.left == 0
     assert history(tracker, run) == [(s, float(s)) for s in range(1, 6)]
+
+
+def test_a_writer_for_many_short_jobs_has_each_wait_until_the_store_has_its_records(
+    tmp_path, monkeypatch
+):
+    """`jobs_wait`: each job's end returns once the store has all its records (read right
+    after, as a single run's caller does), with no writer of its own; a job whose shared
+    writer is gone before its end starts its own and still loses nothing."""
+    writer = SharedWriter(tmp_path / "session", drain_timeout=30.0, jobs_wait=True)
+    assert writer.start()
+    monkeypatch.setenv(WRITER_ENV, str(writer_file(writer.home)))
+    try:
+        for number in range(3):
+            tracker = job(tmp_path, tmp_path / "runs", number)
+            run = log_job(tracker, 12, f"short{number}")
+            assert tracker.finish() == 0 and tracker._writer is None
+            assert history(tracker, run) == [(s, float(s)) for s in range(1, 13)]
+        last = job(tmp_path, tmp_path / "runs", 9)
+        run = log_job(last, 4, "last")
+        os.kill(writer._proc.pid, signal.SIGKILL)
+        writer._proc.wait(timeout=10)
+        assert last.finish() == 0 and last._writer is not None
+        assert history(last, run) == [(s, float(s)) for s in range(1, 5)]
+    finally:
+        writer.stop()

@@ -1,30 +1,38 @@
-"""One tracking writer for all of a sweep's jobs on this machine, seen from outside it.
+"""One tracking writer for many jobs on this machine, seen from outside it.
 
 A writer per job paid MLflow's import and the store's opening (seconds of CPU on a machine the
-jobs train on) and made each job's end wait until its writer had drained. The sweep's callback
-(entry.sweep_run) starts one `tracking.sweep_writer` process per sweep instead (`SharedWriter`),
-and names it to its jobs in `SPOREFLOW_TRACKING_WRITER`: the path of
-`<sweep dir>/tracking/writer-<host>.json`, which the writer fills with who it is once it runs.
+jobs train on) and made each job's end wait until its writer had drained. A shared writer
+(`SharedWriter`, the `tracking.sweep_writer` process) is started once for many jobs: by a
+sweep's callback (entry.sweep_run) for its jobs, or by any caller that runs many short jobs
+(the in-process test tier does, one per test process). It is named to jobs in
+`SPOREFLOW_TRACKING_WRITER`: the path of `<home>/tracking/writer-<host>.json`, which the writer
+fills with who it is once it runs.
 
 A job's tracker (`live_writer`) uses it only when that file names a live process on the job's
-own host, and then says so in its journal's header (`writer`): that writer follows exactly the
-journals that name it, so a job on another host starts its own writer and no journal is ever
-followed by two (a SLURM sweep starts none: entry.sweep_run). If the shared writer dies, a
-job's tracker starts its own (the journal and its `applied.json` carry the position, as after
-any writer's death).
+own host; it then names that writer in its journal's header (`writer`) and registers the
+journal in `<home>/tracking/follow-<host>/` (`register`). The writer follows exactly the
+registered journals that name it, so a job on another host starts its own writer and no
+journal is ever followed by two (a SLURM sweep starts none: entry.sweep_run). If the shared
+writer dies, a job's tracker starts its own (the journal and its `applied.json` carry the
+position, as after any writer's death). A sweep's job ends once its journal is durable (the
+sweep's end waits for the writer once); a writer started with `jobs_wait` has each job wait,
+at its end, until the store has its records, as with a writer of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive
+from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.drain import drain, wait_while_progressing
 from sporeflow.tracking.journal import AppliedState, header_of, last_seq, pending
 
@@ -34,14 +42,19 @@ WRITER_ENV = "SPOREFLOW_TRACKING_WRITER"
 START_TIMEOUT_S = 20.0  # a shared writer not up by then: each job starts its own
 
 
-def writer_file(sweep_dir: Path) -> Path:
-    """Who the sweep's writer on this host is (pid, host, process start time), while it runs."""
-    return Path(sweep_dir) / "tracking" / f"writer-{socket.gethostname()}.json"
+def writer_file(home: Path) -> Path:
+    """Who the shared writer of `home` on this host is (pid, host, start time), while it runs."""
+    return Path(home) / "tracking" / f"writer-{socket.gethostname()}.json"
 
 
-def stop_file(sweep_dir: Path) -> Path:
-    """Made by the sweep's end: the writer ends once every journal it follows is done."""
-    return Path(sweep_dir) / "tracking" / f"writer-{socket.gethostname()}.stop"
+def stop_file(home: Path) -> Path:
+    """Made at the end of its jobs: the writer ends once every journal it follows is done."""
+    return Path(home) / "tracking" / f"writer-{socket.gethostname()}.stop"
+
+
+def follow_dir(home: Path) -> Path:
+    """Where jobs register the journals this host's shared writer of `home` is to follow."""
+    return Path(home) / "tracking" / f"follow-{socket.gethostname()}"
 
 
 def writer_id(me: dict) -> str:
@@ -62,25 +75,54 @@ def alive(ident: str) -> bool:
         return False
 
 
-def live_writer(path: str | None, journal_dir: Path) -> str | None:
-    """The id of the live shared writer the file at `path` names on this host, if it looks for
-    journals of `journal_dir` (the sweep dir or a job's run dir right below it), else None."""
+@dataclass(frozen=True)
+class WriterRef:
+    """A live shared writer as a job sees it: where it is, who it is, whether jobs wait."""
+
+    home: Path
+    ident: str
+    jobs_wait: bool = False
+
+    @property
+    def pid(self) -> int:
+        return int(_parsed(self.ident)["pid"])
+
+    def register(self, journal: Path) -> None:
+        """Ask the writer to follow `journal` (whose header names it): one small file each."""
+        path = str(Path(journal).resolve())
+        name = hashlib.sha1(path.encode()).hexdigest()[:20]
+        write_text_atomic(follow_dir(self.home) / name, path)
+
+
+def live_writer(path: str | None) -> WriterRef | None:
+    """The live shared writer that the file at `path` (SPOREFLOW_TRACKING_WRITER) names on this
+    host, or None."""
     if not path:
         return None
-    sweep_dir, here = Path(path).parent.parent.resolve(), Path(journal_dir).resolve()
-    if sweep_dir not in (here, here.parent):  # where journal_candidates looks
-        return None
     try:
-        ident = writer_id(json.loads(Path(path).read_text()))
+        me = json.loads(Path(path).read_text())
+        ident = writer_id(me)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return ident if alive(ident) else None
+    home = Path(path).resolve().parent.parent
+    return WriterRef(home, ident, bool(me.get("jobs_wait"))) if alive(ident) else None
 
 
-def followed(sweep_dir: Path, ident: str) -> list[Path]:
-    """The journals under `sweep_dir` (its own, its jobs') whose header names writer `ident`."""
+def registered(home: Path) -> list[Path]:
+    """The journals jobs registered with this host's shared writer of `home`, by name."""
     found = []
-    for journal in journal_candidates(sweep_dir):
+    for entry in sorted(follow_dir(home).glob("*")):
+        try:
+            found.append(Path(entry.read_text()))
+        except OSError:
+            continue
+    return found
+
+
+def followed(home: Path, ident: str) -> list[Path]:
+    """The registered journals whose header names writer `ident`."""
+    found = []
+    for journal in registered(home):
         try:
             if header_of(journal).get("writer") == ident:
                 found.append(journal)
@@ -89,31 +131,27 @@ def followed(sweep_dir: Path, ident: str) -> list[Path]:
     return found
 
 
-def journal_candidates(sweep_dir: Path) -> list[Path]:
-    """The sweep's own journals and those of its jobs' run dirs (`<sweep dir>/<job>/`)."""
-    root = Path(sweep_dir)
-    return sorted([*root.glob("tracking/*.jsonl"), *root.glob("*/tracking/*.jsonl")])
-
-
 class SharedWriter:
-    """The sweep process's handle on its writer: started once, waited for before the sweep's
-    summary reads the store (`flush`), and stopped at the sweep's end (`stop`)."""
+    """The starting process's handle on a shared writer: started once, waited for before a
+    sweep's summary reads the store (`flush`), and stopped at the end of its jobs (`stop`)."""
 
-    def __init__(self, sweep_dir: Path, drain_timeout: float):
-        self.sweep_dir = Path(sweep_dir)
+    def __init__(self, home: Path, drain_timeout: float, jobs_wait: bool = False):
+        self.home = Path(home)
         self.drain_timeout = drain_timeout
+        self.jobs_wait = jobs_wait
         self.ident: str | None = None
         self._proc: subprocess.Popen | None = None
 
     def start(self) -> bool:
         """Start the writer and wait until it has said who it is (True), or give up."""
-        folder = self.sweep_dir / "tracking"
+        folder = self.home / "tracking"
         folder.mkdir(parents=True, exist_ok=True)
-        stop_file(self.sweep_dir).unlink(missing_ok=True)
+        stop_file(self.home).unlink(missing_ok=True)
         log_file = folder / f"writer-{socket.gethostname()}.log"
+        command = [sys.executable, "-m", "sporeflow.tracking.sweep_writer", str(self.home)]
         with open(log_file, "a") as log_out:  # the child keeps its copy
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "sporeflow.tracking.sweep_writer", str(self.sweep_dir)],
+                command + (["--jobs-wait"] if self.jobs_wait else []),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log_out,
@@ -121,18 +159,19 @@ class SharedWriter:
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline and self._proc.poll() is None:
-            self.ident = live_writer(str(writer_file(self.sweep_dir)), self.sweep_dir)
-            if self.ident is not None:
+            ref = live_writer(str(writer_file(self.home)))
+            if ref is not None:
+                self.ident = ref.ident
                 return True
             time.sleep(0.05)
         log.warning(
-            "the sweep's tracking writer did not start (%s): each job starts its own", log_file
+            "the shared tracking writer did not start (%s): each job starts its own", log_file
         )
         self.stop()
         return False
 
     def _journals(self) -> list[Path]:
-        return followed(self.sweep_dir, self.ident) if self.ident else []
+        return followed(self.home, self.ident) if self.ident else []
 
     def _applied(self, journals: list[Path]) -> int:
         return sum(AppliedState.load(j).seq for j in journals)
@@ -161,9 +200,9 @@ class SharedWriter:
         gets on, and return the records left (kept in the journals for `sporeflow sync`)."""
         if self._proc is None:
             return 0
-        stop_file(self.sweep_dir).touch()
+        stop_file(self.home).touch()
         journals = self._journals()
         drain(self._proc, lambda: self._applied(journals), self.drain_timeout)
         self._proc = None
-        stop_file(self.sweep_dir).unlink(missing_ok=True)
+        stop_file(self.home).unlink(missing_ok=True)
         return self.left()

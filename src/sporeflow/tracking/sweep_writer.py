@@ -1,15 +1,16 @@
-"""The sweep's one tracking writer on this machine (tracking.shared_writer says why and how
-jobs find it):
+"""A shared tracking writer on this machine: a sweep's, or one for any caller's many short jobs
+(tracking.shared_writer says why and how jobs find it):
 
-    python -m sporeflow.tracking.sweep_writer <sweep dir>
+    python -m sporeflow.tracking.sweep_writer <home> [--jobs-wait]
 
-It says who it is in `<sweep dir>/tracking/writer-<host>.json`, then follows every journal
-under the sweep dir whose header names it, each with writer.Follower's rules (in order, exactly
-once through its own `applied.json`, runs of a dead owner ended KILLED), one store and one
-system-metrics sampler per tracking URI. It ends once `writer-<host>.stop` exists (or the
-process that started it is gone) and every journal it follows is done; on SIGTERM after the
-write in progress. Its log: `writer-<host>.log` beside those files; nice 10, Ctrl-C ignored,
-as tracking.writer.
+It says who it is in `<home>/tracking/writer-<host>.json` (with `jobs_wait`: each job waits at
+its end until the store has its records), then follows every journal registered in
+`<home>/tracking/follow-<host>/` whose header names it, each with writer.Follower's rules (in
+order, exactly once through its own `applied.json`, runs of a dead owner ended KILLED), one
+store per (URI, experiment, artifact root) and one system-metrics sampler per tracking URI. It
+ends once `writer-<host>.stop` exists (or the process that started it is gone) and every
+journal it follows is done; on SIGTERM after the write in progress. Its log:
+`writer-<host>.log` beside those files; nice 10, Ctrl-C ignored, as tracking.writer.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive, this_process
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.journal import header_of, sibling
-from sporeflow.tracking.shared_writer import journal_candidates, stop_file, writer_file, writer_id
+from sporeflow.tracking.shared_writer import follow_dir, stop_file, writer_file, writer_id
 from sporeflow.tracking.store import Store
 from sporeflow.tracking.system_metrics import SystemMetrics
 from sporeflow.tracking.writer import (
@@ -31,32 +33,42 @@ from sporeflow.tracking.writer import (
     Follower,
     StopRequest,
     become_writer,
-    one_argument,
 )
 
 log = logging.getLogger("sporeflow.tracking.sweep_writer")
 
 
 class SweepWriter:
-    """Every journal of a sweep dir that names this writer, followed until the sweep ends."""
+    """Every registered journal that names this writer, followed until its jobs end."""
 
-    def __init__(self, sweep_dir: Path, ident: str, starter: dict):
-        self.sweep_dir, self.ident, self.starter = Path(sweep_dir), ident, starter
+    def __init__(self, home: Path, ident: str, starter: dict):
+        self.home, self.ident, self.starter = Path(home), ident, starter
         self.followers: dict[Path, Follower] = {}
-        self._others: set[Path] = set()  # journals another writer follows
+        self._seen: set[str] = set()  # registrations read (each is read once)
         self._stores: dict[tuple, Store] = {}
         self._monitors: dict[str, SystemMetrics] = {}
 
-    def _discover(self) -> None:
-        for journal in journal_candidates(self.sweep_dir):
-            if journal in self.followers or journal in self._others:
+    def _registered(self) -> list[Path]:
+        """Journals registered since the last look."""
+        new = []
+        for entry in sorted(follow_dir(self.home).glob("*")):
+            if entry.name in self._seen or entry.name.startswith("."):
                 continue
             try:
-                header = header_of(journal)
-            except (OSError, ValueError):  # its header line is being written
+                new.append(Path(entry.read_text()))
+            except OSError:
                 continue
-            if header.get("writer") != self.ident:
-                self._others.add(journal)
+            self._seen.add(entry.name)
+        return new
+
+    def _discover(self) -> None:
+        for journal in self._registered():
+            try:
+                header = header_of(journal)
+            except (OSError, ValueError):  # gone, or not a journal
+                log.warning("%s is registered but not a journal it can read", journal)
+                continue
+            if header.get("writer") != self.ident or journal in self.followers:
                 continue
             write_text_atomic(sibling(journal, ".writer.pid"), str(os.getpid()))
             self.followers[journal] = Follower(journal, self._store(header), self._sampler(header))
@@ -72,7 +84,7 @@ class SweepWriter:
         return self._monitors.setdefault(header["uri"], SystemMetrics(header["uri"]))
 
     def _ending(self) -> bool:
-        return stop_file(self.sweep_dir).exists() or not is_alive(**self.starter)
+        return stop_file(self.home).exists() or not is_alive(**self.starter)
 
     def run(self, stop: type[StopRequest] = StopRequest) -> int:
         """Follow until the sweep ends (module docstring); 0 when the store has every record,
@@ -93,25 +105,31 @@ class SweepWriter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sweep_dir = one_argument(argv, "python -m sporeflow.tracking.sweep_writer <sweep dir>")
-    if sweep_dir is None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    jobs_wait = "--jobs-wait" in args
+    args = [a for a in args if a != "--jobs-wait"]
+    if len(args) != 1:
+        print(
+            "usage: python -m sporeflow.tracking.sweep_writer <home> [--jobs-wait]", file=sys.stderr
+        )
         return 2
-    become_writer(writer_file(sweep_dir).with_suffix(".log"))
+    home = Path(args[0])
+    become_writer(writer_file(home).with_suffix(".log"))
     import psutil
 
     parent = psutil.Process(os.getppid())
     starter = {"pid": parent.pid, "host": this_process()["host"], "started": parent.create_time()}
     me = this_process()
-    write_text_atomic(writer_file(sweep_dir), json.dumps(me))
-    log.info("sweep writer started for %s", sweep_dir)
+    write_text_atomic(writer_file(home), json.dumps({**me, "jobs_wait": jobs_wait}))
+    log.info("shared writer started for %s", home)
     try:
-        code = SweepWriter(sweep_dir, writer_id(me), starter).run()
+        code = SweepWriter(home, writer_id(me), starter).run()
     except Exception:
         log.exception("writer failed; the journals keep what is not applied (sporeflow sync)")
         code = 1
     finally:
-        writer_file(sweep_dir).unlink(missing_ok=True)
-    log.info("sweep writer ends (%d)", code)
+        writer_file(home).unlink(missing_ok=True)
+    log.info("shared writer ends (%d)", code)
     return code
 
 

@@ -8,9 +8,10 @@ or down. The process does not import MLflow for its writes; a read (stage-1 reus
 opens the store here, and a store that cannot be read is "not found" with a warning, so that
 stage is trained anew. At the end the process waits for the writer while it makes progress,
 and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one
-console line with the command that sends it. A sweep's job on the sweep's machine starts no
-writer: the sweep's one writer (tracking.shared_writer) follows its journal, and the job's end
-only makes the journal durable.
+console line with the command that sends it. A job that finds a shared writer on its machine
+(tracking.shared_writer: a sweep's, or one started for many short jobs) starts no writer of its
+own: the shared one follows its journal, and a sweep's job's end only makes the journal
+durable (the sweep's end waits once).
 Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 
@@ -30,7 +31,7 @@ from sporeflow.core import signals
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
 from sporeflow.storage.files import sha256_file
-from sporeflow.tracking.drain import drain
+from sporeflow.tracking.drain import drain, wait_while_progressing
 from sporeflow.tracking.journal import (
     PROBLEM,
     AppliedState,
@@ -42,7 +43,7 @@ from sporeflow.tracking.journal import (
     run_ref,
     sibling,
 )
-from sporeflow.tracking.shared_writer import WRITER_ENV, live_writer
+from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer
 from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import (
     Store,
@@ -84,7 +85,7 @@ class Tracker:
         self.drain_timeout = drain_timeout
         self._journal: Journal | None = None
         self._writer: subprocess.Popen | None = None
-        self._shared: str | None = None  # the sweep's writer following this journal
+        self._shared: WriterRef | None = None  # the shared writer following this journal
         self._shared_looked = float("-inf")
         self._problem_said, self._problem_looked = False, float("-inf")
         self._store: Store | None = None
@@ -122,7 +123,7 @@ class Tracker:
 
     def _append(self, op: Op, **fields: Any) -> int:
         if self._journal is None:
-            self._shared = live_writer(os.environ.get(WRITER_ENV), self.journal_dir)
+            self._shared = live_writer(os.environ.get(WRITER_ENV))
             self._journal = Journal.create(
                 self.journal_dir,
                 {
@@ -131,9 +132,11 @@ class Tracker:
                     "artifact_root": str(self.artifact_root) if self.artifact_root else None,
                     "owner": this_process(),
                     "drain_timeout": self.drain_timeout,
-                    "writer": self._shared or "own",
+                    "writer": self._shared.ident if self._shared else "own",
                 },
             )
+            if self._shared is not None:
+                self._shared.register(self._journal.path)
         seq = self._journal.append(op, **fields)
         self._ensure_writer()
         self._say_problem()
@@ -161,7 +164,7 @@ class Tracker:
 
     def _ensure_writer(self) -> None:
         """Start the writer, or a new one if it died (SIGKILL, OOM): the journal is the truth.
-        A journal the sweep's writer follows gets its own only once that one is gone."""
+        A journal a shared writer follows gets its own only once that one is gone."""
         if self._shared is not None and self._shared_alive():
             return
         if self._writer is not None and self._writer.poll() is None:
@@ -185,12 +188,12 @@ class Tracker:
             )
 
     def _shared_alive(self) -> bool:
-        """Whether the sweep's writer still runs (looked at most once a second)."""
+        """Whether the shared writer still runs (looked at most once a second)."""
         now = time.monotonic()
         if now - self._shared_looked >= PROBLEM_LOOK_S:
             self._shared_looked = now
-            if self._shared is not None and not shared_alive(self._shared):
-                log.warning("the sweep's tracking writer is gone: this job starts its own")
+            if self._shared is not None and not shared_alive(self._shared.ident):
+                log.warning("the shared tracking writer is gone: this job starts its own")
                 self._shared = None
         return self._shared is not None
 
@@ -234,10 +237,12 @@ class Tracker:
         (one console line) and stop the writer. Returns the records left in the journal."""
         if self._journal is None:
             return 0
-        self._append(Op.close)
+        target = self._append(Op.close)
         self._journal.close()
         if self._shared is not None and self._shared_alive():
-            return 0  # durable now; the sweep's end waits for its writer and names what is left
+            if not self._shared.jobs_wait:
+                return 0  # durable now; the sweep's end waits for its writer, names what is left
+            self._wait_for_shared(target)
         if self._writer is not None:
             self._drain(self._writer)
         self.left = pending(self._journal.path)
@@ -251,6 +256,19 @@ class Tracker:
 
     def _drain(self, writer: subprocess.Popen) -> None:
         drain(writer, lambda: self.applied().seq, self.drain_timeout)
+
+    def _wait_for_shared(self, target: int) -> None:
+        """Wait, as for a writer of its own, until the shared writer has applied up to `target`;
+        if it dies meanwhile, a writer of this process's own sends the rest."""
+        assert self._shared is not None
+        wait_while_progressing(
+            self._shared.pid,
+            lambda: self.applied().seq,
+            self.drain_timeout,
+            lambda: self.applied().seq >= target or not self._shared_alive(),
+        )
+        if self._shared is None:
+            self._ensure_writer()
 
     def _run_name(self) -> str:
         return next(iter(self._names.values()), "?")

@@ -229,7 +229,7 @@ def test_sigterm_ends_a_pipeline_and_its_stage_runs_killed(tmp_path):
     proc.terminate()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err[-2000:]
-    assert "start the same command again" in err
+    assert "continue with: python train.py" in err and f"resume={tmp_path / 'run'}" in err
     statuses = {r.data.tags["stage"]: r.info.status for r in runs_of(tmp_path)}
     assert statuses == {"pipeline": "KILLED", "stage1": "KILLED"}
 

@@ -270,6 +270,27 @@ def test_resume_from_a_file_says_it_is_not_a_run_dir(tmp_path):
     assert line.startswith(f"resume={tmp_path}: not a run dir (no checkpoints/ in it)")
 
 
+def test_resume_of_the_other_kind_of_run_names_what_the_dir_is(tmp_path):
+    """A pipeline's dir (its marker names the pipeline's run) continues only as a dim-reduce
+    job, a plain run's dir only as a plain one: each says so before any work."""
+    from sporeflow.storage.run_marker import PIPELINE, write_run_marker
+
+    pipeline, plain = tmp_path / "pipeline", tmp_path / "plain"
+    write_run_marker(pipeline, mlflow_run_id="sf-x", stage=PIPELINE)
+    (plain / "checkpoints").mkdir(parents=True)
+    write_run_marker(plain, mlflow_run_id="sf-y", stage="train")
+    (line,) = refused([f"resume={pipeline}"], tmp_path)
+    assert line == (
+        f"resume={pipeline}: {pipeline} is a dim-reduce pipeline's dir; continue it "
+        "with its own boost=dim_reduce"
+    )
+    (line,) = refused(["boost=dim_reduce", f"resume={plain}"], tmp_path)
+    assert line == (
+        f"resume={plain}: {plain} is a plain run's dir; a boost=dim_reduce job "
+        "continues only a pipeline's"
+    )
+
+
 def test_a_setting_of_a_node_that_is_off_is_named_once(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     code, err = train_cli(

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.inprocess import TINY, run_train_here
+from helpers.inprocess import TINY, TINY_PIPELINE, run_train_here
 from helpers.requeue import signal_at, slurm_env
-from helpers.store import runs_of
+from helpers.store import by_stage, runs_of
 from sporeflow.core import signals
 from sporeflow.launch.slurm import requeue_refusal
 
@@ -90,17 +90,17 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
 
 
 @pytest.mark.parametrize(
-    ("launcher", "workers", "dim_reduce", "says"),
+    ("launcher", "workers", "says"),
     [
-        ({**LAUNCHER, "max_num_timeout": 0}, 8, True, None),
-        (LAUNCHER, 1, False, None),
-        (LAUNCHER, 2, False, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
-        (LAUNCHER, 1, True, "(parallel=standalone, boost=none; this job: boost=dim_reduce)"),
-        ({**LAUNCHER, "signal_delay_s": 90}, 1, False, "hydra.launcher.signal_delay_s=90:"),
+        ({**LAUNCHER, "max_num_timeout": 0}, 8, None),
+        (LAUNCHER, 1, None),
+        (LAUNCHER, 2, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
+        (LAUNCHER, 2, "(parallel=standalone; this job: 2 workers)"),
+        ({**LAUNCHER, "signal_delay_s": 90}, 1, "hydra.launcher.signal_delay_s=90:"),
     ],
 )
-def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, dim_reduce, says):
-    refusal = requeue_refusal(launcher, workers, dim_reduce)
+def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, says):
+    refusal = requeue_refusal(launcher, workers)
     assert refusal == says if says is None else says in refusal
 
 
@@ -131,3 +131,80 @@ def test_a_sweep_whose_jobs_could_not_continue_is_refused_before_any_is_submitte
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(says), line
     assert not runs_of(tmp_path)
+
+
+PIPELINE_JOB = [*TINY_PIPELINE, "boost.epochs=2", "boost.baselines=[baseline,snapshot_mean]"]
+STAGES = ("stage1", "stage2", "baseline", "snapshot_mean")
+
+
+def stage_runs(launch) -> dict:
+    """The pipeline's runs by their stage tag (each must be one run)."""
+    found = by_stage(runs_of(launch))
+    assert all(len(runs) == 1 for runs in found.values()), {k: len(v) for k, v in found.items()}
+    return {stage: runs[0] for stage, runs in found.items()}
+
+
+@pytest.fixture(scope="module")
+def straight_pipeline(tmp_path_factory):
+    """The dim-reduce job never stopped: its launch dir."""
+    launch = tmp_path_factory.mktemp("straight_pipeline")
+    proc = run_train_here([*PIPELINE_JOB, signal_at(10**9)], launch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return launch
+
+
+def test_a_requeued_pipeline_continues_each_stage_where_it_stopped_and_ends_as_one_run(
+    straight_pipeline, armed, tmp_path
+):
+    """Warned at step 6 of every stage that trains (stage 1 mid-epoch among its snapshots,
+    stage 2's dimension-reduced steps, the baseline): three requeues, and each continued job
+    takes the stages it finished as they were and continues the one it stopped in. The end is
+    the never-stopped job's: one FINISHED run per stage, each step's loss and each epoch's
+    evaluation once with the same values, the same snapshots, the same final weights of
+    every stage, the same comparison on the pipeline's run."""
+    job = [*PIPELINE_JOB, signal_at(6)]
+    for requeues, stopped_in in enumerate(("stage1", "stage2", "baseline")):
+        armed(requeues)
+        with pytest.raises(signals.Requeued):
+            run_train_here(job, tmp_path, env=slurm_env(requeues))
+        runs = stage_runs(tmp_path)
+        assert runs[stopped_in].info.status == "RUNNING", stopped_in
+        assert runs["pipeline"].data.tags["sporeflow.requeues"] == str(requeues + 1)
+    signals.requeue_off(signal.SIGUSR2)
+    proc = run_train_here(job, tmp_path, env=slurm_env(3))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    got, want = stage_runs(tmp_path), stage_runs(straight_pipeline)
+    assert sorted(got) == sorted(want) == sorted(["pipeline", *STAGES])
+    assert {run.info.status for run in got.values()} == {"FINISHED"}
+    for stage in ("stage1", "stage2", "baseline"):
+        for key in ("train/loss", "eval/acc"):
+            mine, theirs = (
+                history(tmp_path, got[stage], key),
+                history(straight_pipeline, want[stage], key),
+            )
+            assert [s for s, _ in mine] == [s for s, _ in theirs], f"{stage} {key}: each once"
+            np.testing.assert_allclose([v for _, v in mine], [v for _, v in theirs], rtol=1e-5)
+    for key in ("stage2/acc", "stage1/acc", "gain"):
+        assert got["pipeline"].data.metrics[key] == pytest.approx(
+            want["pipeline"].data.metrics[key]
+        )
+    snaps = sorted(p.name for p in (tmp_path / "run" / "stage1" / "snapshots").glob("*.npy"))
+    assert snaps == sorted(
+        p.name for p in (straight_pipeline / "run" / "stage1" / "snapshots").glob("*.npy")
+    )
+    for name in snaps:
+        np.testing.assert_allclose(
+            np.load(tmp_path / "run" / "stage1" / "snapshots" / name),
+            np.load(straight_pipeline / "run" / "stage1" / "snapshots" / name),
+            rtol=1e-5,
+            atol=1e-7,
+        )
+    for stage in STAGES:
+        mine = weights(tmp_path / "run" / stage / "checkpoints" / "final.ckpt")
+        theirs = weights(straight_pipeline / "run" / stage / "checkpoints" / "final.ckpt")
+        assert mine.keys() == theirs.keys(), stage
+        for name, value in theirs.items():
+            np.testing.assert_allclose(
+                mine[name], value, rtol=1e-5, atol=1e-7, err_msg=f"{stage} {name}"
+            )

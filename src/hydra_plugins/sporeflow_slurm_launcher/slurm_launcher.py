@@ -36,7 +36,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
-from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core import signals
 from sporeflow.core.errors import ConfigError, SchedulerEnded
 from sporeflow.launch import slurm
@@ -204,9 +203,7 @@ class SlurmLauncher(HydraSlurm):
         if int(self.params.get("max_num_timeout") or 0) <= 0:
             return  # no requeue: nothing to compose
         config = self._job_config(overrides, num)
-        refusal = slurm.requeue_refusal(
-            self.params, int(config.parallel.workers), is_dim_reduce(config)
-        )
+        refusal = slurm.requeue_refusal(self.params, int(config.parallel.workers))
         if refusal:
             raise ConfigError(refusal)
 

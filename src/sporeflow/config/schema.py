@@ -546,11 +546,6 @@ class RunConfig:
                 "files live on one node's disk, which the other nodes cannot read; run its stage 1 "
                 "again (leave boost.stage1_run unset), or run on one node"
             )
-        if self.resume not in (False, "false"):
-            yield (
-                "resume=... is not available for boost=dim_reduce pipelines yet; "
-                "finished stage-1 runs are reused automatically (boost.reuse_stage1)"
-            )
 
 
 def allowed_keys(path: str) -> list[str]:

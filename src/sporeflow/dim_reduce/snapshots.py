@@ -10,7 +10,9 @@ then reads just the slice it needs through a memory map (MindSpore's load_checkp
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from mindspore.train import Callback
@@ -37,21 +39,29 @@ class SnapshotCallback(Callback):
     """Saves the network's trainable weights `per_epoch` times an epoch from `start_epoch` on."""
 
     def __init__(
-        self, network, directory: Path, start_epoch: int, per_epoch: int, steps_per_epoch: int
+        self,
+        network,
+        directory: Path,
+        start_epoch: int,
+        per_epoch: int,
+        steps_per_epoch: int,
+        step_in_epoch: Callable[[Any], int],
     ):
+        """`step_in_epoch(cb_params)`: batches of the current epoch trained so far, also in a
+        stage continued mid-epoch (whose first fit counts its steps from 1 again)."""
         super().__init__()
         self.params = network.trainable_params()
         self.directory = Path(directory)
         self.start_epoch = start_epoch
         self.at = snapshot_steps(steps_per_epoch, per_epoch)
-        self.steps_per_epoch = steps_per_epoch
+        self.step_in_epoch = step_in_epoch
         self.saved: list[Path] = []
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
         if cb.cur_epoch_num < self.start_epoch:
             return
-        in_epoch = (cb.cur_step_num - 1) % self.steps_per_epoch + 1
+        in_epoch = self.step_in_epoch(cb)
         if in_epoch in self.at:
             path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.npy"
             flat = np.concatenate([p.asnumpy().astype(np.float32).ravel() for p in self.params])

@@ -23,7 +23,6 @@ from pathlib import Path
 from omegaconf import DictConfig, read_write
 
 from sporeflow.config.components import build_model
-from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
@@ -97,10 +96,8 @@ def entry_script(hc) -> Path:
 
 
 def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
-    """What to run after an interruption: the same command again (pipelines reuse a finished
-    stage 1), or resume= from the newest checkpoint."""
-    if is_dim_reduce(cfg):
-        return "start the same command again: a finished stage 1 is reused"
+    """What to run after an interruption: resume= from the newest checkpoint (a pipeline
+    continues the stage it stopped in, its finished stages kept)."""
     saved = sorted(
         (p for p in ctx.run_dir.rglob("epoch_*") if is_checkpoint(p)),
         key=lambda p: p.stat().st_mtime,
@@ -175,9 +172,9 @@ def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
 
 def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
     """A job SLURM requeued (launch.slurm.restart_count) whose run dir has its run continues
-    it (resume=<its run dir>) - when it can: not a job of msrun workers or a pipeline, which
-    also ignore the time-limit warning if sporeflow's SLURM launcher armed it."""
-    continues = not (msrun.needs_launch(cfg) or is_dim_reduce(cfg))
+    it (resume=<its run dir>) - when it can: not a job of msrun workers, which also ignores
+    the time-limit warning if sporeflow's SLURM launcher armed it."""
+    continues = not msrun.needs_launch(cfg)
     if not continues and signals.requeue_armed():  # refused at submission; by hand here
         signals.requeue_off(signal.SIGUSR2)
     restarts = slurm.restart_count()

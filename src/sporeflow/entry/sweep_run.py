@@ -39,7 +39,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import race, search_space
-from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -305,7 +304,7 @@ def _requeue_refused(config: DictConfig) -> bool:
         return False
     launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
     workers = int(config.parallel.workers)
-    return slurm.requeue_refusal(launcher, workers, is_dim_reduce(config)) is not None
+    return slurm.requeue_refusal(launcher, workers) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

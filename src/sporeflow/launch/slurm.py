@@ -10,7 +10,8 @@ SLURM they give a single node's values (node 0, 127.0.0.1).
 A requeue (`hydra.launcher.max_num_timeout` > 0): SLURM warns a job `signal_delay_s` before its
 time limit (SIGUSR2); the job checkpoints at its next step, leaves its runs open and asks SLURM
 to queue it again (`requeue`); the requeued job (`restart_count` > 0) continues its run dir and
-runs. Only a job that trains in its own process without boost can continue where it stopped
+runs (a dim-reduce pipeline: its finished stages as they were, the stage it stopped in from
+its checkpoint). Only a job that trains in its own process can continue where it stopped
 (`requeue_refusal`)."""
 
 from __future__ import annotations
@@ -36,18 +37,17 @@ def requeue_this_job() -> str:
     return answer if answer.startswith("(") else ""
 
 
-def requeue_refusal(launcher: dict, parallel_workers: int, dim_reduce: bool) -> str | None:
+def requeue_refusal(launcher: dict, parallel_workers: int) -> str | None:
     """Why a sweep's jobs cannot be requeued with these settings (one line), else None."""
     times = int(launcher.get("max_num_timeout") or 0)
     if times <= 0:
         return None
     key = f"hydra.launcher.max_num_timeout={times}"
-    if parallel_workers > 1 or dim_reduce:
+    if parallel_workers > 1:
         return (
             f"{key}: a requeued job continues where it stopped only when it trains in its own "
-            "process without boost (parallel=standalone, boost=none; this job: "
-            f"{'boost=dim_reduce' if dim_reduce else f'{parallel_workers} workers'}); "
-            "set it to 0 (the job then ends at its time limit)"
+            f"process (parallel=standalone; this job: {parallel_workers} workers); set it to 0 "
+            "(the job then ends at its time limit)"
         )
     delay, limit = int(launcher.get("signal_delay_s", 0)), int(launcher.get("timeout_min", 0))
     if delay >= limit * 60:

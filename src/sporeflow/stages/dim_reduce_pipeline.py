@@ -7,8 +7,11 @@ stage2:    the PCA basis of the snapshots, then dimension-reduced steps (DimRedu
 baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat;
            each reused like stage 1 (stages.reuse), so a stage-2 sweep trains it once.
 Each stage is a spec (stages.spec) built here once and run by the job's StageRunner; the config
-is never rewritten. The pipeline run also carries every stage's per-epoch eval accuracy on one
-epoch axis (`curve/<stage>`), reused stages included, so each job shows stage 1 -> stage 2.
+is never rewritten. A pipeline continued in its run dir (a SLURM requeue, `resume=`) takes each
+stage it finished from its `stage_result.json`, continues the stage it stopped in from that
+stage's newest checkpoint and run, and runs the rest. The pipeline run also carries every
+stage's per-epoch eval accuracy on one epoch axis (`curve/<stage>`), reused stages included,
+so each job shows stage 1 -> stage 2.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +48,13 @@ from sporeflow.stages import fine_tune, reuse
 from sporeflow.stages import provenance as made_with
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
-from sporeflow.stages.results import PREDICTIONS, StageResult, load_predictions
+from sporeflow.stages.results import (
+    PREDICTIONS,
+    StageResult,
+    load_predictions,
+    load_result,
+    save_result,
+)
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.runs import guarded
 from sporeflow.stages.spec import (
@@ -54,8 +64,14 @@ from sporeflow.stages.spec import (
     stage1_spec,
     stage2_spec,
 )
-from sporeflow.storage.checkpoints import final_weights, save_atomic
+from sporeflow.storage.checkpoints import (
+    checkpoint_dir,
+    checkpoint_files,
+    final_weights,
+    save_atomic,
+)
 from sporeflow.storage.files import sha256_file
+from sporeflow.storage.run_marker import PIPELINE, find_resume_dir, read_run_marker
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +90,40 @@ class DimReducePipeline:
         self._layout: Layout | None = None
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
+        resume_dir = find_resume_dir(self.cfg.resume, self.ctx.launch_dir)
+        self.continued = resume_dir is not None  # a requeue or resume= continues its run dir
+        self.home = resume_dir or self.ctx.run_dir
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
-        self.parent = self.runner.open_job_run("pipeline", self.ctx.run_dir)
-        if self.worker.is_main:  # the pipeline's run shows what its stages saw
+        self.parent = self.runner.open_job_run(PIPELINE, self.home, resume=self.continued)
+        if self.worker.is_main and not self.continued:  # what its stages saw
             record_data(self.parent, self.runner.data(self.cfg.dataset.batch_size))
         return guarded(self.parent, self._stages)
+
+    def _trained(self, spec: StageSpec, fresh: Callable[[], StageResult]) -> StageResult:
+        """A stage of this pipeline: when it is continued, the stage's result if it finished
+        before, or the stage continued from its newest checkpoint if it stopped in it; else
+        `fresh()`. A stage finished here leaves its result for a later continuation."""
+        if self.continued:
+            done = load_result(spec.stage_dir)
+            if done is not None:
+                log.info("%s: finished before this continuation (%s)", spec.name, spec.stage_dir)
+                return done
+            if self._stopped_in(spec):
+                return self._finished(self.runner.run(spec, self.parent, resume=True))
+        return self._finished(fresh())
+
+    def _stopped_in(self, spec: StageSpec) -> bool:
+        """Whether the stage has its run and a checkpoint in its dir (it stopped mid-way)."""
+        ckpts = checkpoint_dir(spec.stage_dir, self.worker.rank, self.worker.world_size)
+        marked = read_run_marker(spec.stage_dir).get("mlflow_run_id")
+        return bool(marked) and bool(checkpoint_files(ckpts, "epoch_*"))
+
+    def _finished(self, result: StageResult) -> StageResult:
+        if result.reused_from is None and self.worker.is_main:
+            save_result(result)
+        return result
 
     def _stages(self) -> dict[str, float]:
         reuse_off = reuse_off_reason(self.cfg)
@@ -95,14 +138,12 @@ class DimReducePipeline:
         snapshots = self._snapshots(stage1)
         basis, basis_path = self._basis(stage1, snapshots)
         start = self._stage2_start(stage1, snapshots)
-        spec = stage2_spec(self.cfg, self.ctx.run_dir, start, basis, basis_path, len(snapshots))
-        self._keep(self.runner.run(spec, self.parent))
+        spec = stage2_spec(self.cfg, self.home, start, basis, basis_path, len(snapshots))
+        self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
         for name in (b.value for b in self.boost.baselines):
             self._keep(
                 self._baseline(
-                    baseline_spec(
-                        self.cfg, self.ctx.run_dir, name, stage1.checkpoint, self.provenance
-                    ),
+                    baseline_spec(self.cfg, self.home, name, stage1.checkpoint, self.provenance),
                     snapshots,
                 )
             )
@@ -120,16 +161,17 @@ class DimReducePipeline:
 
     # --- stage 1 -------------------------------------------------------------------------------
     def _stage1(self, start: FineTuneStart | None) -> StageResult:
-        spec = stage1_spec(
-            self.cfg, self.ctx.run_dir, self.worker.is_node_main, self.provenance, start
-        )
+        spec = stage1_spec(self.cfg, self.home, self.worker.is_node_main, self.provenance, start)
         if self.boost.stage1_run:
             return self._named_stage1(spec)
-        return self.runner.reused_or_run(
+        return self._trained(
             spec,
-            self._usable_stage1,
-            lambda: self.runner.run(spec, self.parent),
-            self.boost.reuse_stage1,
+            lambda: self.runner.reused_or_run(
+                spec,
+                self._usable_stage1,
+                lambda: self.runner.run(spec, self.parent),
+                self.boost.reuse_stage1,
+            ),
         )
 
     def _reused(self, name: str, run, run_dir: Path) -> StageResult:
@@ -233,7 +275,7 @@ class DimReducePipeline:
         if self.boost.start_from is StartFrom.final:
             return stage1.checkpoint
         name = f"start_mean_rank_{self.worker.rank}.{checkpoint_format(self.cfg)}"
-        path = self.ctx.run_dir / "stage2" / name
+        path = self.home / "stage2" / name
         return save_atomic(
             network_with(self.cfg, stage1.checkpoint, self._snapshot_mean(snapshots)), path
         )
@@ -250,7 +292,10 @@ class DimReducePipeline:
             found = self._reused(spec.name, run, run_dir)
             return found if "acc" in found.metrics else None
 
-        return self.runner.reused_or_run(spec, usable, train, self.boost.reuse_baselines)
+        return self._trained(
+            spec,
+            lambda: self.runner.reused_or_run(spec, usable, train, self.boost.reuse_baselines),
+        )
 
     # --- the comparison ------------------------------------------------------------------------
     def _log_curves(self) -> None:
@@ -291,12 +336,12 @@ class DimReducePipeline:
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
             n_eval = len(correct["stage2"]) if "stage2" in correct else None
-            plot = comparison_plot(results, self.ctx.run_dir / "comparison.png", n_eval, gain_cmp)
+            plot = comparison_plot(results, self.home / "comparison.png", n_eval, gain_cmp)
             if plot is not None:
                 self.parent.log_artifact(plot)
             trained = "\n".join(
                 f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
             )
-            where = f"dim_reduce pipeline ({self.ctx.run_dir}); {self.tracker.describe()}"
+            where = f"dim_reduce pipeline ({self.home}); {self.tracker.describe()}"
             print(f"[sporeflow] {where}\n{table}\n{trained}", file=sys.stderr)
         return metrics

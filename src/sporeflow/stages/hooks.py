@@ -66,6 +66,7 @@ def _snapshots(stage, record: EventRecord) -> list:
             snap.start_epoch,
             snap.per_epoch,
             record.steps_per_epoch,
+            record.step_in_epoch,
         )
     ]
 

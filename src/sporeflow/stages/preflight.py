@@ -21,7 +21,7 @@ from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
 )
-from sporeflow.storage.run_marker import find_resume_dir, resume_off
+from sporeflow.storage.run_marker import find_resume_dir, is_pipeline_dir, resume_off
 from sporeflow.tracking.store import store_refusal
 from sporeflow.tracking.tracker import Tracker
 
@@ -63,6 +63,11 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
         return
     try:
         run_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+        mismatch = _pipeline_mismatch(cfg, run_dir)
+        if mismatch:
+            raise ConfigError(f"resume={cfg.resume}: {mismatch}")
+        if is_dim_reduce(cfg):  # each stage's checkpoints are read when it is continued
+            return
         path, state = newest_complete_checkpoint(checkpoint_dir(run_dir, 0, cfg.parallel.workers))
     except CheckpointError as ex:
         why = str(ex)  # find_resume_dir's own messages already name the key
@@ -81,6 +86,18 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
                 f"resume={cfg.resume}: {path} holds {name} with shape {tuple(state[name].shape)}, "
                 f"this network's is {tuple(param.shape)}: another network or num_classes"
             )
+
+
+def _pipeline_mismatch(cfg: DictConfig, run_dir: Path | None) -> str | None:
+    """Why a run dir cannot be continued by this job's kind (plain vs dim-reduce pipeline)."""
+    pipeline = run_dir is not None and is_pipeline_dir(run_dir)
+    if is_dim_reduce(cfg) and not pipeline:
+        return f"{run_dir} is a plain run's dir; a boost=dim_reduce job continues only a pipeline's"
+    if pipeline and not is_dim_reduce(cfg):
+        return (
+            f"{run_dir} is a dim-reduce pipeline's dir; continue it with its own boost=dim_reduce"
+        )
+    return None
 
 
 def check_basis(cfg: DictConfig) -> None:

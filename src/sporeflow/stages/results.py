@@ -1,19 +1,23 @@
 """What a stage leaves behind for the stages and the comparison after it: its final metrics,
 weights, per-epoch evaluations and, per eval image, whether it was right (`predictions.npy`:
-a reused stage brings its file along)."""
+a reused stage brings its file along). A pipeline's finished stage also writes its result to
+`stage_result.json` in its dir: a continued pipeline (a requeue, `resume=`) takes it from there
+instead of training the stage again."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sporeflow.engine.predictions import logits_and_labels
 from sporeflow.report.classification import classification_metrics
-from sporeflow.storage.files import atomic_path
+from sporeflow.storage.files import atomic_path, write_text_atomic
 
 PREDICTIONS = "predictions.npy"
+RESULT = "stage_result.json"
 
 
 @dataclass
@@ -62,3 +66,27 @@ def save_predictions(stage_dir: Path, correct: np.ndarray) -> Path:
 def load_predictions(stage_dir: Path) -> np.ndarray | None:
     path = Path(stage_dir) / PREDICTIONS
     return np.load(path, allow_pickle=False) if path.is_file() else None
+
+
+def save_result(result: StageResult) -> None:
+    """`<stage dir>/stage_result.json`: the finished stage's result, all but its predictions
+    (beside it in predictions.npy)."""
+    assert result.stage_dir is not None
+    kept = {k: v for k, v in asdict(result).items() if k != "correct"}
+    kept.update(checkpoint=str(result.checkpoint), stage_dir=str(result.stage_dir))
+    write_text_atomic(Path(result.stage_dir) / RESULT, json.dumps(kept, indent=1))
+
+
+def load_result(stage_dir: Path) -> StageResult | None:
+    """The result a finished stage left in `stage_dir`, or None when it did not finish there."""
+    try:
+        kept = json.loads((Path(stage_dir) / RESULT).read_text())
+    except (OSError, ValueError):
+        return None
+    kept.update(
+        checkpoint=Path(kept["checkpoint"]),
+        stage_dir=Path(kept["stage_dir"]),
+        history=[(int(epoch), evaluated) for epoch, evaluated in kept["history"]],
+        correct=load_predictions(stage_dir),
+    )
+    return StageResult(**kept)

@@ -45,10 +45,22 @@ class StageRunner:
         return self._data[batch]
 
     # --- the MLflow run of a stage -------------------------------------------------------------
-    def open_job_run(self, stage: str, run_dir: Path) -> TrackedRun:
-        """The job's top-level run (a plain stage or a pipeline), its marker in `run_dir`."""
+    def open_job_run(self, stage: str, run_dir: Path, resume: bool = False) -> TrackedRun:
+        """The job's top-level run (a plain stage or a pipeline), its marker in `run_dir`; when
+        resuming, the run that marker names."""
+        marker = read_run_marker(run_dir) if resume else {}
+        if marker.get("mlflow_run_id"):
+            return self._resumed(marker["mlflow_run_id"], 0.0)
         run = self._start_job_run(stage)
         self._mark(run_dir, run, stage)
+        return run
+
+    def _resumed(self, run_id: str, system_metrics: float) -> TrackedRun:
+        """An existing run continued here, tagged with where and how."""
+        run = self.tracker.resume_run(run_id, system_metrics=system_metrics)
+        run.set_tags(
+            {"resumed_in": str(self.ctx.run_dir), "resume_overrides": " ".join(self.ctx.overrides)}
+        )
         return run
 
     def _start_job_run(self, stage: str) -> TrackedRun:
@@ -72,12 +84,7 @@ class StageRunner:
         marker = read_run_marker(spec.stage_dir) if resume else {}
         interval = self.cfg.tracking.system_metrics_interval if spec.epochs else 0.0
         if marker.get("mlflow_run_id"):
-            run = self.tracker.resume_run(marker["mlflow_run_id"], system_metrics=interval)
-            resumed = {
-                "resumed_in": str(self.ctx.run_dir),
-                "resume_overrides": " ".join(self.ctx.overrides),
-            }
-            run.set_tags(resumed)
+            run = self._resumed(marker["mlflow_run_id"], interval)
         elif parent is None:
             run = self._start_job_run(spec.name)
             run.set_tags(spec.run_tags())

@@ -51,16 +51,25 @@ def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
     if not run_dir.is_dir():
         what = "a file" if run_dir.exists() else "does not exist"
         raise CheckpointError(f"resume={resume}: {what}, not a run dir; {_WHERE_RUNS_ARE}")
-    if not (run_dir / "checkpoints").is_dir():
+    if not (run_dir / "checkpoints").is_dir() and not is_pipeline_dir(run_dir):
         raise CheckpointError(
             f"resume={resume}: not a run dir (no checkpoints/ in it); {_WHERE_RUNS_ARE}"
         )
     return run_dir.resolve()
 
 
+def is_pipeline_dir(run_dir: Path) -> bool:
+    """Whether `run_dir` is a dim-reduce pipeline's (its marker names the pipeline's run)."""
+    return read_run_marker(run_dir).get("stage") == PIPELINE
+
+
+PIPELINE = "pipeline"  # the stage name a pipeline's own run (and its marker) carries
+
+
 _WHERE_RUNS_ARE = (
-    "give the folder a run wrote its checkpoints/ in (outputs/<date>/<time>_<id>/, the path "
-    "the run printed, its MLflow run's run_dir tag), or true for the newest run under outputs/"
+    "give the folder a run wrote its checkpoints/ (or a pipeline its stage dirs) in "
+    "(outputs/<date>/<time>_<id>/, the path the run printed, its MLflow run's run_dir tag), or "
+    "true for the newest run under outputs/"
 )
 
 

@@ -467,11 +467,9 @@ def requeued_jobs_released(cluster: Cluster):
         thread.join()
 
 
-def epochs_saved(job_dir: Path) -> int:
+def epochs_saved(job_dir: Path, folder: str = "checkpoints") -> int:
     """The newest whole epoch a job's checkpoints hold (0 before the first)."""
-    found = [
-        int(p.stem[6:]) for p in (job_dir / "checkpoints").glob("epoch_[0-9][0-9][0-9][0-9].ckpt")
-    ]
+    found = [int(p.stem[6:]) for p in (job_dir / folder).glob("epoch_[0-9][0-9][0-9][0-9].ckpt")]
     return max(found, default=0)
 
 
@@ -493,12 +491,18 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     warning (30-90 s into the job: SLURM's timer may send it up to a minute early, so a
     one-minute limit could warn a job still starting, before it can handle the signal):
     requeued once, its second run may not be requeued again, trains on and SLURM ends it at
-    its limit: the run ends KILLED, the sweep names TIMEOUT after the requeues allowed."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
+    its limit: the run ends KILLED, the sweep names TIMEOUT after the requeues allowed.
+    C (two msrun workers on one node, max_num_timeout=1) is warned once: its launcher passes
+    the warning on, both ranks checkpoint one step, and the requeued job continues both: one
+    FINISHED run, every epoch's evaluation and every step's loss once."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.mkdir(), b.mkdir(), c.mkdir()
     alone = ("parallel=standalone",)
     command_a = cluster.sweep_command(
         a, "epochs=30", "hydra.launcher.max_num_timeout=2", "seed=4", parallel=alone
+    )
+    command_c = cluster.sweep_command(
+        c, "epochs=12", "hydra.launcher.max_num_timeout=1", "seed=4", parallel=("parallel=data2",)
     )
     command_b = cluster.sweep_command(
         b,
@@ -511,7 +515,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     sweeps = []
     with requeued_jobs_released(cluster):
         try:
-            for command, launch in ((command_a, a), (command_b, b)):
+            for command, launch in ((command_a, a), (command_b, b), (command_c, c)):
                 sweeps.append(
                     subprocess.Popen(
                         command,
@@ -523,6 +527,12 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
                     )
                 )
             job_a = wait_until(lambda: submitted(a), 120, "job A was not submitted")
+            job_c = wait_until(lambda: submitted(c), 120, "job C was not submitted")
+            rank_0 = "checkpoints/rank_0"
+            wait_until(lambda: epochs_saved(c / "multirun" / "0", rank_0) >= 3, 240, "C: no epoch")
+            warned = cluster.on_node0("scancel", "--signal=USR2", job_c)
+            assert warned.returncode == 0, warned.stderr
+            wait_until(lambda: requeues_of(cluster, c) == "1", 120, "job C was not requeued")
             for requeue, epoch in ((1, 3), (2, 10)):
                 wait_until(
                     lambda e=epoch: epochs_saved(a / "multirun" / "0") >= e, 240, "no progress"
@@ -536,6 +546,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
                 )
             out_a, _ = sweeps[0].communicate(timeout=600)
             out_b, _ = sweeps[1].communicate(timeout=600)
+            out_c, _ = sweeps[2].communicate(timeout=600)
         finally:
             for sweep in sweeps:
                 if sweep.poll() is None:
@@ -550,6 +561,17 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     losses = sorted(m.step for m in client.get_metric_history(job.info.run_id, "train/loss"))
     assert losses == list(range(1, 30 * steps_per_epoch + 1)), "every step's loss once"
     assert (a / "multirun" / "0" / "checkpoints" / "final.ckpt").is_file()
+
+    assert sweeps[2].returncode == 0, out_c[-4000:]
+    job = sweep_runs(cluster, c)[1][0]
+    assert job.info.status == "FINISHED" and job.data.tags["sporeflow.requeues"] == "1"
+    steps_per_epoch = int(job.data.tags["batch.steps_per_epoch"])
+    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "eval/acc"))
+    assert evals == [e * steps_per_epoch for e in range(1, 13)], "C: every epoch evaluated once"
+    losses = sorted(m.step for m in client.get_metric_history(job.info.run_id, "train/loss"))
+    assert losses == list(range(1, 12 * steps_per_epoch + 1)), "C: every step's loss once"
+    for rank in (0, 1):
+        assert (c / "multirun" / "0" / "checkpoints" / f"rank_{rank}" / "final.ckpt").is_file()
 
     assert sweeps[1].returncode == 1, out_b[-4000:]
     parent, jobs = sweep_runs(cluster, b)

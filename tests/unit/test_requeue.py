@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers import requeue
 from helpers.inprocess import TINY, TINY_PIPELINE, run_train_here
 from helpers.requeue import signal_at, slurm_env
 from helpers.store import by_stage, runs_of
@@ -25,10 +26,8 @@ JOB = [*TINY, "epochs=3", "seed=5"]  # 128 images in batches of 32: 4 steps an e
 @pytest.fixture
 def armed():
     """SIGUSR2 asks for a requeue, as sporeflow's SLURM launcher arms it in a job."""
-    before = signal.getsignal(signal.SIGUSR2)
-    yield lambda restarts: signals.requeue_on(signal.SIGUSR2, restarts)
-    signals.requeue_off(signal.SIGUSR2)
-    signal.signal(signal.SIGUSR2, before)
+    with requeue.armed() as arm:
+        yield arm
 
 
 @pytest.fixture(scope="module")
@@ -90,17 +89,17 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
 
 
 @pytest.mark.parametrize(
-    ("launcher", "workers", "says"),
+    ("launcher", "nodes", "says"),
     [
-        ({**LAUNCHER, "max_num_timeout": 0}, 8, None),
+        ({**LAUNCHER, "max_num_timeout": 0}, 4, None),
         (LAUNCHER, 1, None),
         (LAUNCHER, 2, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
-        (LAUNCHER, 2, "(parallel=standalone; this job: 2 workers)"),
+        (LAUNCHER, 2, "(parallel.nodes=1; this job: 2 nodes)"),
         ({**LAUNCHER, "signal_delay_s": 90}, 1, "hydra.launcher.signal_delay_s=90:"),
     ],
 )
-def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, says):
-    refusal = requeue_refusal(launcher, workers)
+def test_settings_a_requeue_cannot_work_with_are_named(launcher, nodes, says):
+    refusal = requeue_refusal(launcher, nodes)
     assert refusal == says if says is None else says in refusal
 
 
@@ -108,7 +107,7 @@ def test_settings_a_requeue_cannot_work_with_are_named(launcher, workers, says):
     ("extra", "says"),
     [
         (
-            ["parallel=data2", "hydra.launcher.max_num_timeout=2"],
+            ["parallel=data2", "parallel.nodes=2", "hydra.launcher.max_num_timeout=2"],
             "Config error: hydra.launcher.max_num_timeout=2: a requeued job continues",
         ),
         (

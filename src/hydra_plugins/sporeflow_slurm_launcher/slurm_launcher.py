@@ -203,7 +203,7 @@ class SlurmLauncher(HydraSlurm):
         if int(self.params.get("max_num_timeout") or 0) <= 0:
             return  # no requeue: nothing to compose
         config = self._job_config(overrides, num)
-        refusal = slurm.requeue_refusal(self.params, int(config.parallel.workers))
+        refusal = slurm.requeue_refusal(self.params, int(config.parallel.nodes))
         if refusal:
             raise ConfigError(refusal)
 

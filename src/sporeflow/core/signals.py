@@ -8,7 +8,9 @@ process, so a Ctrl-C mid-step arrives here as SIGTERM (exit 143).
 SLURM's warning before a job's time limit (SIGUSR2, `signal_delay_s` ahead) only sets a flag
 once `requeue_on` was called: the training loop checkpoints at its next step and raises
 `Requeued` (engine.callbacks.RequeueAtSignal), which leaves the job's runs open for the
-requeued job to continue.
+requeued job to continue. The workers of a parallel job never see the signal (their launcher
+starts them with it blocked): the launcher passes it on as a file (`requeue_on_file`), which
+every worker looks for at each step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -56,7 +59,7 @@ class Requeued(BaseException):
 
 _received: list[int] = []  # every signal _raise saw, in order
 _requeue_asked: list[int] = []  # signals that asked for a requeue, in order
-_requeue = {"armed": False, "before": 0}  # requeue_on called; requeues of this job before it
+_requeue: dict = {"armed": False, "before": 0, "file": None}  # requeues of this job before it
 
 
 def _raise(signum, frame):
@@ -76,9 +79,16 @@ def raise_if_received() -> None:
 def requeue_on(sig: int, requeues_before: int) -> None:
     """From now on `sig` only asks for a requeue (a flag the training loop reads at its next
     step: an exception raised inside MindSpore's own code could be swallowed)."""
-    _requeue.update(armed=True, before=requeues_before)
+    _requeue.update(armed=True, before=requeues_before, file=None)
     _requeue_asked.clear()
     signal.signal(sig, lambda signum, frame: _requeue_asked.append(signum))
+
+
+def requeue_on_file(asked: Path, requeues_before: int) -> None:
+    """From now on the existence of file `asked` asks for a requeue, as SIGUSR2 would (a worker
+    of a parallel job: its launcher makes the file when SLURM warns it)."""
+    _requeue.update(armed=True, before=requeues_before, file=Path(asked))
+    _requeue_asked.clear()
 
 
 @contextlib.contextmanager
@@ -98,7 +108,7 @@ def requeue_off(sig: int) -> None:
     """`sig` is ignored again (a job that cannot continue where it stopped, or may not be
     requeued once more, trains on until its time limit)."""
     signal.signal(sig, signal.SIG_IGN)
-    _requeue["armed"] = False
+    _requeue.update(armed=False, file=None)
     _requeue_asked.clear()
 
 
@@ -107,11 +117,20 @@ def requeue_armed() -> bool:
 
 
 def requeue_asked() -> bool:
+    asked = _requeue["file"]
+    if asked is not None and not _requeue_asked and asked.exists():
+        _requeue_asked.append(signal.SIGUSR2)  # what the launcher was sent
     return bool(_requeue_asked)
 
 
+def requeues_before() -> int:
+    return int(_requeue["before"])
+
+
 def raise_requeued() -> None:
-    raise Requeued(_requeue_asked[-1], int(_requeue["before"]) + 1)
+    """Stop for the requeue asked (of this process, or of another rank it agreed with)."""
+    asked = _requeue_asked[-1] if _requeue_asked else signal.SIGUSR2
+    raise Requeued(asked, int(_requeue["before"]) + 1)
 
 
 def install() -> None:

@@ -291,7 +291,9 @@ class RequeueAtSignal(Callback):
     before the time limit) at the next step where nothing is half done (not inside a gradient
     accumulation): the record written (`flush`), a full checkpoint of that step, then
     `Requeued`. At an epoch's last step it waits for the epoch's end (evaluation, checkpoint).
-    Runs last among a stage's callbacks; the last epoch's end just finishes the stage."""
+    Runs last among a stage's callbacks; the last epoch's end just finishes the stage.
+    `agree(asked)`: whether any rank of the job was asked (runtime.mindspore_context.any_rank),
+    called by every rank at every step end while a requeue is armed, so all stop at one step."""
 
     def __init__(
         self,
@@ -299,11 +301,14 @@ class RequeueAtSignal(Callback):
         checkpoints: CheckpointEachEpoch,
         accumulation_steps: int = 1,
         flush: Sequence[Callable[[], None]] = (),
+        agree: Callable[[bool], bool] = bool,
     ):
         super().__init__()
         self.record, self.checkpoints = record, checkpoints
         self.accumulation_steps = accumulation_steps
         self.flush = list(flush)
+        self.agree = agree
+        self.wanted = False  # the ranks agreed to stop at the next boundary they can
 
     def _stop(self, cb, epoch_step: int) -> None:
         for write in self.flush:
@@ -312,8 +317,13 @@ class RequeueAtSignal(Callback):
             self.checkpoints.save(cb, epoch_step)
         signals.raise_requeued()
 
+    def _asked(self) -> bool:
+        if signals.requeue_armed() and not self.wanted:
+            self.wanted = self.agree(signals.requeue_asked())
+        return self.wanted
+
     def on_train_step_end(self, run_context):
-        if not signals.requeue_asked():
+        if not self._asked():
             return
         cb = run_context.original_args()
         in_epoch = self.record.step_in_epoch(cb)
@@ -323,5 +333,5 @@ class RequeueAtSignal(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        if signals.requeue_asked() and cb.cur_epoch_num < self.record.epochs:
+        if self._asked() and cb.cur_epoch_num < self.record.epochs:
             self._stop(cb, 0)

@@ -136,11 +136,18 @@ def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     msrun.record_worker_pid(ctx, cfg.parallel.workers)
+    armed = os.environ.get(msrun.REQUEUE_ENV)
+    if armed is not None:  # its launcher passes SLURM's warning on as a file
+        signals.requeue_on_file(msrun.requeue_file(ctx.run_dir), int(armed))
     try:
         value = run_pipeline(cfg, ctx)
     except TrialPruned as ex:  # every rank stopped at the same step: a clean end for msrun
         if get_rank() == 0:
             msrun.write_result(ctx, float("nan"), pruned=str(ex))
+        return float("nan")
+    except signals.Requeued as ex:  # the same, for a requeue: the launcher asks SLURM
+        if get_rank() == 0:
+            msrun.write_result(ctx, float("nan"), requeued=ex.requeues)
         return float("nan")
     if get_rank() == 0:
         msrun.write_result(ctx, value)
@@ -172,9 +179,9 @@ def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
 
 def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
     """A job SLURM requeued (launch.slurm.restart_count) whose run dir has its run continues
-    it (resume=<its run dir>) - when it can: not a job of msrun workers, which also ignores
+    it (resume=<its run dir>) - when it can: not a job on several nodes, which also ignores
     the time-limit warning if sporeflow's SLURM launcher armed it."""
-    continues = not msrun.needs_launch(cfg)
+    continues = cfg.parallel.nodes == 1
     if not continues and signals.requeue_armed():  # refused at submission; by hand here
         signals.requeue_off(signal.SIGUSR2)
     restarts = slurm.restart_count()

@@ -303,8 +303,7 @@ def _requeue_refused(config: DictConfig) -> bool:
     if not _on_a_cluster(config):
         return False
     launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    workers = int(config.parallel.workers)
-    return slurm.requeue_refusal(launcher, workers) is not None
+    return slurm.requeue_refusal(launcher, int(config.parallel.nodes)) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

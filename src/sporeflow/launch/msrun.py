@@ -7,6 +7,12 @@ worker failure calls the caller's `on_end("FAILED")` (the entry marks the MLflow
 and shows the failing rank's last log lines. Nothing here knows about tracking.
 Workers recognise themselves by the MS_ROLE variable msrun sets (MS_WORKER; the scheduler
 process, MS_SCHED, runs the script up to `init()` too).
+
+A requeue (SLURM's warning, core.signals): msrun and the workers start with SIGUSR2 blocked;
+an armed launcher tells its workers so (REQUEUE_ENV) and passes the warning on as a file in the
+run dir (`requeue_file`), which every worker looks for at each step (the ranks agree on the
+step: engine.callbacks.RequeueAtSignal); rank 0 reports the stop in the result file and the
+launcher raises `Requeued` for SLURM's launcher to queue the job again.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sporeflow.core import signals
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import SporeflowError, TrialPruned
 from sporeflow.core.processes import is_running, start_group, stop_group
@@ -39,6 +46,13 @@ LOG_TAIL = 25
 log = logging.getLogger(__name__)
 WORKERS_GONE_GRACE = 10.0  # seconds msrun may outlive all of this node's workers
 STOP_GRACE = 30.0  # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
+REQUEUE_ENV = "SPOREFLOW_REQUEUES_BEFORE"  # set for the workers of an armed launcher
+REQUEUE_FILE = "sporeflow_requeue"  # made in the run dir when SLURM warned the launcher
+
+
+def requeue_file(run_dir: Path) -> Path:
+    """The file an armed launcher makes when SLURM warns it; its workers stop at its sight."""
+    return Path(run_dir) / REQUEUE_FILE
 
 
 class LaunchError(SporeflowError):
@@ -74,9 +88,10 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     par = cfg.parallel
     local = par.workers // par.nodes
     log_dir = ctx.run_dir / LOG_DIR
-    overrides = [
-        o for o in ctx.overrides if not o.startswith(("hydra.run.dir=", "runtime.threads="))
-    ]
+    own = ("hydra.run.dir=", "runtime.threads=", "resume=")
+    overrides = [o for o in ctx.overrides if not o.startswith(own)]
+    if cfg.resume not in (False, "false", None, ""):  # a requeued job's too (entry.app)
+        overrides.append(f"resume={cfg.resume}")
     threads = cfg.runtime.threads or threads_per_worker(local)
     cmd = [
         "msrun",
@@ -156,6 +171,8 @@ def launch(
     cmd[0] = executable
     first_rank = par.node_rank * (par.workers // par.nodes)  # msrun numbers ranks node by node
     announce(cfg, port, log_dir, first_rank)
+    for earlier in (requeue_file(ctx.run_dir), ctx.run_dir / RESULT_FILE):  # a requeued job's
+        earlier.unlink(missing_ok=True)
     try:
         proc, no_cluster = run_msrun(cmd, ctx, log_dir, first_rank, par)
     except Interrupted:
@@ -177,6 +194,8 @@ def launch(
     result = json.loads(result_path.read_text())
     if result.get("pruned"):  # the workers stopped together; their runs already say why
         raise TrialPruned(result["pruned"])
+    if result.get("requeued"):  # the same: every rank checkpointed at one step, runs left open
+        raise signals.Requeued(signal.SIGUSR2, int(result["requeued"]))
     return float(result.get("objective", float("nan")))
 
 
@@ -242,17 +261,25 @@ def run_msrun(cmd: list[str], ctx: RunContext, log_dir: Path, first_rank: int, p
     for stale in log_dir.glob("worker_*.pid"):  # an earlier launch's: its workers are gone
         stale.unlink()
     env = msrun_env(cmd[-1].split("=", 1)[1])
+    if signals.requeue_armed():
+        env[REQUEUE_ENV] = str(signals.requeues_before())
     with (
         open(log_dir / "msrun.log", "w") as msrun_log,
         LogFollower(log_dir / f"worker_{first_rank}.log"),
     ):
-        proc = start_group(
-            cmd, cwd=ctx.launch_dir, env=env, stdout=msrun_log, stderr=subprocess.STDOUT
-        )
+        with signals.kept_from_children(signal.SIGUSR2):  # SLURM's warning is the launcher's
+            proc = start_group(
+                cmd, cwd=ctx.launch_dir, env=env, stdout=msrun_log, stderr=subprocess.STDOUT
+            )
         try:
             local = par.workers // par.nodes
             no_cluster = wait_for_job(
-                proc, log_dir, par.nodes > 1, par.cluster_time_out + 60, local
+                proc,
+                log_dir,
+                par.nodes > 1,
+                par.cluster_time_out + 60,
+                local,
+                on_poll=lambda: pass_on_a_warning(ctx.run_dir),
             )
         except Interrupted as ex:
             stop_group(proc, ex.signum, STOP_GRACE)
@@ -300,6 +327,7 @@ def wait_for_job(
     forming: float,
     local_workers: int,
     poll: float = 1.0,
+    on_poll: Callable[[], None] = lambda: None,
 ) -> bool:
     """Wait for msrun; True when a multi-node job's cluster never formed - then the job is
     stopped at once instead of after msrun's own heartbeat time-outs. The logs are read only
@@ -314,6 +342,7 @@ def wait_for_job(
             break
         except subprocess.TimeoutExpired:
             pass
+        on_poll()
         if multi_node and time.monotonic() < deadline and _cluster_failed(log_dir):
             stop_group(proc, signal.SIGTERM, STOP_GRACE)
             return True
@@ -359,8 +388,17 @@ def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
     )
 
 
-def write_result(ctx: RunContext, objective: float, pruned: str = "") -> None:
+def write_result(ctx: RunContext, objective: float, pruned: str = "", requeued: int = 0) -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state): its
-    objective, or why the sweep's pruner stopped it."""
+    objective, why the sweep's pruner stopped it, or that it stopped for requeue `requeued`."""
     result = {"pruned": pruned} if pruned else {"objective": objective}
+    if requeued:
+        result = {"requeued": requeued}
     write_text_atomic(ctx.run_dir / RESULT_FILE, json.dumps(result))
+
+
+def pass_on_a_warning(run_dir: Path) -> None:
+    """SLURM warned this (armed) launcher: its workers see it as a file (module docstring)."""
+    if signals.requeue_asked() and not requeue_file(run_dir).exists():
+        log.info("SLURM's warning before the time limit: the workers stop at their next step")
+        write_text_atomic(requeue_file(run_dir), "")

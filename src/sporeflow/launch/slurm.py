@@ -11,8 +11,8 @@ A requeue (`hydra.launcher.max_num_timeout` > 0): SLURM warns a job `signal_dela
 time limit (SIGUSR2); the job checkpoints at its next step, leaves its runs open and asks SLURM
 to queue it again (`requeue`); the requeued job (`restart_count` > 0) continues its run dir and
 runs (a dim-reduce pipeline: its finished stages as they were, the stage it stopped in from
-its checkpoint). Only a job that trains in its own process can continue where it stopped
-(`requeue_refusal`)."""
+its checkpoint; a parallel job: every rank from its own checkpoint of the step they agreed on,
+launch.msrun). Only a job on one node can continue where it stopped (`requeue_refusal`)."""
 
 from __future__ import annotations
 
@@ -37,17 +37,17 @@ def requeue_this_job() -> str:
     return answer if answer.startswith("(") else ""
 
 
-def requeue_refusal(launcher: dict, parallel_workers: int) -> str | None:
+def requeue_refusal(launcher: dict, nodes: int) -> str | None:
     """Why a sweep's jobs cannot be requeued with these settings (one line), else None."""
     times = int(launcher.get("max_num_timeout") or 0)
     if times <= 0:
         return None
     key = f"hydra.launcher.max_num_timeout={times}"
-    if parallel_workers > 1:
+    if nodes > 1:
         return (
-            f"{key}: a requeued job continues where it stopped only when it trains in its own "
-            f"process (parallel=standalone; this job: {parallel_workers} workers); set it to 0 "
-            "(the job then ends at its time limit)"
+            f"{key}: a requeued job continues where it stopped only when it runs on one node "
+            f"(parallel.nodes=1; this job: {nodes} nodes); set it to 0 (the job then ends at "
+            "its time limit)"
         )
     delay, limit = int(launcher.get("signal_delay_s", 0)), int(launcher.get("timeout_min", 0))
     if delay >= limit * 60:

@@ -150,6 +150,17 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
+def any_rank(worker: Worker, flag: bool) -> bool:
+    """Whether `flag` is true on any rank (an AllReduce every rank must call at the same
+    point; stand-alone: the flag itself). How the ranks of a job agree to stop together."""
+    if worker.world_size == 1:
+        return flag
+    from mindspore import Tensor, ops
+
+    votes = ops.AllReduce()(Tensor(np.array([float(flag)], np.float32))).asnumpy()
+    return bool(votes[0] > 0)
+
+
 def barrier(worker: Worker) -> None:
     """Wait until every rank gets here (no-op stand-alone): an AllReduce of one number."""
     if worker.world_size == 1:

@@ -11,6 +11,7 @@ metrics are in the journal, so a resumed run continues them exactly."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from sporeflow.config.components import build_hook
 from sporeflow.config.facts import checkpoint_format, global_batch_size
@@ -28,6 +29,7 @@ from sporeflow.engine.callbacks import (
 from sporeflow.engine.divergence import DivergenceGuard
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
+from sporeflow.runtime.mindspore_context import any_rank
 from sporeflow.stages import pruning
 from sporeflow.stages.writer import MlflowWriter
 from sporeflow.tracking.tracker import TrackedRun
@@ -130,5 +132,6 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
         ordered.append(ProgressBar(record, stage.spec.name))
     flush = [writer.write] if writer else []
     accumulation = cfg.train.accumulation_steps
-    ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush))
+    agree = partial(any_rank, stage.worker)
+    ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush, agree))
     return StageHooks(ordered, throughput, evaluator, user)

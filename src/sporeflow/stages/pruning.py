@@ -21,7 +21,7 @@ from mindspore.train.callback import Callback
 from sporeflow.core.context import TrialLink
 from sporeflow.core.errors import TrialPruned
 from sporeflow.engine.events import EventRecord
-from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.runtime.mindspore_context import Worker, any_rank
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,7 @@ class ReportToTrial(Callback):
         prune = self._decide(epoch, value) if self.worker.is_main else False
         if epoch >= self.record.epochs:
             return  # reported for the other trials' sake; the job itself has finished
-        if self.worker.world_size > 1:
-            import numpy as np
-            from mindspore import Tensor, ops
-
-            votes = ops.AllReduce()(Tensor(np.array([float(prune)], np.float32))).asnumpy()
-            prune = bool(votes[0] > 0)
-        if prune:
+        if any_rank(self.worker, prune):  # rank 0 decides; every rank stops at this epoch
             raise TrialPruned(
                 f"trial {self.trial.number if self.trial else '?'} pruned by the {self.link.pruner} "
                 f"pruner after epoch {epoch} of {self.record.epochs}: eval {self.metric} "

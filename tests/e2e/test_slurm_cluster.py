@@ -526,24 +526,16 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
                         start_new_session=True,
                     )
                 )
-            job_a = wait_until(lambda: submitted(a), 120, "job A was not submitted")
-            job_c = wait_until(lambda: submitted(c), 120, "job C was not submitted")
-            rank_0 = "checkpoints/rank_0"
-            wait_until(lambda: epochs_saved(c / "multirun" / "0", rank_0) >= 3, 240, "C: no epoch")
-            warned = cluster.on_node0("scancel", "--signal=USR2", job_c)
-            assert warned.returncode == 0, warned.stderr
-            wait_until(lambda: requeues_of(cluster, c) == "1", 120, "job C was not requeued")
-            for requeue, epoch in ((1, 3), (2, 10)):
-                wait_until(
-                    lambda e=epoch: epochs_saved(a / "multirun" / "0") >= e, 240, "no progress"
+            jobs = {
+                launch: wait_until(
+                    lambda here=launch: submitted(here), 120, f"{launch.name}: not submitted"
                 )
-                warned = cluster.on_node0("scancel", "--signal=USR2", job_a)
-                assert warned.returncode == 0, warned.stderr
-                wait_until(
-                    lambda r=requeue: requeues_of(cluster, a) == str(r),
-                    120,
-                    f"job A was not requeued a {requeue}. time",
-                )
+                for launch in (a, c)
+            }
+            warn_at_epochs(
+                cluster,
+                {a: (jobs[a], "checkpoints", [3, 10]), c: (jobs[c], "checkpoints/rank_0", [3])},
+            )
             out_a, _ = sweeps[0].communicate(timeout=600)
             out_b, _ = sweeps[1].communicate(timeout=600)
             out_c, _ = sweeps[2].communicate(timeout=600)
@@ -582,6 +574,28 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     print(next(line for line in out_b.splitlines() if "TIMEOUT" in line))
     no_job_process_left(cluster)
     assert not squeue(cluster)
+
+
+def warn_at_epochs(cluster: Cluster, plans: dict, timeout: float = 480) -> None:
+    """Warn each one-job sweep's job (launch dir -> (SLURM job id, its checkpoint folder, the
+    epochs to warn it at)) the way SLURM warns before a limit (scancel --signal, to the job's
+    steps) once its checkpoints reach each epoch, the next only after it was requeued for the
+    last; all jobs at once, each at its own pace. Returns once every job was requeued so often."""
+    given = dict.fromkeys(plans, 0)
+    deadline = time.monotonic() + timeout
+    while True:
+        requeues = {launch: requeues_of(cluster, launch) for launch in plans}
+        if all(requeues[launch] == str(len(plan[2])) for launch, plan in plans.items()):
+            return
+        assert time.monotonic() < deadline, f"warnings given {given}; requeues {requeues}"
+        for launch, (job, folder, epochs) in plans.items():
+            n = given[launch]
+            due = n < len(epochs) and requeues[launch] == (str(n) if n else None)
+            if due and epochs_saved(launch / "multirun" / "0", folder) >= epochs[n]:
+                warned = cluster.on_node0("scancel", "--signal=USR2", job)
+                assert warned.returncode == 0, warned.stderr
+                given[launch] += 1
+        time.sleep(0.5)
 
 
 def requeues_of(cluster: Cluster, launch: Path) -> str | None:

@@ -3,6 +3,7 @@ conf/ and a small IDX data set."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -54,6 +55,21 @@ def _hydra_version_base_unset():
     base.version_base = _UNSPECIFIED_
     yield
     base.version_base = _UNSPECIFIED_
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handler_on_a_closed_stream():
+    """A logging handler made while an earlier test had stderr swapped (capsys, an in-process
+    command's redirect) keeps that stream after it was closed, and the next record through it
+    prints "--- Logging error ---" into a later test's stderr (test_eval's one-line predict
+    refusal met one). Such handlers are dropped before each test: a real process never swaps
+    its stderr, so only the tests' own process can leave them."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in list(getattr(logger, "handlers", [])):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                logger.removeHandler(handler)
+    yield
 
 
 @pytest.fixture

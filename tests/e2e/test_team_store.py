@@ -469,7 +469,9 @@ def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
     """Machine b starts while machine a's stage 1 is RUNNING in the server: b waits for it
     (the local file lock cannot see another machine) and reuses it instead of training its own."""
     url, _, _, _ = team_server
-    args = ["debug=dim_reduce", "epochs=12", "boost.baselines=[baseline]", "seed=8"]
+    # a's stage 1 long enough that b, started once it runs, still finds it running on a loaded
+    # machine (with 12 epochs b once found it FINISHED and reused it without the wait)
+    args = ["debug=dim_reduce", "epochs=40", "boost.baselines=[baseline]", "seed=8"]
     args.append(f"tracking.uri={url}")
 
     def start(machine: str, rho: str) -> subprocess.Popen:

@@ -39,6 +39,7 @@ from sporeflow.core.processes import is_running, start_group, stop_group
 from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
 from sporeflow.storage.files import write_text_atomic
+from sporeflow.storage.run_marker import resume_off
 
 RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
@@ -90,7 +91,7 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     log_dir = ctx.run_dir / LOG_DIR
     own = ("hydra.run.dir=", "runtime.threads=", "resume=")
     overrides = [o for o in ctx.overrides if not o.startswith(own)]
-    if cfg.resume not in (False, "false", None, ""):  # a requeued job's too (entry.app)
+    if not resume_off(cfg.resume):  # a requeued job's too (entry.app)
         overrides.append(f"resume={cfg.resume}")
     threads = cfg.runtime.threads or threads_per_worker(local)
     cmd = [

@@ -108,14 +108,19 @@ def live_writer(path: str | None) -> WriterRef | None:
     return WriterRef(home, ident, bool(me.get("jobs_wait"))) if alive(ident) else None
 
 
-def registered(home: Path) -> list[Path]:
-    """The journals jobs registered with this host's shared writer of `home`, by name."""
+def registered(home: Path, seen: set[str] | None = None) -> list[Path]:
+    """The journals jobs registered with this host's shared writer of `home`, by name; with
+    `seen`, only registrations not in it (their names are added: each is read once)."""
     found = []
     for entry in sorted(follow_dir(home).glob("*")):
+        if seen is not None and entry.name in seen or entry.name.startswith("."):
+            continue  # read before, or a temporary file of write_text_atomic
         try:
             found.append(Path(entry.read_text()))
         except OSError:
             continue
+        if seen is not None:
+            seen.add(entry.name)
     return found
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from sporeflow.core.processes import is_alive, this_process
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.journal import header_of, sibling
-from sporeflow.tracking.shared_writer import follow_dir, stop_file, writer_file, writer_id
+from sporeflow.tracking.shared_writer import registered, stop_file, writer_file, writer_id
 from sporeflow.tracking.store import Store
 from sporeflow.tracking.system_metrics import SystemMetrics
 from sporeflow.tracking.writer import (
@@ -48,21 +48,8 @@ class SweepWriter:
         self._stores: dict[tuple, Store] = {}
         self._monitors: dict[str, SystemMetrics] = {}
 
-    def _registered(self) -> list[Path]:
-        """Journals registered since the last look."""
-        new = []
-        for entry in sorted(follow_dir(self.home).glob("*")):
-            if entry.name in self._seen or entry.name.startswith("."):
-                continue
-            try:
-                new.append(Path(entry.read_text()))
-            except OSError:
-                continue
-            self._seen.add(entry.name)
-        return new
-
     def _discover(self) -> None:
-        for journal in self._registered():
+        for journal in registered(self.home, self._seen):
             try:
                 header = header_of(journal)
             except (OSError, ValueError):  # gone, or not a journal

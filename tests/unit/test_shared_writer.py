@@ -1,8 +1,12 @@
 """One tracking writer for a sweep's jobs (issue 36, item 1): a real sweep-writer process, real
-trackers as jobs use them, a real sqlite store. No MindSpore: the tracker is a library here."""
+trackers as jobs use them, a real sqlite store. No MindSpore: the tracker is a library here.
+Jobs on another host (a SLURM sweep's nodes) meet the writer for real in
+e2e/test_slurm_cluster.py; here their journals and the writer's file are written as they
+would write them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -13,8 +17,17 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sporeflow.tracking.journal import header_of
-from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
+from sporeflow.tracking import shared_writer
+from sporeflow.tracking.journal import AppliedState, Journal, Op, header_of
+from sporeflow.tracking.shared_writer import (
+    HEARTBEAT_S,
+    STALE_S,
+    WRITER_ENV,
+    SharedWriter,
+    live_writer,
+    writer_file,
+    writer_id,
+)
 from sporeflow.tracking.sync import sync
 from sporeflow.tracking.tracker import Tracker
 
@@ -131,3 +144,77 @@ def test_a_writer_for_many_short_jobs_has_each_wait_until_the_store_has_its_reco
         assert history(last, run) == [(s, float(s)) for s in range(1, 5)]
     finally:
         writer.stop()
+
+
+def node_journal(sweep: Path, writer: SharedWriter, tracker: Tracker, steps: int) -> Path:
+    """A job's journal as a tracker on another host (a SLURM node) writes it: its owner is
+    process 1 of host `node-b`, which this machine cannot look at; registered as that job's
+    tracker registers it with the sweep's writer (WriterRef.register into the writer host's
+    folder)."""
+    header = {
+        "uri": tracker.uri,
+        "experiment": tracker.experiment_name,
+        "artifact_root": str(tracker.artifact_root),
+        "owner": {"pid": 1, "host": "node-b", "started": 1.0},
+        "drain_timeout": 30.0,
+        "writer": writer.ident,
+    }
+    journal = Journal.create(sweep / "7", header)
+    journal.append(Op.create_run, run="sf-nodeb", name="on-node-b", tags={}, parent=None)
+    points = [["m", float(s), int(time.time() * 1000), s] for s in range(1, steps + 1)]
+    journal.append(Op.metrics, run="sf-nodeb", points=points)
+    journal.sync()
+    live_writer(str(writer_file(sweep))).register(journal.path)
+    return journal.path
+
+
+def test_a_job_on_another_host_is_followed_and_its_runs_left_to_the_sweep(shared):
+    """The sweep's writer applies a node's journal, and neither ends its open run KILLED (it
+    cannot see the node's process: the sweep ends the runs of jobs the scheduler ended) nor
+    keeps the writer from ending at the sweep's stop; the same journal of a process on this
+    host that is gone gets its run ended KILLED, as before."""
+    launch, sweep, writer = shared
+    tracker = job(launch, sweep, 0)
+    remote = node_journal(sweep, writer, tracker, 6)
+    assert writer.flush() and writer.left() == 0
+    client = MlflowClient(tracker.uri)
+    run_id = AppliedState.load(remote).runs["sf-nodeb"]
+    assert [m.value for m in client.get_metric_history(run_id, "m")] == [
+        1.0,
+        2.0,
+        3.0,
+        4.0,
+        5.0,
+        6.0,
+    ]
+    time.sleep(1.0)  # the writer looks again: still RUNNING, its owner's end is not its to say
+    assert client.get_run(run_id).info.status == "RUNNING"
+    pid = writer._proc.pid
+    assert writer.stop() == 0 and not psutil.pid_exists(pid)
+    assert client.get_run(run_id).info.status == "RUNNING"
+
+
+def test_a_writer_on_another_host_is_alive_while_its_heartbeat_is_fresh(shared):
+    """What a job on a node reads: the writer's file, rewritten with the time every
+    HEARTBEAT_S (the beat advances); a copy of it as a writer of host `node-a` would write it
+    is alive while the beat is younger than STALE_S, gone once it is older or the file is
+    removed, and a file that cannot be parsed just now is no verdict (a live writer must not
+    get a second applier)."""
+    _, sweep, writer = shared
+    first = json.loads(writer_file(sweep).read_text())["beat"]
+    time.sleep(HEARTBEAT_S + 0.5)
+    me = json.loads(writer_file(sweep).read_text())
+    assert me["beat"] > first and writer_id(me) == writer.ident
+    there = {**me, "host": "node-a"}
+    other = writer_file(sweep, "node-a")
+    ident = writer_id(there)
+    other.write_text(json.dumps(there))
+    assert shared_writer.alive(ident, sweep) and live_writer(str(other)) is not None
+    assert live_writer(str(other)).host == "node-a"
+    assert not shared_writer.alive(ident)  # without the sweep dir: cannot tell, so not
+    other.write_text(json.dumps({**there, "beat": time.time() - STALE_S - 1}))
+    assert not shared_writer.alive(ident, sweep) and live_writer(str(other)) is None
+    other.write_text('{"pid": ')
+    assert shared_writer.alive(ident, sweep)
+    other.unlink()
+    assert not shared_writer.alive(ident, sweep)

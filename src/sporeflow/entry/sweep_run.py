@@ -2,7 +2,8 @@
 (`hydra.callbacks.sweep_run`).
 
 on_multirun_start  starts the sweep's one tracking writer on this machine (tracking.shared_writer:
-                   its jobs' ends do not wait for a writer of their own) and creates the parent
+                   its jobs' ends do not wait for a writer of their own; a SLURM sweep's jobs
+                   use it from the nodes when they sample no system metrics) and creates the parent
                    run `sweep-<date>-<time>` (tags: the sweep's overrides, sweeper, launcher,
                    sweep dir, objective) in the main process;
 on_job_start       runs wherever the job runs (this process, a joblib worker, a submitit/SLURM
@@ -76,6 +77,7 @@ class SweepRun(Callback):
         self.tracking: dict = {}
         self.launch_dir = Path.cwd()
         self.resumed_status = ""  # an Optuna study's parent this process continues: its status
+        self.writer_file = ""  # where the sweep's writer says who it is (its host's name in it)
 
     @property
     def run_id(self) -> str | None:
@@ -100,7 +102,7 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
-        if not _on_a_cluster(config):
+        if _shared_writer_serves(config):
             self._start_writer()
         with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)
@@ -111,7 +113,8 @@ class SweepRun(Callback):
         writer = SharedWriter(self.sweep.sweep_dir, float(self.tracking.get("drain_timeout", 30)))
         if writer.start():
             _WRITERS[self.sweep.sweep_dir] = writer
-            os.environ[WRITER_ENV] = str(writer_file(self.sweep.sweep_dir))
+            self.writer_file = str(writer_file(self.sweep.sweep_dir))
+            os.environ[WRITER_ENV] = self.writer_file
 
     def _stop_writer(self) -> None:
         """Stop the sweep's writer once every journal it follows is done; name what is left."""
@@ -205,7 +208,8 @@ class SweepRun(Callback):
             self.run_id, tuple(self.sweep.keys), int(config.hydra.job.num), copies=not optuna
         )
         os.environ.update(job.environ())
-        os.environ[WRITER_ENV] = str(writer_file(self.sweep.sweep_dir))  # used if it is alive here
+        if self.writer_file:  # the job uses it while it is alive (on a node: by its heartbeat)
+            os.environ[WRITER_ENV] = self.writer_file
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         os.environ.pop(TRIAL_LINK_ENV, None)  # the next job in this process has its own trial
@@ -307,9 +311,15 @@ def _requeue_refused(config: DictConfig) -> bool:
 
 
 def _on_a_cluster(config: DictConfig) -> bool:
-    """A SLURM sweep's jobs run on the cluster's nodes, each with its own writer (a writer per
-    node is not built yet); the submitting machine then needs none of its own."""
     return "slurm" in str(config.hydra.launcher.get("_target_", ""))
+
+
+def _shared_writer_serves(config: DictConfig) -> bool:
+    """Whether the sweep's jobs use one writer of the sweep. A SLURM sweep's jobs run on the
+    nodes, the writer on this machine (it follows them over the shared sweep dir): there only
+    when their runs sample no system metrics (tracking.system_metrics_interval=0), which are
+    each node's own and sampled on it by the job's own writer."""
+    return not _on_a_cluster(config) or not config.tracking.system_metrics_interval
 
 
 def end_unfinished(error: BaseException | None) -> None:

@@ -8,13 +8,15 @@ sweep's callback (entry.sweep_run) for its jobs, or by any caller that runs many
 `SPOREFLOW_TRACKING_WRITER`: the path of `<home>/tracking/writer-<host>.json`, which the writer
 fills with who it is once it runs.
 
-A job's tracker (`live_writer`) uses it only when that file names a live process on the job's
-own host; it then names that writer in its journal's header (`writer`) and registers the
-journal in `<home>/tracking/follow-<host>/` (`register`). The writer follows exactly the
-registered journals that name it, so a job on another host starts its own writer and no
-journal is ever followed by two (a SLURM sweep starts none: entry.sweep_run). If the shared
-writer dies, a job's tracker starts its own (the journal and its `applied.json` carry the
-position, as after any writer's death). A sweep's job ends once its journal is durable (the
+A job's tracker (`live_writer`) uses it only when that file names a live process: one of the
+job's own host by its pid, one of another host (a SLURM sweep's writer on the submitting
+machine, its jobs on the nodes: the sweep dir is on a filesystem they share) by its heartbeat,
+the time the writer rewrites into the file every HEARTBEAT_S seconds, younger than STALE_S. The
+job then names that writer in its journal's header (`writer`) and registers the journal in
+`<home>/tracking/follow-<writer's host>/` (`register`). The writer follows exactly the
+registered journals that name it, so no journal is ever followed by two. If the shared writer
+dies (or its heartbeat stops), a job's tracker starts its own (the journal and its
+`applied.json` carry the position, as after any writer's death). A sweep's job ends once its journal is durable (the
 sweep's end waits for the writer once); a writer started with `jobs_wait` has each job wait,
 at its end, until the store has its records, as with a writer of its own.
 """
@@ -40,11 +42,14 @@ log = logging.getLogger(__name__)
 
 WRITER_ENV = "SPOREFLOW_TRACKING_WRITER"
 START_TIMEOUT_S = 20.0  # a shared writer not up by then: each job starts its own
+HEARTBEAT_S = 2.0  # how often a shared writer rewrites its file with the time (its heartbeat)
+STALE_S = 30.0  # a heartbeat older than this: the writer is gone (for a job on another host)
 
 
-def writer_file(home: Path) -> Path:
-    """Who the shared writer of `home` on this host is (pid, host, start time), while it runs."""
-    return Path(home) / "tracking" / f"writer-{socket.gethostname()}.json"
+def writer_file(home: Path, host: str | None = None) -> Path:
+    """Who the shared writer of `home` on `host` (default: this one) is (pid, host, start time,
+    heartbeat), while it runs."""
+    return Path(home) / "tracking" / f"writer-{host or socket.gethostname()}.json"
 
 
 def stop_file(home: Path) -> Path:
@@ -52,9 +57,10 @@ def stop_file(home: Path) -> Path:
     return Path(home) / "tracking" / f"writer-{socket.gethostname()}.stop"
 
 
-def follow_dir(home: Path) -> Path:
-    """Where jobs register the journals this host's shared writer of `home` is to follow."""
-    return Path(home) / "tracking" / f"follow-{socket.gethostname()}"
+def follow_dir(home: Path, host: str | None = None) -> Path:
+    """Where jobs register the journals the shared writer of `home` on `host` (default: this
+    one) is to follow."""
+    return Path(home) / "tracking" / f"follow-{host or socket.gethostname()}"
 
 
 def writer_id(me: dict) -> str:
@@ -68,10 +74,26 @@ def _parsed(ident: str) -> dict:
     return {"pid": int(pid), "host": host, "started": float(started)}
 
 
-def alive(ident: str) -> bool:
+def alive(ident: str, home: Path | None = None) -> bool:
+    """Whether shared writer `ident` runs: on this host by its pid; on another, by a fresh
+    heartbeat in its file under `home` (without `home`: cannot tell, so not). A file that
+    cannot be read just now (NFS: a stale handle after the writer replaced it) is no verdict:
+    a job would otherwise start a writer of its own beside a live one."""
     try:
-        return bool(is_alive(**_parsed(ident)))
+        me = _parsed(ident)
     except ValueError:
+        return False
+    here = is_alive(**me)
+    if here is not None or home is None:
+        return bool(here)
+    try:
+        found = json.loads(writer_file(home, me["host"]).read_text())
+        return writer_id(found) == ident and time.time() - float(found["beat"]) < STALE_S
+    except FileNotFoundError:  # it removes its file as it ends
+        return False
+    except (OSError, ValueError):  # a shared filesystem's passing error: the next look tells
+        return True
+    except (KeyError, TypeError):  # not a heartbeat's file
         return False
 
 
@@ -87,16 +109,23 @@ class WriterRef:
     def pid(self) -> int:
         return int(_parsed(self.ident)["pid"])
 
+    @property
+    def host(self) -> str:
+        return str(_parsed(self.ident)["host"])
+
+    def alive(self) -> bool:
+        return alive(self.ident, self.home)
+
     def register(self, journal: Path) -> None:
         """Ask the writer to follow `journal` (whose header names it): one small file each."""
         path = str(Path(journal).resolve())
         name = hashlib.sha1(path.encode()).hexdigest()[:20]
-        write_text_atomic(follow_dir(self.home) / name, path)
+        write_text_atomic(follow_dir(self.home, self.host) / name, path)
 
 
 def live_writer(path: str | None) -> WriterRef | None:
-    """The live shared writer that the file at `path` (SPOREFLOW_TRACKING_WRITER) names on this
-    host, or None."""
+    """The live shared writer that the file at `path` (SPOREFLOW_TRACKING_WRITER) names, on this
+    host or another (`alive`), or None."""
     if not path:
         return None
     try:
@@ -105,7 +134,7 @@ def live_writer(path: str | None) -> WriterRef | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     home = Path(path).resolve().parent.parent
-    return WriterRef(home, ident, bool(me.get("jobs_wait"))) if alive(ident) else None
+    return WriterRef(home, ident, bool(me.get("jobs_wait"))) if alive(ident, home) else None
 
 
 def registered(home: Path, seen: set[str] | None = None) -> list[Path]:

@@ -4,13 +4,16 @@
     python -m sporeflow.tracking.sweep_writer <home> [--jobs-wait]
 
 It says who it is in `<home>/tracking/writer-<host>.json` (with `jobs_wait`: each job waits at
-its end until the store has its records), then follows every journal registered in
+its end until the store has its records), rewritten every HEARTBEAT_S seconds with the time (a
+job on another host knows it alive by that), then follows every journal registered in
 `<home>/tracking/follow-<host>/` whose header names it, each with writer.Follower's rules (in
-order, exactly once through its own `applied.json`, runs of a dead owner ended KILLED), one
-store per (URI, experiment, artifact root) and one system-metrics sampler per tracking URI. It
-ends once `writer-<host>.stop` exists (or the process that started it is gone) and every
-journal it follows is done; on SIGTERM after the write in progress. Its log:
-`writer-<host>.log` beside those files; nice 10, Ctrl-C ignored, as tracking.writer.
+order, exactly once through its own `applied.json`, runs of a dead owner ended KILLED; a
+journal of another host's process is followed until the writer ends, whose sweep ends the runs
+of the jobs its scheduler ended), one store per (URI, experiment, artifact root) and one
+system-metrics sampler per tracking URI (for this host's jobs). It ends once
+`writer-<host>.stop` exists (or the process that started it is gone) and every journal it
+follows is done; on SIGTERM after the write in progress. Its log: `writer-<host>.log` beside
+those files; nice 10, Ctrl-C ignored, as tracking.writer.
 """
 
 from __future__ import annotations
@@ -19,13 +22,20 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive, this_process
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.journal import header_of, sibling
-from sporeflow.tracking.shared_writer import registered, stop_file, writer_file, writer_id
+from sporeflow.tracking.shared_writer import (
+    HEARTBEAT_S,
+    registered,
+    stop_file,
+    writer_file,
+    writer_id,
+)
 from sporeflow.tracking.store import Store
 from sporeflow.tracking.system_metrics import SystemMetrics
 from sporeflow.tracking.writer import (
@@ -33,6 +43,7 @@ from sporeflow.tracking.writer import (
     Follower,
     StopRequest,
     become_writer,
+    owned_here,
 )
 
 log = logging.getLogger("sporeflow.tracking.sweep_writer")
@@ -58,7 +69,9 @@ class SweepWriter:
             if header.get("writer") != self.ident or journal in self.followers:
                 continue
             write_text_atomic(sibling(journal, ".writer.pid"), str(os.getpid()))
-            self.followers[journal] = Follower(journal, self._store(header), self._sampler(header))
+            # a machine's figures are sampled on it: none for another host's job
+            sampler = self._sampler(header) if owned_here(header) else None
+            self.followers[journal] = Follower(journal, self._store(header), sampler)
             log.info("following %s", journal)
 
     def _store(self, header: dict) -> Store:
@@ -80,6 +93,9 @@ class SweepWriter:
             while not stop.requested:
                 ending = self._ending()  # before the last look: a journal made after is seen
                 self._discover()
+                if ending:  # other hosts' jobs ended (or are on their own now): let them go
+                    for follower in self.followers.values():
+                        follower.let_go()
                 applied = sum(f.step() for f in self.followers.values())
                 if ending and all(f.code is not None for f in self.followers.values()):
                     break
@@ -89,6 +105,28 @@ class SweepWriter:
             for sampler in self._monitors.values():
                 sampler.stop_all()
         return 3 if any(f.left() for f in self.followers.values()) else 0
+
+
+class Heartbeat(threading.Thread):
+    """Rewrites the writer's file with the time every HEARTBEAT_S seconds, from a thread of its
+    own: a store call that hangs must not make jobs on other hosts take the writer for gone
+    (they would start their own and two would apply one journal)."""
+
+    def __init__(self, path: Path, me: dict):
+        super().__init__(name="heartbeat", daemon=True)
+        self.path, self.me = path, me
+        self.stopped = threading.Event()
+        self.beat()
+
+    def beat(self) -> None:
+        write_text_atomic(self.path, json.dumps({**self.me, "beat": time.time()}))
+
+    def run(self) -> None:
+        while not self.stopped.wait(HEARTBEAT_S):
+            try:
+                self.beat()
+            except OSError as ex:  # a full or unmounted disk: the next beat tries again
+                log.warning("heartbeat not written: %s", ex)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parent = psutil.Process(os.getppid())
     starter = {"pid": parent.pid, "host": this_process()["host"], "started": parent.create_time()}
     me = this_process()
-    write_text_atomic(writer_file(home), json.dumps({**me, "jobs_wait": jobs_wait}))
+    heartbeat = Heartbeat(writer_file(home), {**me, "jobs_wait": jobs_wait})
+    heartbeat.start()
     log.info("shared writer started for %s", home)
     try:
         code = SweepWriter(home, writer_id(me), starter).run()
@@ -115,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         log.exception("writer failed; the journals keep what is not applied (sporeflow sync)")
         code = 1
     finally:
+        heartbeat.stopped.set()
+        heartbeat.join()
         writer_file(home).unlink(missing_ok=True)
     log.info("shared writer ends (%d)", code)
     return code

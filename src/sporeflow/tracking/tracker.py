@@ -10,8 +10,9 @@ stage is trained anew. At the end the process waits for the writer while it make
 and `tracking.drain_timeout` seconds once it makes none; what is still unsent is named in one
 console line with the command that sends it. A job that finds a shared writer on its machine
 (tracking.shared_writer: a sweep's, or one started for many short jobs) starts no writer of its
-own: the shared one follows its journal, and a sweep's job's end only makes the journal
-durable (the sweep's end waits once).
+own: the shared one follows its journal (a SLURM sweep's, on the submitting machine, follows
+its jobs on the nodes), and a sweep's job's end only makes the journal durable (the sweep's end
+waits once).
 Only rank 0 writes; other ranks construct a read-only Tracker.
 """
 
@@ -44,7 +45,6 @@ from sporeflow.tracking.journal import (
     sibling,
 )
 from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer
-from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import (
     Store,
     StoreError,
@@ -192,7 +192,7 @@ class Tracker:
         now = time.monotonic()
         if now - self._shared_looked >= PROBLEM_LOOK_S:
             self._shared_looked = now
-            if self._shared is not None and not shared_alive(self._shared.ident):
+            if self._shared is not None and not self._shared.alive():
                 log.warning("the shared tracking writer is gone: this job starts its own")
                 self._shared = None
         return self._shared is not None

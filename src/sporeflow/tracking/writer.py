@@ -50,6 +50,11 @@ def owner_alive(header: dict) -> bool:
     return bool(is_alive(owner["pid"], owner["host"], owner["started"]))
 
 
+def owned_here(header: dict) -> bool:
+    """Whether the journal's owner runs on this host (else its liveness cannot be looked at)."""
+    return bool(header["owner"]["host"] == socket.gethostname())
+
+
 def gone_reason(header: dict) -> str:
     owner = header["owner"]
     return (
@@ -61,7 +66,10 @@ def gone_reason(header: dict) -> str:
 class Follower:
     """One journal followed to its end (the module docstring's rules): each `step` applies what
     is pending, unless a failed try asked to wait; `code` is set once the journal is done
-    (0: the store has everything, 3: records are left). The sweep's writer holds one per job."""
+    (0: the store has everything, 3: records are left). The sweep's writer holds one per job.
+    An owner on another host (a SLURM node's job) cannot be looked at: it counts as alive
+    until the sweep's writer ends (`let_go`), and its open runs are not ended here (the sweep
+    ends those of jobs the scheduler ended: entry.sweep_summary.end_job_runs)."""
 
     def __init__(
         self, journal: Path, store: Store | None = None, monitors: SystemMetrics | None = None
@@ -72,13 +80,23 @@ class Follower:
         self.code: int | None = None
         self.failures, self.next_try = 0, 0.0
         self.owner_gone_at: float | None = None
+        self.remote = not owned_here(self.header)
+        self.let_go_at: float | None = None
+
+    def let_go(self) -> None:
+        """The writer ends: an owner on another host counts as gone from now on."""
+        if self.remote and self.let_go_at is None:
+            self.let_go_at = time.monotonic()
+
+    def _owner_alive(self) -> bool:
+        return self.let_go_at is None if self.remote else owner_alive(self.header)
 
     def step(self) -> int:
         """One try; the records applied (0 while it waits out a failure)."""
         now = time.monotonic()
         if self.code is not None or now < self.next_try:
             return 0
-        alive = owner_alive(self.header)
+        alive = self._owner_alive()
         if not alive and self.owner_gone_at is None:
             self.owner_gone_at = now
             log.info("%s: owner process gone: draining the journal", self.journal.name)
@@ -94,7 +112,7 @@ class Follower:
         if self.applier.closed and not self.applier.pending():
             self.code = 0
         elif not alive and not self.applier.pending():
-            ended = self.applier.end_open("KILLED", gone_reason(self.header))
+            ended = [] if self.remote else self.applier.end_open("KILLED", gone_reason(self.header))
             if ended:
                 log.warning("ended runs %s KILLED: their process is gone", ", ".join(ended))
             self.code = 0

@@ -31,6 +31,7 @@ from helpers.machine import unavailable
 from helpers.servers import free_port
 from helpers.store import by_stage
 from helpers.train import COMBINED_BATCH, REPO, TRAIN
+from sporeflow.tracking.journal import header_of, sibling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -318,6 +319,46 @@ def sweep_runs(cluster: Cluster, launch: Path) -> tuple:
         if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
     }
     return parent, jobs
+
+
+def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_path):
+    """issue 36 item 1 under SLURM: two stand-alone jobs at once, one per node (each takes a
+    node's two CPUs), with tracking.system_metrics_interval=0. The sweep's writer on node0
+    follows both over the shared sweep dir: each job's journal names it and no job started a
+    writer of its own (no writer log beside its journal), the job on node1 by the writer's
+    heartbeat; both runs FINISHED with every step's loss once."""
+    proc = subprocess.run(
+        cluster.sweep_command(
+            tmp_path,
+            "seed=1,2",
+            "epochs=3",
+            "tracking.system_metrics_interval=0",
+            "hydra.launcher.cpus_per_task=2",
+            parallel=("parallel=standalone",),
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    parent, jobs = sweep_runs(cluster, tmp_path)
+    assert parent.info.status == "FINISHED" and sorted(jobs) == [0, 1]
+    assert {j.data.tags["sporeflow.host"] for j in jobs.values()} == {"node0", "node1"}
+    client = MlflowClient(f"sqlite:///{cluster.store}")
+    for number, run in jobs.items():
+        assert run.info.status == "FINISHED"
+        steps = 3 * int(run.data.tags["batch.steps_per_epoch"])
+        losses = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
+        assert losses == list(range(1, steps + 1)), f"job {number}: every step's loss once"
+        journals = sorted((tmp_path / "multirun" / str(number) / "tracking").glob("*.jsonl"))
+        assert journals, f"job {number} left no journal"
+        for journal in journals:
+            writer = header_of(journal)["writer"]
+            assert "@node0:" in writer, f"{journal}: {writer}"
+            assert not sibling(journal, ".writer.log").exists(), f"{journal}: its own writer"
+    log = (tmp_path / "multirun" / "tracking" / "writer-node0.log").read_text()
+    assert log.count("following ") >= 2, log
 
 
 def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):

@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 from helpers.machine import unavailable
 from helpers.servers import free_port
 from helpers.store import by_stage
-from helpers.train import COMBINED_BATCH, REPO, TRAIN
+from helpers.train import COMBINED_BATCH, REPO, TRAIN, run_train
 from sporeflow.tracking.journal import header_of, sibling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -506,6 +506,57 @@ def requeued_jobs_released(cluster: Cluster):
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster, tmp_path):
+    """issue 36 item 3 on several nodes: one job over both nodes (data2, a worker per node,
+    max_num_timeout=1) warned once the way SLURM warns (scancel --signal=USR2 reaches both
+    nodes' launchers) after epoch 2: each node's launcher passes it on, both ranks checkpoint
+    one step in their own node's run dir, node 0 asks for the requeue, and the requeued job
+    continues on both nodes: one FINISHED run with `sporeflow.requeues` 1, every step's loss
+    and every epoch's evaluation once, both ranks' final weights equal to each other and to a
+    stand-alone run of the same experiment (the combined batch) never stopped."""
+    launch, alone = tmp_path / "job", tmp_path / "alone"
+    launch.mkdir(), alone.mkdir()
+    experiment = ["+dataset.drop_remainder=true", "epochs=6", "dataset.batch_size=32", "seed=4"]
+    command = cluster.sweep_command(launch, *experiment, "hydra.launcher.max_num_timeout=1")
+    with requeued_jobs_released(cluster):
+        sweep = subprocess.Popen(
+            command,
+            cwd=launch,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            job = wait_until(lambda: submitted(launch), 120, "not submitted")
+            warn_at_epochs(cluster, {launch: (job, "checkpoints/rank_0", [2])})
+            out, _ = sweep.communicate(timeout=600)
+        finally:
+            if sweep.poll() is None:
+                os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 0, out[-4000:]
+    run = sweep_runs(cluster, launch)[1][0]
+    assert run.info.status == "FINISHED" and run.data.tags["sporeflow.requeues"] == "1"
+    client = MlflowClient(f"sqlite:///{cluster.store}")
+    steps_per_epoch = int(run.data.tags["batch.steps_per_epoch"])
+    evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/acc"))
+    assert evals == [e * steps_per_epoch for e in range(1, 7)], "every epoch evaluated once"
+    losses = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
+    assert losses == list(range(1, 6 * steps_per_epoch + 1)), "every step's loss once"
+    node1 = launch / "multirun" / "0_node1" / "checkpoints" / "rank_1"
+    stopped = sorted(p.name for p in node1.glob("epoch_*_step_*.ckpt"))
+    assert len(stopped) == 1, f"rank 1 checkpointed the step it stopped at once: {stopped}"
+    rank0 = launch / "multirun" / "0" / "checkpoints" / "rank_0"
+    assert (rank0 / stopped[0]).is_file(), "both ranks stopped at the same step"
+    reference = run_train(experiment, alone)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    never_stopped = weights(alone / "run" / "checkpoints" / "final.ckpt")
+    ranks = [weights(rank0 / "final.ckpt"), weights(node1 / "final.ckpt")]
+    for key, value in never_stopped.items():
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
+        np.testing.assert_allclose(ranks[0][key], value, rtol=1e-4, atol=1e-5, err_msg=key)
 
 
 def epochs_saved(job_dir: Path, folder: str = "checkpoints") -> int:

@@ -89,17 +89,19 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
 
 
 @pytest.mark.parametrize(
-    ("launcher", "nodes", "says"),
+    ("launcher", "nodes", "pipeline", "says"),
     [
-        ({**LAUNCHER, "max_num_timeout": 0}, 4, None),
-        (LAUNCHER, 1, None),
-        (LAUNCHER, 2, "hydra.launcher.max_num_timeout=2: a requeued job continues"),
-        (LAUNCHER, 2, "(parallel.nodes=1; this job: 2 nodes)"),
-        ({**LAUNCHER, "signal_delay_s": 90}, 1, "hydra.launcher.signal_delay_s=90:"),
+        ({**LAUNCHER, "max_num_timeout": 0}, 4, True, None),
+        (LAUNCHER, 1, False, None),
+        (LAUNCHER, 2, False, None),
+        (LAUNCHER, 1, True, None),
+        (LAUNCHER, 2, True, "hydra.launcher.max_num_timeout=2: a boost=dim_reduce pipeline"),
+        (LAUNCHER, 2, True, "(parallel.nodes=1; this job: 2 nodes;"),
+        ({**LAUNCHER, "signal_delay_s": 90}, 1, False, "hydra.launcher.signal_delay_s=90:"),
     ],
 )
-def test_settings_a_requeue_cannot_work_with_are_named(launcher, nodes, says):
-    refusal = requeue_refusal(launcher, nodes)
+def test_settings_a_requeue_cannot_work_with_are_named(launcher, nodes, pipeline, says):
+    refusal = requeue_refusal(launcher, nodes, pipeline)
     assert refusal == says if says is None else says in refusal
 
 
@@ -107,8 +109,13 @@ def test_settings_a_requeue_cannot_work_with_are_named(launcher, nodes, says):
     ("extra", "says"),
     [
         (
-            ["parallel=data2", "parallel.nodes=2", "hydra.launcher.max_num_timeout=2"],
-            "Config error: hydra.launcher.max_num_timeout=2: a requeued job continues",
+            [
+                "debug=dim_reduce",
+                "parallel=data2",
+                "parallel.nodes=2",
+                "hydra.launcher.max_num_timeout=2",
+            ],
+            "Config error: hydra.launcher.max_num_timeout=2: a boost=dim_reduce pipeline",
         ),
         (
             [

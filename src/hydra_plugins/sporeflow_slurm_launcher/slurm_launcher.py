@@ -13,7 +13,8 @@ Requeue at the time limit (`hydra.launcher.max_num_timeout` > 0; the jobs are su
 `--requeue`): SIGUSR2, which submitit asks SLURM to send `signal_delay_s` before the limit,
 makes the job checkpoint at its next step and leave its runs open (core.signals.Requeued);
 here it then asks SLURM to queue it again and ends without a result, so the sweep keeps waiting
-for it. The requeued job continues the same run dir and MLflow runs (entry.app). A job
+for it (on several nodes node 0's task asks; the other nodes' tasks end once their workers
+stopped at the same step). The requeued job continues the same run dir and MLflow runs (entry.app). A job
 requeued max_num_timeout times ignores the signal and is ended at its limit by SLURM (SIGTERM:
 its runs end KILLED), and the sweep says TIMEOUT after so many requeues. With
 max_num_timeout=0 (the default) every job ignores SIGUSR2 and ends at its limit. Each task
@@ -202,8 +203,12 @@ class SlurmLauncher(HydraSlurm):
         """A job that could not continue after a requeue is refused before any is submitted."""
         if int(self.params.get("max_num_timeout") or 0) <= 0:
             return  # no requeue: nothing to compose
+        from sporeflow.config.facts import is_dim_reduce  # the plugin scan stays light
+
         config = self._job_config(overrides, num)
-        refusal = slurm.requeue_refusal(self.params, int(config.parallel.nodes))
+        refusal = slurm.requeue_refusal(
+            self.params, int(config.parallel.nodes), is_dim_reduce(config)
+        )
         if refusal:
             raise ConfigError(refusal)
 

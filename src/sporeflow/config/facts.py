@@ -34,6 +34,12 @@ def worker_batch_size(cfg: Any) -> int:
     return cfg.dataset.batch_size // cfg.parallel.workers
 
 
+def first_local_rank(cfg: Any) -> int:
+    """The rank of this node's first worker (msrun numbers ranks node by node)."""
+    par = cfg.parallel
+    return int(par.node_rank * (par.workers // par.nodes))
+
+
 def global_batch_size(cfg: Any) -> int:
     return worker_batch_size(cfg) * cfg.parallel.workers
 

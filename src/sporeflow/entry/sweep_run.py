@@ -40,6 +40,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import race, search_space
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -307,7 +308,8 @@ def _requeue_refused(config: DictConfig) -> bool:
     if not _on_a_cluster(config):
         return False
     launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    return slurm.requeue_refusal(launcher, int(config.parallel.nodes)) is not None
+    nodes = int(config.parallel.nodes)
+    return slurm.requeue_refusal(launcher, nodes, is_dim_reduce(config)) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

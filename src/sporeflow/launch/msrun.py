@@ -32,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sporeflow.config.facts import first_local_rank
 from sporeflow.core import signals
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import SporeflowError, TrialPruned
@@ -170,7 +171,7 @@ def launch(
     port = par.master_port or free_port()
     cmd, log_dir = msrun_command(cfg, ctx, port)
     cmd[0] = executable
-    first_rank = par.node_rank * (par.workers // par.nodes)  # msrun numbers ranks node by node
+    first_rank = first_local_rank(cfg)
     announce(cfg, port, log_dir, first_rank)
     for earlier in (requeue_file(ctx.run_dir), ctx.run_dir / RESULT_FILE):  # a requeued job's
         earlier.unlink(missing_ok=True)
@@ -181,8 +182,9 @@ def launch(
             on_end("KILLED")
         raise
     if not master_node and proc.returncode == 0 and not no_cluster:
+        done = "stopped for the requeue" if signals.requeue_asked() else "finished"
         print(
-            f"[sporeflow] node {par.node_rank}: its workers finished; rank 0 on node 0 "
+            f"[sporeflow] node {par.node_rank}: its workers {done}; rank 0 on node 0 "
             f"({par.master_addr}) reports the results and the MLflow run",
             file=sys.stderr,
         )

@@ -11,7 +11,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_model
-from sporeflow.config.facts import is_dim_reduce
+from sporeflow.config.facts import first_local_rank, is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
@@ -68,7 +68,8 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
             raise ConfigError(f"resume={cfg.resume}: {mismatch}")
         if is_dim_reduce(cfg):  # each stage's checkpoints are read when it is continued
             return
-        path, state = newest_complete_checkpoint(checkpoint_dir(run_dir, 0, cfg.parallel.workers))
+        here = checkpoint_dir(run_dir, first_local_rank(cfg), cfg.parallel.workers)  # a node's own
+        path, state = newest_complete_checkpoint(here)
     except CheckpointError as ex:
         why = str(ex)  # find_resume_dir's own messages already name the key
         raise ConfigError(

@@ -545,11 +545,16 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     assert evals == [e * steps_per_epoch for e in range(1, 7)], "every epoch evaluated once"
     losses = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert losses == list(range(1, 6 * steps_per_epoch + 1)), "every step's loss once"
-    node1 = launch / "multirun" / "0_node1" / "checkpoints" / "rank_1"
-    stopped = sorted(p.name for p in node1.glob("epoch_*_step_*.ckpt"))
-    assert len(stopped) == 1, f"rank 1 checkpointed the step it stopped at once: {stopped}"
     rank0 = launch / "multirun" / "0" / "checkpoints" / "rank_0"
-    assert (rank0 / stopped[0]).is_file(), "both ranks stopped at the same step"
+    node1 = launch / "multirun" / "0_node1" / "checkpoints" / "rank_1"
+    resumed = [  # what each rank's log says it continued from (keep-last-k prunes the file)
+        re.findall(r"resuming train from (\S+)", (folder.parent.parent / log).read_text())
+        for folder, log in ((rank0, "msrun_logs/worker_0.log"), (node1, "msrun_logs/worker_1.log"))
+    ]
+    assert [len(found) for found in resumed] == [1, 1], resumed
+    assert [Path(found[0]).parent for found in resumed] == [rank0, node1], "each node its own"
+    assert Path(resumed[0][0]).name == Path(resumed[1][0]).name, "both ranks stopped at one step"
+    assert "_step_" in Path(resumed[0][0]).name, "the step it stopped at, not an epoch's end"
     reference = run_train(experiment, alone)
     assert reference.returncode == 0, reference.stderr[-3000:]
     never_stopped = weights(alone / "run" / "checkpoints" / "final.ckpt")

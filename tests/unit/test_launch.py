@@ -4,10 +4,12 @@ account of a job it ended (from sacct's own row format)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -15,6 +17,7 @@ from helpers.inprocess import context
 from sporeflow.config.validation import validate
 from sporeflow.core.processes import start_group
 from sporeflow.launch import msrun, slurm
+from sporeflow.launch.logfollow import LogFollower
 
 
 def test_the_msrun_command_reruns_the_job_with_its_own_overrides(compose_cfg, tmp_path):
@@ -210,3 +213,34 @@ def test_the_verdict_reads_the_jobs_own_row():
 )
 def test_which_states_mean_slurm_ended_the_job(state, ended):
     assert slurm.ended_by_slurm(state) is ended
+
+
+def follow_while(log, write) -> str:
+    """What a LogFollower of `log` shows while `write()` adds to it (then stopped, drained)."""
+    out = io.StringIO()
+    with LogFollower(log, out, poll=0.01):
+        write()
+        time.sleep(0.1)
+    return out.getvalue()
+
+
+def test_the_console_shows_a_resumed_jobs_own_log_lines_not_the_earlier_runs(tmp_path):
+    """msrun appends to worker_0.log: a resumed job's console starts with what this run adds
+    (MindSpore's INFO chatter left out, a split UTF-8 character whole); a log started anew,
+    shorter than before, is shown from its beginning."""
+    log = tmp_path / "worker_0.log"
+    log.write_text("epoch 1 of the earlier run\n" * 20)
+
+    def resumed():
+        with open(log, "ab") as f:
+            f.write("resuming train from epoch_0002\n[INFO] chatter\nloss 0.5 \u00b1".encode()[:-1])
+            f.flush()
+            time.sleep(0.05)  # the follower reads the first half of the "\u00b1" alone
+            f.write("\u00b1".encode()[-1:] + b" 0.1\n")
+
+    assert follow_while(log, resumed) == "resuming train from epoch_0002\nloss 0.5 \u00b1 0.1\n"
+
+    def anew():
+        log.write_text("a new first line\n")
+
+    assert follow_while(log, anew) == "a new first line\n"

@@ -7,6 +7,8 @@ MindSpore's C++ INFO/DEBUG chatter (still in the log file)."""
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
 import sys
 import threading
@@ -18,10 +20,14 @@ CHATTER = re.compile(r"^\[(INFO|DEBUG)\] ")
 
 
 class LogFollower:
-    """Copies `path` to `out` from a background thread until `stop()` (then drains the rest)."""
+    """Copies what is added to `path` from now on to `out`, from a background thread until
+    `stop()` (then drains the rest). msrun appends to a worker's log: a resumed or requeued
+    job's console starts with its own lines, not the earlier run's again (a log that is
+    started anew, shorter than it was, is shown from its beginning)."""
 
     def __init__(self, path: Path, out: TextIO = sys.stderr, poll: float = 0.2):
         self.path, self.out, self.poll = Path(path), out, poll
+        self._start = self.path.stat().st_size if self.path.is_file() else 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="follow-rank-0", daemon=True)
 
@@ -49,11 +55,14 @@ class LogFollower:
         while not self.path.exists():
             if self._stop.wait(self.poll):
                 return
-        pending = ""
-        with open(self.path, errors="replace") as f:
+        pending, decode = "", codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        with open(self.path, "rb") as f:
+            f.seek(self._start)
             while True:
                 stopping = self._stop.is_set()
-                chunk = f.read()
+                if os.fstat(f.fileno()).st_size < f.tell():  # started anew: from its beginning
+                    f.seek(0)
+                chunk = decode(f.read())
                 if chunk:
                     pending = self._emit(pending + chunk)
                 elif stopping:

@@ -167,7 +167,7 @@ def test_a_requeued_pipeline_continues_each_stage_where_it_stopped_and_ends_as_o
     takes the stages it finished as they were and continues the one it stopped in. The end is
     the never-stopped job's: one FINISHED run per stage, each step's loss and each epoch's
     evaluation once with the same values, the same snapshots, the same final weights of
-    every stage, the same comparison on the pipeline's run."""
+    every stage, the same comparison on the pipeline's run (with the PCA's seconds)."""
     job = [*PIPELINE_JOB, signal_at(6)]
     for requeues, stopped_in in enumerate(("stage1", "stage2", "baseline")):
         armed(requeues)
@@ -195,6 +195,8 @@ def test_a_requeued_pipeline_continues_each_stage_where_it_stopped_and_ends_as_o
         assert got["pipeline"].data.metrics[key] == pytest.approx(
             want["pipeline"].data.metrics[key]
         )
+    # the PCA ran in the job that was then stopped in stage 2; the last one still reports it
+    assert got["pipeline"].data.metrics["pca_seconds"] > 0
     snaps = sorted(p.name for p in (tmp_path / "run" / "stage1" / "snapshots").glob("*.npy"))
     assert snaps == sorted(
         p.name for p in (straight_pipeline / "run" / "stage1" / "snapshots").glob("*.npy")

@@ -16,6 +16,7 @@ so each job shows stage 1 -> stage 2.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -70,12 +71,13 @@ from sporeflow.storage.checkpoints import (
     final_weights,
     save_atomic,
 )
-from sporeflow.storage.files import sha256_file
+from sporeflow.storage.files import sha256_file, write_text_atomic
 from sporeflow.storage.run_marker import PIPELINE, find_resume_dir, read_run_marker
 
 log = logging.getLogger(__name__)
 
 MAX_BASIS_ARTIFACT_MB = 100
+PCA_SECONDS = "pca_seconds.json"  # in the pipeline's run dir: the PCA it computed took so long
 
 
 class DimReducePipeline:
@@ -246,6 +248,8 @@ class DimReducePipeline:
             basis, basis_path = compute()
             if basis_path not in existed:
                 self.pca_seconds = time.perf_counter() - started
+                if self.worker.is_main:  # a continued pipeline still reports it (_compare)
+                    write_text_atomic(self.home / PCA_SECONDS, json.dumps(self.pca_seconds))
         barrier(self.worker)
         if not self.worker.is_node_main:
             basis, basis_path = compute()
@@ -327,6 +331,8 @@ class DimReducePipeline:
         results = {name: r.metrics for name, r in self.stages.items()}
         correct = {name: r.correct for name, r in self.stages.items() if r.correct is not None}
         metrics, paired, gain_cmp = pipeline_metrics(results, correct)
+        if self.pca_seconds is None and self.continued and (self.home / PCA_SECONDS).is_file():
+            self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
         if self.pca_seconds is not None:
             metrics["pca_seconds"] = self.pca_seconds
         self.parent.log_metrics(metrics, 0, flush=True)

@@ -79,12 +79,26 @@ class Cluster:
             *args,
         ]
 
-    def start_sweep(
+    def run_sweep(
+        self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
+    ) -> subprocess.CompletedProcess:
+        """`sweep_command` run to its end from `launch`; it must succeed."""
+        proc = subprocess.run(
+            self.sweep_command(launch, *args, parallel=parallel),
+            cwd=launch,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        return proc
+
+    def spawn_sweep(
         self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
     ) -> subprocess.Popen:
-        """The sweep started (its own session: a Ctrl-C to its group reaches it alone), once
-        its job 0 trains (its MLflow run exists)."""
-        sweep = subprocess.Popen(
+        """The sweep started from `launch` in its own session (a Ctrl-C to its group reaches
+        it alone), its output in one pipe."""
+        return subprocess.Popen(
             self.sweep_command(launch, *args, parallel=parallel),
             cwd=launch,
             stdout=subprocess.PIPE,
@@ -92,6 +106,12 @@ class Cluster:
             text=True,
             start_new_session=True,
         )
+
+    def start_sweep(
+        self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
+    ) -> subprocess.Popen:
+        """The sweep started (spawn_sweep), once its job 0 trains (its MLflow run exists)."""
+        sweep = self.spawn_sweep(launch, *args, parallel=parallel)
         try:
             wait_until(
                 lambda: 0 in sweep_runs(self, launch)[1],
@@ -196,15 +216,8 @@ def test_the_preset_runs_a_two_node_sweep_under_slurm(
     """Two sbatch jobs (seed=1,2), each on both nodes under srun: both FINISHED in the server,
     and job 0's weights (seed 1) equal a stand-alone run on the combined batch."""
     started = time.monotonic()
-    proc = subprocess.run(
-        cluster.sweep_command(tmp_path, "seed=1,2", *COMBINED_BATCH),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    cluster.run_sweep(tmp_path, "seed=1,2", *COMBINED_BATCH)
     print(f"two-job sweep under SLURM: {time.monotonic() - started:.1f} s")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     stages = by_stage(cluster.runs())
     (parent,) = stages["sweep"]
     assert parent.info.status == "FINISHED"
@@ -239,19 +252,9 @@ def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, tmp_path):
     """The tiny dim-reduce pipeline as one sbatch job over both nodes: every stage FINISHED in
     the server, each node computed the same PCA basis from its own snapshots, and stage 2's
     weights agree bit for bit across the nodes."""
-    proc = subprocess.run(
-        cluster.sweep_command(
-            tmp_path,
-            "debug=dim_reduce",
-            "boost.baselines=[baseline]",
-            "+dataset.drop_remainder=true",
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    cluster.run_sweep(
+        tmp_path, "debug=dim_reduce", "boost.baselines=[baseline]", "+dataset.drop_remainder=true"
     )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     parent, _ = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "FINISHED"
     (pipeline,) = [
@@ -327,21 +330,14 @@ def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_
     follows both over the shared sweep dir: each job's journal names it and no job started a
     writer of its own (no writer log beside its journal), the job on node1 by the writer's
     heartbeat; both runs FINISHED with every step's loss once."""
-    proc = subprocess.run(
-        cluster.sweep_command(
-            tmp_path,
-            "seed=1,2",
-            "epochs=3",
-            "tracking.system_metrics_interval=0",
-            "hydra.launcher.cpus_per_task=2",
-            parallel=("parallel=standalone",),
-        ),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    cluster.run_sweep(
+        tmp_path,
+        "seed=1,2",
+        "epochs=3",
+        "tracking.system_metrics_interval=0",
+        "hydra.launcher.cpus_per_task=2",
+        parallel=("parallel=standalone",),
     )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     parent, jobs = sweep_runs(cluster, tmp_path)
     assert parent.info.status == "FINISHED" and sorted(jobs) == [0, 1]
     assert {j.data.tags["sporeflow.host"] for j in jobs.values()} == {"node0", "node1"}
@@ -519,16 +515,8 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     launch, alone = tmp_path / "job", tmp_path / "alone"
     launch.mkdir(), alone.mkdir()
     experiment = ["+dataset.drop_remainder=true", "epochs=6", "dataset.batch_size=32", "seed=4"]
-    command = cluster.sweep_command(launch, *experiment, "hydra.launcher.max_num_timeout=1")
     with requeued_jobs_released(cluster):
-        sweep = subprocess.Popen(
-            command,
-            cwd=launch,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        sweep = cluster.spawn_sweep(launch, *experiment, "hydra.launcher.max_num_timeout=1")
         try:
             job = wait_until(lambda: submitted(launch), 120, "not submitted")
             warn_at_epochs(cluster, {launch: (job, "checkpoints/rank_0", [2])})
@@ -595,34 +583,20 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     a.mkdir(), b.mkdir(), c.mkdir()
     alone = ("parallel=standalone",)
-    command_a = cluster.sweep_command(
-        a, "epochs=30", "hydra.launcher.max_num_timeout=2", "seed=4", parallel=alone
-    )
-    command_c = cluster.sweep_command(
-        c, "epochs=12", "hydra.launcher.max_num_timeout=1", "seed=4", parallel=("parallel=data2",)
-    )
-    command_b = cluster.sweep_command(
-        b,
+    args_a = ("epochs=30", "hydra.launcher.max_num_timeout=2", "seed=4")
+    args_c = ("epochs=12", "hydra.launcher.max_num_timeout=1", "seed=4")
+    args_b = (
         "epochs=5000",
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=30",
         "hydra.launcher.max_num_timeout=1",
-        parallel=alone,
     )
     sweeps = []
     with requeued_jobs_released(cluster):
         try:
-            for command, launch in ((command_a, a), (command_b, b), (command_c, c)):
-                sweeps.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=launch,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                        start_new_session=True,
-                    )
-                )
+            sweeps.append(cluster.spawn_sweep(a, *args_a, parallel=alone))
+            sweeps.append(cluster.spawn_sweep(b, *args_b, parallel=alone))
+            sweeps.append(cluster.spawn_sweep(c, *args_c, parallel=("parallel=data2",)))
             jobs = {
                 launch: wait_until(
                     lambda here=launch: submitted(here), 120, f"{launch.name}: not submitted"

@@ -31,7 +31,7 @@ from helpers.machine import unavailable
 from helpers.servers import free_port
 from helpers.store import by_stage
 from helpers.train import COMBINED_BATCH, REPO, TRAIN, run_train
-from sporeflow.tracking.journal import header_of, sibling
+from sporeflow.tracking.journal import header_of, read_records, sibling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -326,15 +326,14 @@ def sweep_runs(cluster: Cluster, launch: Path) -> tuple:
 
 def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_path):
     """issue 36 item 1 under SLURM: two stand-alone jobs at once, one per node (each takes a
-    node's two CPUs), with tracking.system_metrics_interval=0. The sweep's writer on node0
-    follows both over the shared sweep dir: each job's journal names it and no job started a
-    writer of its own (no writer log beside its journal), the job on node1 by the writer's
-    heartbeat; both runs FINISHED with every step's loss once."""
+    node's two CPUs). The sweep's writer on node0 follows both over the shared sweep dir: each
+    job's journal names it and no job started a writer of its own (no writer log beside its
+    journal), the job on node1 by the writer's heartbeat; both runs FINISHED with every step's
+    loss once and their own machine's system metrics (node1's journalled by its job)."""
     cluster.run_sweep(
         tmp_path,
         "seed=1,2",
         "epochs=3",
-        "tracking.system_metrics_interval=0",
         "hydra.launcher.cpus_per_task=2",
         parallel=("parallel=standalone",),
     )
@@ -344,6 +343,7 @@ def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_
     client = MlflowClient(f"sqlite:///{cluster.store}")
     for number, run in jobs.items():
         assert run.info.status == "FINISHED"
+        assert "system/cpu_utilization_percentage" in run.data.metrics, f"job {number}"
         steps = 3 * int(run.data.tags["batch.steps_per_epoch"])
         losses = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
         assert losses == list(range(1, steps + 1)), f"job {number}: every step's loss once"
@@ -353,6 +353,13 @@ def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_
             writer = header_of(journal)["writer"]
             assert "@node0:" in writer, f"{journal}: {writer}"
             assert not sibling(journal, ".writer.log").exists(), f"{journal}: its own writer"
+        sampled = any(
+            point[0].startswith("system/")
+            for journal in journals
+            for record in read_records(journal)
+            for point in record.get("points", [])
+        )
+        assert sampled == (run.data.tags["sporeflow.host"] == "node1"), f"job {number}"
     log = (tmp_path / "multirun" / "tracking" / "writer-node0.log").read_text()
     assert log.count("following ") >= 2, log
 

@@ -15,10 +15,15 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
+from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
 from mlflow.tracking import MlflowClient
 
 from sporeflow.tracking import shared_writer
-from sporeflow.tracking.journal import AppliedState, Journal, Op, header_of
+from sporeflow.tracking.apply import Applier
+from sporeflow.tracking.journal import AppliedState, Journal, Op, header_of, read_records
+from sporeflow.tracking.machine_samples import PREFIX
 from sporeflow.tracking.shared_writer import (
     HEARTBEAT_S,
     STALE_S,
@@ -218,3 +223,60 @@ def test_a_writer_on_another_host_is_alive_while_its_heartbeat_is_fresh(shared):
     assert shared_writer.alive(ident, sweep)
     other.unlink()
     assert not shared_writer.alive(ident, sweep)
+
+
+def sampled_steps(journal: Path) -> dict[str, list[int]]:
+    """The steps of each `system/` metric a journal holds, in order."""
+    steps: dict[str, list[int]] = {}
+    for record in read_records(journal):
+        for name, _, _, step in record.get("points", []) if record["op"] == "metrics" else []:
+            if name.startswith(PREFIX):
+                steps.setdefault(name, []).append(step)
+    return steps
+
+
+def test_a_job_whose_writer_is_on_another_host_samples_its_own_machine(shared, monkeypatch):
+    """A job's run asks for system metrics every 0.3 s and its writer is the sweep's on host
+    node-a (its heartbeat fresh): the run's create record asks that writer to sample nothing
+    (it would sample node-a), and the tracker journals the samples itself - named as MLflow's
+    own CPU, disk and network monitors name theirs, the disk's figures equal to theirs, steps
+    0, 1, ... and one more at the run's end. A later process continuing the run goes on from
+    the next step; the store gets each sample once."""
+    launch, sweep, _ = shared
+    me = {**json.loads(writer_file(sweep).read_text()), "host": "node-a"}
+    there = writer_file(sweep, "node-a")
+    there.write_text(json.dumps({**me, "beat": time.time()}))
+    monkeypatch.setenv(WRITER_ENV, str(there))
+
+    def train(tracker: Tracker, run) -> Path:
+        for step in range(1, 4):
+            time.sleep(0.35)
+            run.log_metrics({"m": float(step)}, step, flush=True)
+        run.end()
+        tracker.finish()
+        Applier(tracker.journal).apply_pending()  # what node-a's writer would do
+        return tracker.journal
+
+    first = job(launch, sweep, 0)
+    journal = train(first, first.start_run("on-node", system_metrics=0.3))
+    assert header_of(journal)["writer"] == writer_id(me) and first._writer is None
+    (created,) = [r for r in read_records(journal) if r["op"] == "create_run"]
+    assert created["system_metrics"] == 0.0
+    steps = sampled_steps(journal)
+    monitors = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
+    for monitor in monitors:
+        monitor.collect_metrics()
+    theirs = {PREFIX + k: v for m in monitors for k, v in m.aggregate_metrics().items()}
+    assert sorted(steps) == sorted(theirs)
+    assert all(s == list(range(4)) for s in steps.values()), steps  # 3 due, 1 at the end
+    run_id = AppliedState.load(journal).runs[created["run"]]
+    client = MlflowClient(first.uri)
+    mine = client.get_run(run_id).data.metrics
+    for name in ("disk_usage_percentage", "disk_available_megabytes"):
+        assert mine[PREFIX + name] == pytest.approx(theirs[PREFIX + name], rel=0.01), name
+
+    later = job(launch, sweep, 0)
+    again = train(later, later.resume_run(run_id, system_metrics=0.3))
+    assert sampled_steps(again)[PREFIX + "cpu_utilization_percentage"] == [4, 5, 6, 7]
+    history = client.get_metric_history(run_id, PREFIX + "cpu_utilization_percentage")
+    assert sorted(m.step for m in history) == list(range(8))

@@ -3,7 +3,7 @@
 
 on_multirun_start  starts the sweep's one tracking writer on this machine (tracking.shared_writer:
                    its jobs' ends do not wait for a writer of their own; a SLURM sweep's jobs
-                   use it from the nodes when they sample no system metrics) and creates the parent
+                   use it from the nodes, sampling their machines themselves) and creates the parent
                    run `sweep-<date>-<time>` (tags: the sweep's overrides, sweeper, launcher,
                    sweep dir, objective) in the main process;
 on_job_start       runs wherever the job runs (this process, a joblib worker, a submitit/SLURM
@@ -103,8 +103,7 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
-        if _shared_writer_serves(config):
-            self._start_writer()
+        self._start_writer()
         with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)
         if self not in _ACTIVE:  # no parent run: the jobs write as single runs do
@@ -314,14 +313,6 @@ def _requeue_refused(config: DictConfig) -> bool:
 
 def _on_a_cluster(config: DictConfig) -> bool:
     return "slurm" in str(config.hydra.launcher.get("_target_", ""))
-
-
-def _shared_writer_serves(config: DictConfig) -> bool:
-    """Whether the sweep's jobs use one writer of the sweep. A SLURM sweep's jobs run on the
-    nodes, the writer on this machine (it follows them over the shared sweep dir): there only
-    when their runs sample no system metrics (tracking.system_metrics_interval=0), which are
-    each node's own and sampled on it by the job's own writer."""
-    return not _on_a_cluster(config) or not config.tracking.system_metrics_interval
 
 
 def end_unfinished(error: BaseException | None) -> None:

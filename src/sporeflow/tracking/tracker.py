@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from sporeflow.tracking.journal import (
     run_ref,
     sibling,
 )
+from sporeflow.tracking.machine_samples import RunSamples, next_step
 from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer
 from sporeflow.tracking.store import (
     Store,
@@ -91,6 +93,7 @@ class Tracker:
         self._store: Store | None = None
         self._unread: str | None = None  # why the store could not be read, once warned
         self._names: dict[str, str] = {}  # run key -> name, for the end line
+        self._samples = RunSamples()  # runs whose machine figures this process takes itself
         self.left: int = 0  # records still unsent after finish()
 
     @classmethod
@@ -121,7 +124,8 @@ class Tracker:
     def journal(self) -> Path | None:
         return self._journal.path if self._journal is not None else None
 
-    def _append(self, op: Op, **fields: Any) -> int:
+    def _open_journal(self) -> Journal:
+        """This process's journal, made at its first record with the writer it names."""
         if self._journal is None:
             self._shared = live_writer(os.environ.get(WRITER_ENV))
             self._journal = Journal.create(
@@ -137,7 +141,13 @@ class Tracker:
             )
             if self._shared is not None:
                 self._shared.register(self._journal.path)
-        seq = self._journal.append(op, **fields)
+        return self._journal
+
+    def _append(self, op: Op, **fields: Any) -> int:
+        journal = self._open_journal()
+        for run, points in self._samples.take(fields.get("run") if op is Op.end else None):
+            journal.append(Op.metrics, run=run, points=points)
+        seq = journal.append(op, **fields)
         self._ensure_writer()
         self._say_problem()
         return seq
@@ -300,15 +310,27 @@ class Tracker:
             return TrackedRun(self, None)
         key = new_run_key()
         self._names[key] = run_name
+        here = self._samples_here(system_metrics)
         self._append(
             Op.create_run,
             run=key,
             name=run_name,
             tags={k: _tag_value(v) for k, v in {**process_tags(), **(tags or {})}.items()},
             parent=parent.run_id if parent is not None else None,
-            system_metrics=system_metrics,
+            system_metrics=0.0 if here else system_metrics,
         )
+        if here:
+            self._samples.add(key, system_metrics)
         return TrackedRun(self, key)
+
+    def _samples_here(self, system_metrics: float) -> bool:
+        """Whether this process samples its machine for a run itself: it asks for system
+        metrics and its writer is the shared one of another host, which cannot sample this
+        one (tracking.machine_samples)."""
+        if system_metrics <= 0:
+            return False
+        self._open_journal()
+        return self._shared is not None and self._shared.host != socket.gethostname()
 
     def run(self, run_id: str | None) -> TrackedRun:
         """An existing run (an MLflow id, or a journal key) to write to, as it is."""
@@ -318,9 +340,15 @@ class Tracker:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         run = self.run(run_id)
         if run.run_id is not None:
+            here = self._samples_here(system_metrics)
             self._append(
-                Op.resume, run=run_id, process=this_process(), system_metrics=system_metrics
+                Op.resume,
+                run=run_id,
+                process=this_process(),
+                system_metrics=0.0 if here else system_metrics,
             )
+            if here:
+                self._samples.add(run_id, system_metrics, next_step(self.journal_dir, run_id))
         return run
 
     def delete_run(self, run_id: str | None) -> None:

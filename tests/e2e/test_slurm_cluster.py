@@ -5,7 +5,7 @@ node0's address. The sweep is submitted from node0 through submitit_slurm: each 
 sbatch job over both nodes, one task per node, each task a sporeflow launcher running msrun for
 its node's worker; SLURM's accounting (slurmdbd with its own MariaDB) is how the sweep learns
 that the scheduler ended a job (scancel, TIMEOUT, NODE_FAIL). The tests share one cluster and one
-server (module scope); the lost-node test runs last and brings node1 back. Needs root; skipped
+server (module scope); the lost-node test brings node1 back before it ends. Needs root; skipped
 with the reason otherwise."""
 
 from __future__ import annotations

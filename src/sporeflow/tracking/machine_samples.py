@@ -44,7 +44,7 @@ class MachineSampler:
             psutil.disk_usage(os.sep),
             psutil.net_io_counters(),
         )
-        rounded = {
+        to_round = {
             "cpu_utilization_percentage": psutil.cpu_percent(),
             "system_memory_usage_megabytes": memory.used / 1e6,
             "system_memory_usage_percentage": memory.used / memory.total * 100,
@@ -52,7 +52,7 @@ class MachineSampler:
             "disk_usage_megabytes": disk.used / 1e6,
             "disk_available_megabytes": disk.free / 1e6,
         }
-        figures = {name: round(value, 1) for name, value in rounded.items()}
+        figures = {name: round(value, 1) for name, value in to_round.items()}
         figures["network_receive_megabytes"] = net.bytes_recv / 1e6 - self._net_start[0]
         figures["network_transmit_megabytes"] = net.bytes_sent / 1e6 - self._net_start[1]
         return {PREFIX + name: value for name, value in figures.items()}

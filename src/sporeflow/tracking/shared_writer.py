@@ -113,6 +113,11 @@ class WriterRef:
     def host(self) -> str:
         return str(_parsed(self.ident)["host"])
 
+    @property
+    def elsewhere(self) -> bool:
+        """Whether it runs on another host (a SLURM sweep's, seen from a node)."""
+        return self.host != socket.gethostname()
+
     def alive(self) -> bool:
         return alive(self.ident, self.home)
 

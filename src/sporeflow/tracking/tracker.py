@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -330,7 +329,7 @@ class Tracker:
         if system_metrics <= 0:
             return False
         self._open_journal()
-        return self._shared is not None and self._shared.host != socket.gethostname()
+        return self._shared is not None and self._shared.elsewhere
 
     def run(self, run_id: str | None) -> TrackedRun:
         """An existing run (an MLflow id, or a journal key) to write to, as it is."""

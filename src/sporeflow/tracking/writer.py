@@ -81,15 +81,14 @@ class Follower:
         self.failures, self.next_try = 0, 0.0
         self.owner_gone_at: float | None = None
         self.remote = not owned_here(self.header)
-        self.let_go_at: float | None = None
+        self.let_go_of = False  # the writer ends: a remote owner counts as gone from then on
 
     def let_go(self) -> None:
         """The writer ends: an owner on another host counts as gone from now on."""
-        if self.remote and self.let_go_at is None:
-            self.let_go_at = time.monotonic()
+        self.let_go_of = self.remote
 
     def _owner_alive(self) -> bool:
-        return self.let_go_at is None if self.remote else owner_alive(self.header)
+        return not self.let_go_of if self.remote else owner_alive(self.header)
 
     def step(self) -> int:
         """One try; the records applied (0 while it waits out a failure)."""

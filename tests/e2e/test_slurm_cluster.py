@@ -248,34 +248,55 @@ def test_the_preset_runs_a_two_node_sweep_under_slurm(
         np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
 
-def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, tmp_path):
+PIPELINE = (  # long enough that a warning finds stage 1 and stage 2 still training
+    "debug=dim_reduce",
+    "epochs=4",
+    "boost.epochs=3",
+    "boost.baselines=[baseline]",
+    "+dataset.drop_remainder=true",
+)
+PIPELINE_STAGES = ("stage1", "stage2", "baseline")
+NODE_DIRS = (("0", 0), ("0_node1", 1))  # each node's run dir of job 0, and its worker's rank
+
+
+@pytest.fixture(scope="module")
+def two_node_pipeline(cluster, tmp_path_factory) -> Path:
+    """The dim-reduce pipeline as one sbatch job over both nodes, never stopped: its launch dir."""
+    launch = tmp_path_factory.mktemp("two_node_pipeline")
+    cluster.run_sweep(launch, *PIPELINE)
+    return launch
+
+
+def pipeline_runs(cluster: Cluster, launch: Path) -> dict:
+    """The pipeline run of the one-job sweep launched in `launch` and its stages' runs, by
+    stage (each must be one run)."""
+    parent, _ = sweep_runs(cluster, launch)
+    runs = cluster.runs()
+    (pipeline,) = [
+        r
+        for r in by_stage(runs)["pipeline"]
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    ]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id]
+    stages = by_stage(children)
+    assert all(len(found) == 1 for found in stages.values()), stages
+    return {"sweep": parent, "pipeline": pipeline, **{k: v[0] for k, v in stages.items()}}
+
+
+def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, two_node_pipeline):
     """The tiny dim-reduce pipeline as one sbatch job over both nodes: every stage FINISHED in
     the server, each node computed the same PCA basis from its own snapshots, and stage 2's
     weights agree bit for bit across the nodes."""
-    cluster.run_sweep(
-        tmp_path, "debug=dim_reduce", "boost.baselines=[baseline]", "+dataset.drop_remainder=true"
-    )
-    parent, _ = sweep_runs(cluster, tmp_path)
-    assert parent.info.status == "FINISHED"
-    (pipeline,) = [
-        r
-        for r in by_stage(cluster.runs())["pipeline"]
-        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
-    ]
-    stages = {
-        r.data.tags["stage"]: r
-        for r in cluster.runs()
-        if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id
-    }
-    assert set(stages) == {"stage1", "stage2", "baseline"}
-    assert all(r.info.status == "FINISHED" for r in [pipeline, *stages.values()])
-    assert "stage2/acc" in pipeline.data.metrics or "gain" in pipeline.data.metrics
-    job = [tmp_path / "multirun" / "0", tmp_path / "multirun" / "0_node1"]
+    runs = pipeline_runs(cluster, two_node_pipeline)
+    assert set(runs) == {"sweep", "pipeline", *PIPELINE_STAGES}
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
+    assert "stage2/acc" in runs["pipeline"].data.metrics or "gain" in runs["pipeline"].data.metrics
+    job = [two_node_pipeline / "multirun" / node for node, _ in NODE_DIRS]
     bases = [np.load(next((d / "stage1" / "pca").glob("pca_k8_*.npy"))) for d in job]
     np.testing.assert_array_equal(bases[0], bases[1])
     stage2 = [
-        weights(job[0] / "stage2" / "checkpoints" / "rank_0" / "final.ckpt"),
-        weights(job[1] / "stage2" / "checkpoints" / "rank_1" / "final.ckpt"),
+        weights(folder / "stage2" / "checkpoints" / f"rank_{rank}" / "final.ckpt")
+        for folder, (_, rank) in zip(job, NODE_DIRS, strict=True)
     ]
     for key in stage2[0]:
         assert np.isfinite(stage2[0][key]).all(), key
@@ -522,16 +543,12 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     launch, alone = tmp_path / "job", tmp_path / "alone"
     launch.mkdir(), alone.mkdir()
     experiment = ["+dataset.drop_remainder=true", "epochs=6", "dataset.batch_size=32", "seed=4"]
-    with requeued_jobs_released(cluster):
-        sweep = cluster.spawn_sweep(launch, *experiment, "hydra.launcher.max_num_timeout=1")
-        try:
-            job = wait_until(lambda: submitted(launch), 120, "not submitted")
-            warn_at_epochs(cluster, {launch: (job, "checkpoints/rank_0", [2])})
-            out, _ = sweep.communicate(timeout=600)
-        finally:
-            if sweep.poll() is None:
-                os.killpg(sweep.pid, signal.SIGKILL)
-    assert sweep.returncode == 0, out[-4000:]
+    requeued_sweep(
+        cluster,
+        launch,
+        [*experiment, "hydra.launcher.max_num_timeout=1"],
+        [("checkpoints/rank_0", 2)],
+    )
     run = sweep_runs(cluster, launch)[1][0]
     assert run.info.status == "FINISHED" and run.data.tags["sporeflow.requeues"] == "1"
     client = MlflowClient(f"sqlite:///{cluster.store}")
@@ -612,7 +629,10 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
             }
             warn_at_epochs(
                 cluster,
-                {a: (jobs[a], "checkpoints", [3, 10]), c: (jobs[c], "checkpoints/rank_0", [3])},
+                {
+                    a: (jobs[a], [("checkpoints", 3), ("checkpoints", 10)]),
+                    c: (jobs[c], [("checkpoints/rank_0", 3)]),
+                },
             )
             out_a, _ = sweeps[0].communicate(timeout=600)
             out_b, _ = sweeps[1].communicate(timeout=600)
@@ -655,25 +675,41 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
 
 
 def warn_at_epochs(cluster: Cluster, plans: dict, timeout: float = 480) -> None:
-    """Warn each one-job sweep's job (launch dir -> (SLURM job id, its checkpoint folder, the
-    epochs to warn it at)) the way SLURM warns before a limit (scancel --signal, to the job's
-    steps) once its checkpoints reach each epoch, the next only after it was requeued for the
+    """Warn each one-job sweep's job (launch dir -> (SLURM job id, [(a checkpoint folder in its
+    run dir, an epoch), ...])) the way SLURM warns before a limit (scancel --signal, to the
+    job's steps) once that folder holds the epoch, the next only after it was requeued for the
     last; all jobs at once, each at its own pace. Returns once every job was requeued so often."""
     given = dict.fromkeys(plans, 0)
     deadline = time.monotonic() + timeout
     while True:
         restarts = {launch: restarts_of(launch) for launch in plans}
-        if all(restarts[launch] == len(plan[2]) for launch, plan in plans.items()):
+        if all(restarts[launch] == len(plan[1]) for launch, plan in plans.items()):
             return
         assert time.monotonic() < deadline, f"warnings given {given}; restarts {restarts}"
-        for launch, (job, folder, epochs) in plans.items():
+        for launch, (job, marks) in plans.items():
             n = given[launch]
-            due = n < len(epochs) and restarts[launch] == n
-            if due and epochs_saved(launch / "multirun" / "0", folder) >= epochs[n]:
+            due = n < len(marks) and restarts[launch] == n
+            if due and epochs_saved(launch / "multirun" / "0", marks[n][0]) >= marks[n][1]:
                 warned = cluster.on_node0("scancel", "--signal=USR2", job)
                 assert warned.returncode == 0, warned.stderr
                 given[launch] += 1
         time.sleep(0.5)
+
+
+def requeued_sweep(cluster: Cluster, launch: Path, args: list[str], marks: list) -> str:
+    """A one-job sweep (`args`) started from `launch`, warned at `marks` (warn_at_epochs),
+    run to its end; its output. It must succeed."""
+    with requeued_jobs_released(cluster):
+        sweep = cluster.spawn_sweep(launch, *args)
+        try:
+            job = wait_until(lambda: submitted(launch), 120, "not submitted")
+            warn_at_epochs(cluster, {launch: (job, marks)})
+            out, _ = sweep.communicate(timeout=600)
+        finally:
+            if sweep.poll() is None:
+                os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 0, out[-4000:]
+    return out
 
 
 def restarts_of(launch: Path) -> int:
@@ -683,3 +719,41 @@ def restarts_of(launch: Path) -> int:
     past the next warning's epoch by then (the CI run of 893a0af warned job A at its end)."""
     logs = (launch / "multirun" / ".submitit").glob("*/*_0_log.err")
     return sum(log.read_text(errors="replace").count("SLURM requeued this job") for log in logs)
+
+
+def test_a_two_node_pipeline_warned_in_stage_1_and_stage_2_continues_both_on_both_nodes(
+    cluster, two_node_pipeline, tmp_path
+):
+    """issue 36 item 3 for a dim-reduce pipeline over both nodes (max_num_timeout=2), warned
+    in stage 1 and again in stage 2: each requeued job takes the stages that finished from
+    node 0's run dir, and each node continues the stage it stopped in from its own rank's
+    checkpoint of the step both stopped at. The end is the never-stopped pipeline's: one
+    FINISHED run per stage, each epoch's evaluation once, `sporeflow.requeues` 2, and every
+    stage's final weights on both nodes those of the pipeline that was never stopped."""
+    marks = [("stage1/checkpoints/rank_0", 2), ("stage2/checkpoints/rank_0", 1)]
+    requeued_sweep(cluster, tmp_path, [*PIPELINE, "hydra.launcher.max_num_timeout=2"], marks)
+    got, want = pipeline_runs(cluster, tmp_path), pipeline_runs(cluster, two_node_pipeline)
+    assert set(got) == set(want) == {"sweep", "pipeline", *PIPELINE_STAGES}
+    assert {r.info.status for r in got.values()} == {"FINISHED"}
+    assert got["pipeline"].data.tags["sporeflow.requeues"] == "2"
+    client = MlflowClient(f"sqlite:///{cluster.store}")
+    for stage in PIPELINE_STAGES:
+        mine, theirs = (
+            [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/acc")]
+            for r in (got[stage], want[stage])
+        )
+        assert sorted(s for s, _ in mine) == sorted(s for s, _ in theirs), f"{stage}: each once"
+        np.testing.assert_allclose(sorted(mine), sorted(theirs), rtol=1e-4, err_msg=stage)
+    for node, rank in NODE_DIRS:  # each node's task shows its worker's log, every requeue's
+        (log,) = (tmp_path / "multirun" / ".submitit").glob(f"*/*_{rank}_log.err")
+        resumed = re.findall(r"resuming (stage\d) from (\S+)", log.read_text())
+        assert [stage for stage, _ in resumed] == ["stage1", "stage2"], (node, resumed)
+        for stage, path in resumed:  # its own rank's checkpoint in its own node's run dir
+            own = tmp_path / "multirun" / node / stage / "checkpoints" / f"rank_{rank}"
+            assert Path(path).parent == own, (node, path)
+        for stage in PIPELINE_STAGES:
+            final = Path(stage) / "checkpoints" / f"rank_{rank}" / "final.ckpt"
+            mine = weights(tmp_path / "multirun" / node / final)
+            theirs = weights(two_node_pipeline / "multirun" / node / final)
+            for key, value in theirs.items():
+                np.testing.assert_allclose(mine[key], value, rtol=1e-4, atol=1e-5, err_msg=key)

@@ -18,7 +18,15 @@ from helpers.inprocess import TINY, TINY_PIPELINE, run_train_here
 from helpers.requeue import signal_at, slurm_env
 from helpers.store import by_stage, runs_of
 from sporeflow.core import signals
+from sporeflow.core.errors import CheckpointError
 from sporeflow.launch.slurm import requeue_refusal
+from sporeflow.storage.run_marker import (
+    PIPELINE,
+    find_resume_dir,
+    is_pipeline_dir,
+    node0_run_dir,
+    write_run_marker,
+)
 
 JOB = [*TINY, "epochs=3", "seed=5"]  # 128 images in batches of 32: 4 steps an epoch
 
@@ -89,53 +97,43 @@ LAUNCHER = {"max_num_timeout": 2, "signal_delay_s": 30, "timeout_min": 1}
 
 
 @pytest.mark.parametrize(
-    ("launcher", "nodes", "pipeline", "says"),
+    ("launcher", "says"),
     [
-        ({**LAUNCHER, "max_num_timeout": 0}, 4, True, None),
-        (LAUNCHER, 1, False, None),
-        (LAUNCHER, 2, False, None),
-        (LAUNCHER, 1, True, None),
-        (LAUNCHER, 2, True, "hydra.launcher.max_num_timeout=2: a boost=dim_reduce pipeline"),
-        (LAUNCHER, 2, True, "(parallel.nodes=1; this job: 2 nodes;"),
-        ({**LAUNCHER, "signal_delay_s": 90}, 1, False, "hydra.launcher.signal_delay_s=90:"),
+        ({**LAUNCHER, "max_num_timeout": 0, "signal_delay_s": 90}, None),
+        (LAUNCHER, None),
+        ({**LAUNCHER, "signal_delay_s": 90}, "hydra.launcher.signal_delay_s=90:"),
+        ({**LAUNCHER, "signal_delay_s": 60}, "(hydra.launcher.timeout_min=1, 60 s)"),
     ],
 )
-def test_settings_a_requeue_cannot_work_with_are_named(launcher, nodes, pipeline, says):
-    refusal = requeue_refusal(launcher, nodes, pipeline)
+def test_settings_a_requeue_cannot_work_with_are_named(launcher, says):
+    refusal = requeue_refusal(launcher)
     assert refusal == says if says is None else says in refusal
 
 
-@pytest.mark.parametrize(
-    ("extra", "says"),
-    [
-        (
-            [
-                "debug=dim_reduce",
-                "parallel=data2",
-                "parallel.nodes=2",
-                "hydra.launcher.max_num_timeout=2",
-            ],
-            "Config error: hydra.launcher.max_num_timeout=2: a boost=dim_reduce pipeline",
-        ),
-        (
-            [
-                "hydra.launcher.max_num_timeout=1",
-                "hydra.launcher.timeout_min=1",
-                "hydra.launcher.signal_delay_s=90",
-            ],
-            "Config error: hydra.launcher.signal_delay_s=90: SLURM's warning must come before",
-        ),
-    ],
-)
-def test_a_sweep_whose_jobs_could_not_continue_is_refused_before_any_is_submitted(
-    tmp_path, extra, says
-):
+def test_a_nodes_own_run_dir_of_a_pipeline_is_continued_by_node_0s_marker(tmp_path):
+    """On several nodes rank 0 (node 0) marks the pipeline's run dir alone; node 1 continues
+    `<job>_node1` (its own ranks' files) because `<job>` is a pipeline's - not another job's."""
+    node0, node1, stranger = tmp_path / "3", tmp_path / "3_node1", tmp_path / "4_node1"
+    for folder in (node0, node1, stranger):
+        folder.mkdir()
+    write_run_marker(node0, mlflow_run_id="abc", stage=PIPELINE)
+    assert node0_run_dir(node1, 1) == node0 and node0_run_dir(node1, 2) == node1
+    assert find_resume_dir(str(node1), tmp_path, node_rank=1) == node1.resolve()
+    assert is_pipeline_dir(node1, node_rank=1) and not is_pipeline_dir(node1)
+    for folder, rank in ((node1, 0), (stranger, 1)):
+        with pytest.raises(CheckpointError, match="not a run dir"):
+            find_resume_dir(str(folder), tmp_path, node_rank=rank)
+
+
+def test_a_sweep_whose_jobs_could_not_continue_is_refused_before_any_is_submitted(tmp_path):
     """Refused by the SLURM launcher before sbatch is called, in one line, and no sweep run
     is made (the sweep callback asks the same question before its parent run)."""
-    proc = run_train_here(["-m", "cluster=slurm", *TINY, *extra], tmp_path, run_dir=None)
+    limits = [f"hydra.launcher.{key}" for key in ("max_num_timeout=1", "timeout_min=1")]
+    late = "hydra.launcher.signal_delay_s=90"
+    proc = run_train_here(["-m", "cluster=slurm", *TINY, *limits, late], tmp_path, run_dir=None)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(says), line
+    assert line.startswith(f"Config error: {late}: SLURM's warning must come before"), line
     assert not runs_of(tmp_path)
 
 

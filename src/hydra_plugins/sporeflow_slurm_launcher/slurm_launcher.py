@@ -98,8 +98,9 @@ class SlurmLauncher(HydraSlurm):
     ) -> Sequence[JobReturn]:
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            self._check_requeue(overrides, idx)
+        refusal = slurm.requeue_refusal(self.params)  # before any job is submitted
+        if refusal:
+            raise ConfigError(refusal)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs_args = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -198,19 +199,6 @@ class SlurmLauncher(HydraSlurm):
         """The job's dir (node 0's, where its outcome goes), as the job itself resolved it."""
         config = self._job_config(overrides, num)
         return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
-
-    def _check_requeue(self, overrides: Sequence[str], num: int) -> None:
-        """A job that could not continue after a requeue is refused before any is submitted."""
-        if int(self.params.get("max_num_timeout") or 0) <= 0:
-            return  # no requeue: nothing to compose
-        from sporeflow.config.facts import is_dim_reduce  # the plugin scan stays light
-
-        config = self._job_config(overrides, num)
-        refusal = slurm.requeue_refusal(
-            self.params, int(config.parallel.nodes), is_dim_reduce(config)
-        )
-        if refusal:
-            raise ConfigError(refusal)
 
 
 def wait_for(jobs: list, timeout: float | None = None) -> None:

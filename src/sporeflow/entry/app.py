@@ -23,7 +23,6 @@ from pathlib import Path
 from omegaconf import DictConfig, read_write
 
 from sporeflow.config.components import build_model
-from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
@@ -34,7 +33,7 @@ from sporeflow.entry import messages
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
 from sporeflow.storage.checkpoints import is_checkpoint
-from sporeflow.storage.run_marker import read_run_marker, resume_off
+from sporeflow.storage.run_marker import node0_run_dir, read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
 log = logging.getLogger("sporeflow")
@@ -181,15 +180,11 @@ def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
 def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
     """A job SLURM requeued (launch.slurm.restart_count) whose run dir has its run continues
     it (resume=<its run dir>); on several nodes each node continues its own run dir when node
-    0's has the run. Not a dim-reduce pipeline on several nodes, which also ignores the
-    time-limit warning if sporeflow's SLURM launcher armed it."""
-    continues = cfg.parallel.nodes == 1 or not is_dim_reduce(cfg)
-    if not continues and signals.requeue_armed():  # refused at submission; by hand here
-        signals.requeue_off(signal.SIGUSR2)
+    0's has the run (rank 0 on node 0 marks every run)."""
     restarts = slurm.restart_count()
-    node0 = slurm.node0_run_dir(ctx.run_dir, cfg.parallel.node_rank)
+    node0 = node0_run_dir(ctx.run_dir, cfg.parallel.node_rank)
     marked = bool(read_run_marker(node0).get("mlflow_run_id"))
-    if not (continues and restarts and marked) or not resume_off(cfg.resume):
+    if not (restarts and marked) or not resume_off(cfg.resume):
         return cfg
     print(
         f"[sporeflow] SLURM requeued this job ({restarts} time(s)): it continues {ctx.run_dir}",

@@ -40,7 +40,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import race, search_space
-from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -307,8 +306,7 @@ def _requeue_refused(config: DictConfig) -> bool:
     if not _on_a_cluster(config):
         return False
     launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    nodes = int(config.parallel.nodes)
-    return slurm.requeue_refusal(launcher, nodes, is_dim_reduce(config)) is not None
+    return slurm.requeue_refusal(launcher) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

@@ -13,15 +13,14 @@ to queue it again (`requeue`); the requeued job (`restart_count` > 0) continues 
 runs (a dim-reduce pipeline: its finished stages as they were, the stage it stopped in from
 its checkpoint; a parallel job: every rank from its own checkpoint of the step they agreed on,
 launch.msrun; on several nodes each node's launcher continues its own run dir when node 0's
-continues its run, `node0_run_dir`, and only node 0 asks SLURM). A dim-reduce pipeline on
-several nodes cannot continue where it stopped (`requeue_refusal`)."""
+continues its run, storage.run_marker.node0_run_dir, and only node 0 asks SLURM).
+`requeue_refusal` names the settings a requeue cannot work with."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import subprocess
-from pathlib import Path
 
 
 def in_slurm() -> bool:
@@ -40,19 +39,10 @@ def requeue_this_job() -> str:
     return answer if answer.startswith("(") else ""
 
 
-def requeue_refusal(launcher: dict, nodes: int, pipeline: bool = False) -> str | None:
-    """Why a sweep's jobs cannot be requeued with these settings (one line), else None.
-    `pipeline`: the jobs are dim-reduce pipelines (boost=dim_reduce)."""
-    times = int(launcher.get("max_num_timeout") or 0)
-    if times <= 0:
+def requeue_refusal(launcher: dict) -> str | None:
+    """Why a sweep's jobs cannot be requeued with these launcher settings (one line), else None."""
+    if int(launcher.get("max_num_timeout") or 0) <= 0:
         return None
-    key = f"hydra.launcher.max_num_timeout={times}"
-    if nodes > 1 and pipeline:
-        return (
-            f"{key}: a boost=dim_reduce pipeline continues where it stopped only on one node "
-            f"(parallel.nodes=1; this job: {nodes} nodes; the stages it finished are kept on "
-            "node 0 alone); set it to 0 (the job then ends at its time limit)"
-        )
     delay, limit = int(launcher.get("signal_delay_s", 0)), int(launcher.get("timeout_min", 0))
     if delay >= limit * 60:
         return (
@@ -75,15 +65,6 @@ def python_ignoring_the_warning(python: str) -> str:
 
 def node_rank() -> int:
     return int(os.environ.get("SLURM_NODEID", 0)) if in_slurm() else 0
-
-
-def node0_run_dir(run_dir: Path, rank: int) -> Path:
-    """Node 0's run dir of the job whose node `rank` writes into `run_dir` (`<job>_node<r>`,
-    conf/cluster/slurm.yaml's sweep subdir; the sweep dir is on a filesystem the nodes share)."""
-    suffix = f"_node{rank}"
-    if rank and run_dir.name.endswith(suffix):
-        return run_dir.with_name(run_dir.name[: -len(suffix)])
-    return run_dir
 
 
 def master_addr() -> str:

@@ -9,7 +9,9 @@ baselines: plain continuation, annealed continuation, snapshot mean - what stage
 Each stage is a spec (stages.spec) built here once and run by the job's StageRunner; the config
 is never rewritten. A pipeline continued in its run dir (a SLURM requeue, `resume=`) takes each
 stage it finished from its `stage_result.json`, continues the stage it stopped in from that
-stage's newest checkpoint and run, and runs the rest. The pipeline run also carries every
+stage's newest checkpoint and run, and runs the rest. On several nodes every node decides so
+from node 0's run dir (rank 0 writes the results and run markers there) and takes its own
+ranks' weights and snapshots from its own, so all ranks make the same choice. The pipeline run also carries every
 stage's per-epoch eval accuracy on one epoch axis (`curve/<stage>`), reused stages included,
 so each job shows stage 1 -> stage 2.
 """
@@ -72,7 +74,12 @@ from sporeflow.storage.checkpoints import (
     save_atomic,
 )
 from sporeflow.storage.files import sha256_file, write_text_atomic
-from sporeflow.storage.run_marker import PIPELINE, find_resume_dir, read_run_marker
+from sporeflow.storage.run_marker import (
+    PIPELINE,
+    find_resume_dir,
+    node0_run_dir,
+    read_run_marker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +99,11 @@ class DimReducePipeline:
         self._layout: Layout | None = None
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
-        resume_dir = find_resume_dir(self.cfg.resume, self.ctx.launch_dir)
+        node = self.cfg.parallel.node_rank
+        resume_dir = find_resume_dir(self.cfg.resume, self.ctx.launch_dir, node)
         self.continued = resume_dir is not None  # a requeue or resume= continues its run dir
         self.home = resume_dir or self.ctx.run_dir
+        self.node0_home = node0_run_dir(self.home, node)  # rank 0's results and markers
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
@@ -108,7 +117,7 @@ class DimReducePipeline:
         before, or the stage continued from its newest checkpoint if it stopped in it; else
         `fresh()`. A stage finished here leaves its result for a later continuation."""
         if self.continued:
-            done = load_result(spec.stage_dir)
+            done = self._finished_before(spec)
             if done is not None:
                 log.info("%s: finished before this continuation (%s)", spec.name, spec.stage_dir)
                 return done
@@ -116,10 +125,23 @@ class DimReducePipeline:
                 return self._finished(self.runner.run(spec, self.parent, resume=True))
         return self._finished(fresh())
 
+    def _on_node0(self, stage_dir: Path) -> Path:
+        """A stage dir of this node's run dir, in node 0's (the same dir on node 0)."""
+        return self.node0_home / Path(stage_dir).relative_to(self.home)
+
+    def _finished_before(self, spec: StageSpec) -> StageResult | None:
+        """The result the stage left when it finished, with this rank's own final weights."""
+        done = load_result(self._on_node0(spec.stage_dir))
+        if done is None:
+            return None
+        own = final_weights(spec.stage_dir, self.worker.rank)
+        return replace(done, checkpoint=own, stage_dir=spec.stage_dir)
+
     def _stopped_in(self, spec: StageSpec) -> bool:
-        """Whether the stage has its run and a checkpoint in its dir (it stopped mid-way)."""
+        """Whether the stage has its run (node 0's marker) and a checkpoint of this rank in its
+        dir (it stopped mid-way)."""
         ckpts = checkpoint_dir(spec.stage_dir, self.worker.rank, self.worker.world_size)
-        marked = read_run_marker(spec.stage_dir).get("mlflow_run_id")
+        marked = read_run_marker(self._on_node0(spec.stage_dir)).get("mlflow_run_id")
         return bool(marked) and bool(checkpoint_files(ckpts, "epoch_*"))
 
     def _finished(self, result: StageResult) -> StageResult:

@@ -62,7 +62,7 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
     if resume_off(cfg.resume):
         return
     try:
-        run_dir = find_resume_dir(cfg.resume, ctx.launch_dir)
+        run_dir = find_resume_dir(cfg.resume, ctx.launch_dir, cfg.parallel.node_rank)
         mismatch = _pipeline_mismatch(cfg, run_dir)
         if mismatch:
             raise ConfigError(f"resume={cfg.resume}: {mismatch}")
@@ -91,7 +91,7 @@ def check_resume(cfg: DictConfig, ctx: RunContext) -> None:
 
 def _pipeline_mismatch(cfg: DictConfig, run_dir: Path | None) -> str | None:
     """Why a run dir cannot be continued by this job's kind (plain vs dim-reduce pipeline)."""
-    pipeline = run_dir is not None and is_pipeline_dir(run_dir)
+    pipeline = run_dir is not None and is_pipeline_dir(run_dir, cfg.parallel.node_rank)
     if is_dim_reduce(cfg) and not pipeline:
         return f"{run_dir} is a plain run's dir; a boost=dim_reduce job continues only a pipeline's"
     if pipeline and not is_dim_reduce(cfg):

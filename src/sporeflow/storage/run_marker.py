@@ -33,8 +33,9 @@ def resume_off(resume: bool | str | None) -> bool:
     return resume is False or resume in ("false", "False", "", None)
 
 
-def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
-    """The run dir `resume` points at: None for false, the newest run under outputs/ for true."""
+def find_resume_dir(resume: bool | str, launch_dir: Path, node_rank: int = 0) -> Path | None:
+    """The run dir `resume` points at: None for false, the newest run under outputs/ for true.
+    `node_rank` > 0: this node's own run dir of a job on several nodes (node0_run_dir)."""
     if resume_off(resume):
         return None
     if resume is True or resume in ("true", "True"):
@@ -51,16 +52,28 @@ def find_resume_dir(resume: bool | str, launch_dir: Path) -> Path | None:
     if not run_dir.is_dir():
         what = "a file" if run_dir.exists() else "does not exist"
         raise CheckpointError(f"resume={resume}: {what}, not a run dir; {_WHERE_RUNS_ARE}")
-    if not (run_dir / "checkpoints").is_dir() and not is_pipeline_dir(run_dir):
+    if not (run_dir / "checkpoints").is_dir() and not is_pipeline_dir(run_dir, node_rank):
         raise CheckpointError(
             f"resume={resume}: not a run dir (no checkpoints/ in it); {_WHERE_RUNS_ARE}"
         )
     return run_dir.resolve()
 
 
-def is_pipeline_dir(run_dir: Path) -> bool:
-    """Whether `run_dir` is a dim-reduce pipeline's (its marker names the pipeline's run)."""
-    return read_run_marker(run_dir).get("stage") == PIPELINE
+def is_pipeline_dir(run_dir: Path, node_rank: int = 0) -> bool:
+    """Whether `run_dir` is a dim-reduce pipeline's (its marker names the pipeline's run; on a
+    node > 0 node 0's run dir has the marker)."""
+    return read_run_marker(node0_run_dir(run_dir, node_rank)).get("stage") == PIPELINE
+
+
+def node0_run_dir(run_dir: Path, node_rank: int) -> Path:
+    """Node 0's run dir of the job whose node `node_rank` writes into `run_dir` (`<job>_node<r>`,
+    conf/cluster/slurm.yaml's sweep subdir, on a filesystem the nodes share). Rank 0 (on node 0)
+    writes every marker and stage result there; each node keeps its own ranks' checkpoints,
+    snapshots and PCA basis in its own run dir."""
+    suffix = f"_node{node_rank}"
+    if node_rank and run_dir.name.endswith(suffix):
+        return run_dir.with_name(run_dir.name[: -len(suffix)])
+    return run_dir
 
 
 PIPELINE = "pipeline"  # the stage name a pipeline's own run (and its marker) carries

@@ -33,7 +33,7 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurm
@@ -187,17 +187,12 @@ class SlurmLauncher(HydraSlurm):
             return f"{error}; after the requeues allowed (hydra.launcher.max_num_timeout={times})"
         return str(error)
 
-    def _job_config(self, overrides: Sequence[str], num: int) -> DictConfig:
-        """The job's config, as the job itself composes it."""
+    def _job_dir(self, overrides: Sequence[str], num: int) -> Path:
+        """The job's dir (node 0's, where its outcome goes), as the job itself resolves it."""
         assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config.hydra.job):
             config.hydra.job.num = num
-        return config
-
-    def _job_dir(self, overrides: Sequence[str], num: int) -> Path:
-        """The job's dir (node 0's, where its outcome goes), as the job itself resolved it."""
-        config = self._job_config(overrides, num)
         return Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
 
 

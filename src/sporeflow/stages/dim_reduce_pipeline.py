@@ -11,9 +11,9 @@ is never rewritten. A pipeline continued in its run dir (a SLURM requeue, `resum
 stage it finished from its `stage_result.json`, continues the stage it stopped in from that
 stage's newest checkpoint and run, and runs the rest. On several nodes every node decides so
 from node 0's run dir (rank 0 writes the results and run markers there) and takes its own
-ranks' weights and snapshots from its own, so all ranks make the same choice. The pipeline run also carries every
-stage's per-epoch eval accuracy on one epoch axis (`curve/<stage>`), reused stages included,
-so each job shows stage 1 -> stage 2.
+ranks' weights and snapshots from its own, so all ranks make the same choice. The pipeline
+run also carries every stage's per-epoch eval accuracy on one epoch axis (`curve/<stage>`),
+reused stages included, so each job shows stage 1 -> stage 2.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
-from helpers.pace import paced
 from helpers.servers import free_port
 from helpers.store import by_stage
 from helpers.train import COMBINED_BATCH, REPO, TRAIN, run_train
@@ -67,7 +66,6 @@ class Cluster:
             "--",
             "env",
             f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
-            f"PYTHONPATH={REPO / 'tests'}",  # a job may be paced (helpers.pace)
             sys.executable,
             str(TRAIN),
             "-m",
@@ -388,18 +386,15 @@ def test_a_sweeps_jobs_on_both_nodes_share_its_one_tracking_writer(cluster, tmp_
 
 
 def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
-    """One sweep, two two-node jobs that would train far too long (paced: asleep between
-    steps, helpers.pace): job 0 is cancelled with scancel once it trains, job 1 runs into its
-    two-minute time limit (one minute was less than a loaded CI machine took to start job 0's
-    run: it then timed out before the scancel). The
+    """One sweep, two two-node jobs that would train far too long: job 0 is cancelled with
+    scancel once it trains, job 1 runs into its two-minute time limit (one minute was less than
+    a loaded CI machine took to start job 0's run: it then timed out before the scancel). The
     sweep waits for both, ends FAILED and names each with SLURM's state; both jobs' runs end
     KILLED saying why; no process of either job is left on either node. With the default
     signal_delay_s (120 s, the whole limit) SLURM's warning reaches both jobs as they start:
     they live on (their tasks start Python with SIGUSR2 ignored; CI of stop 44 lost job 0 to
     it before that)."""
-    sweep = cluster.start_sweep(
-        tmp_path, "seed=1,2", "epochs=5000", paced(), "hydra.launcher.timeout_min=2"
-    )
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=5000", "hydra.launcher.timeout_min=2")
     try:
         (array,) = {job.split("_")[0] for job in squeue(cluster)}
         cancelled = cluster.on_node0("scancel", f"{array}_0")
@@ -454,12 +449,12 @@ def expand_tasks(spec: str) -> list[int]:
 
 
 def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(cluster, tmp_path):
-    """Three two-node jobs where two fit (paced). node1 loses power while jobs 0 and 1 train (every
+    """Three two-node jobs where two fit. node1 loses power while jobs 0 and 1 train (every
     process in it killed, slurmd too): SLURM marks it down and ends both (NODE_FAIL), and their
     runs and the sweep's parent name node1. Job 2, queued behind the dead node, can never start:
     Ctrl-C on the submitting command cancels it (sacct: CANCELLED), the sweep exits 130 with its
     parent KILLED. No process of any job is left; node1 is started again afterwards."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500", paced())
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500")
     try:
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
@@ -601,7 +596,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     with SIGUSR2 sent the way SLURM sends it before a limit (scancel --signal, to the job's
     steps): each time it checkpoints, is requeued and continues: one FINISHED run with
     `sporeflow.requeues` 2, every epoch's evaluation and every step's loss once.
-    B (paced, a two-minute limit, signal_delay_s=30, max_num_timeout=1) gets SLURM's own timed
+    B (a two-minute limit, signal_delay_s=30, max_num_timeout=1) gets SLURM's own timed
     warning (30-90 s into the job: SLURM's timer may send it up to a minute early, so a
     one-minute limit could warn a job still starting, before it can handle the signal):
     requeued once, its second run may not be requeued again, trains on and SLURM ends it at
@@ -616,7 +611,6 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     args_c = ("epochs=12", "hydra.launcher.max_num_timeout=1", "seed=4")
     args_b = (
         "epochs=5000",
-        paced(),
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=30",
         "hydra.launcher.max_num_timeout=1",

@@ -696,9 +696,9 @@ def warn_at_epochs(cluster: Cluster, plans: dict, timeout: float = 480) -> None:
         time.sleep(0.5)
 
 
-def requeued_sweep(cluster: Cluster, launch: Path, args: list[str], marks: list) -> str:
+def requeued_sweep(cluster: Cluster, launch: Path, args: list[str], marks: list) -> None:
     """A one-job sweep (`args`) started from `launch`, warned at `marks` (warn_at_epochs),
-    run to its end; its output. It must succeed."""
+    run to its end. It must succeed."""
     with requeued_jobs_released(cluster):
         sweep = cluster.spawn_sweep(launch, *args)
         try:
@@ -709,7 +709,6 @@ def requeued_sweep(cluster: Cluster, launch: Path, args: list[str], marks: list)
             if sweep.poll() is None:
                 os.killpg(sweep.pid, signal.SIGKILL)
     assert sweep.returncode == 0, out[-4000:]
-    return out
 
 
 def restarts_of(launch: Path) -> int:

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -88,6 +89,88 @@ def test_a_killed_worker_is_named_by_its_rank_and_signal(compose_cfg, tmp_path):
     assert msrun.failure_message(cfg, 1, tmp_path, 3, False).startswith(
         "msrun exited with 3 and no"
     )
+
+
+@pytest.mark.parametrize(
+    "done,code,crash",
+    [
+        ((0, 1), -11, "rank 1 (pid 4242) was killed by SIGSEGV"),
+        ((0,), -11, None),  # rank 1 had not finished: its crash lost work
+        ((0, 1), 1, None),  # an exit code, not a signal: the worker's own doing
+    ],
+)
+def test_a_worker_killed_after_every_worker_finished_is_a_teardown_crash(
+    tmp_path, done, code, crash
+):
+    write_logs(
+        tmp_path,
+        {0: "training\n", 1: "training\n"},
+        msrun_log=f"... Worker process 4242 exit with exception. Error code: {code}\n",
+        pids={0: 4241, 1: 4242},
+    )
+    for rank in done:
+        (tmp_path / f"worker_{rank}.done").write_text("")
+    assert msrun.teardown_crash(tmp_path, local_workers=2) == crash
+
+
+def test_a_worker_of_node_0_ends_only_after_rank_0_has_done_its_work(tmp_path):
+    """Rank 1 waits (its own work marked done) while a live rank 0 is unfinished, and ends at
+    rank 0's mark; rank 0 itself, and the ranks of other nodes, do not wait."""
+    import threading
+
+    ctx = context(tmp_path, ["parallel=data2"])
+    log_dir = ctx.run_dir / msrun.LOG_DIR
+    log_dir.mkdir(parents=True)
+    rank_0 = subprocess.Popen(["sleep", "60"])
+    try:
+        (log_dir / "worker_0.pid").write_text(str(rank_0.pid))
+        waiting = threading.Thread(target=msrun.end_worker, args=(ctx, 1, 0, 0.05))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive() and (log_dir / "worker_1.done").is_file()
+        msrun.end_worker(ctx, 3, node_rank=1)  # another node's rank: no wait
+        msrun.end_worker(ctx, 0, node_rank=0)  # rank 0 marks its work done ...
+        waiting.join(5)
+        assert not waiting.is_alive()  # ... and rank 1 ends
+    finally:
+        rank_0.kill()
+        rank_0.wait()
+
+
+def test_a_worker_does_not_wait_for_a_rank_0_that_is_gone(tmp_path):
+    ctx = context(tmp_path, ["parallel=data2"])
+    log_dir = ctx.run_dir / msrun.LOG_DIR
+    log_dir.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a rank 0 that ended without marking its work done (it crashed)
+    (log_dir / "worker_0.pid").write_text(str(gone.pid))
+    msrun.end_worker(ctx, 1, node_rank=0, poll=0.05)  # returns: rank 0 crashed, msrun decides
+    assert (log_dir / "worker_1.done").is_file() and not (log_dir / "worker_0.done").exists()
+
+
+def test_exit_without_teardown_runs_the_atexit_handlers_and_not_the_teardown(tmp_path):
+    """A real interpreter: the atexit handlers (MindSpore's cluster exit among them in a
+    worker) run, the teardown (a module global's __del__) does not, the code is kept."""
+    script = (
+        "import atexit, sys\n"
+        "from sporeflow.core.processes import exit_without_teardown\n"
+        "class Torn:\n"
+        "    def __del__(self):\n"
+        "        print('teardown', flush=True)\n"
+        "kept = Torn()\n"
+        "atexit.register(lambda: print('atexit', flush=True))\n"
+        "print('buffered', end='')\n"
+        "exit_without_teardown(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "bufferedatexit\n"
+    plain = subprocess.run(  # the same without it: the teardown runs the __del__
+        [sys.executable, "-c", script.replace("exit_without_teardown(3)", "pass")],
+        capture_output=True,
+        text=True,
+    )
+    assert plain.stdout == "bufferedatexit\nteardown\n"
 
 
 def test_a_cluster_that_never_formed_says_which_node_is_missing(compose_cfg, tmp_path):

@@ -5,12 +5,14 @@ process start time is not), and child process groups that end with the one that 
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -23,6 +25,23 @@ def this_process() -> dict:
         "host": socket.gethostname(),
         "started": psutil.Process().create_time(),
     }
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End this process after its atexit handlers but before the interpreter's teardown.
+
+    The handlers include MindSpore's own (an msrun worker leaves its cluster there: skipping
+    them makes msrun's scheduler wait out its time-out and fail the job). The teardown after
+    them (modules destroyed, the last collection, C++ destructors beside MindSpore's threads)
+    is where MindSpore's msrun workers are known to crash once their work is done (SIGSEGV while
+    "Garbage-collecting", mindspore-ai/hyper-parallel#397); nothing of sporeflow's runs there."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # what the interpreter itself calls at exit (logging.shutdown among them): no public name
+    atexit._run_exitfuncs()  # noqa: SLF001
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def is_alive(pid: int | None, host: str | None, started: float | None) -> bool | None:

@@ -29,6 +29,7 @@ from sporeflow.config.validation import validate
 from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
+from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
@@ -130,7 +131,7 @@ def _say_unused(cfg: DictConfig, overrides: list[str]) -> None:
 
 def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
     """One rank of an msrun job: the launcher checked the inputs and claimed the run dir;
-    rank 0 leaves the result where the launcher reads it."""
+    rank 0 leaves the result where the launcher reads it; every rank ends with msrun.end_worker."""
     from mindspore.communication import get_rank
 
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
@@ -141,16 +142,14 @@ def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
         signals.requeue_on_file(msrun.requeue_file(ctx.run_dir), int(armed))
     try:
         value = run_pipeline(cfg, ctx)
+        result: dict = {}
     except TrialPruned as ex:  # every rank stopped at the same step: a clean end for msrun
-        if get_rank() == 0:
-            msrun.write_result(ctx, float("nan"), pruned=str(ex))
-        return float("nan")
+        value, result = float("nan"), {"pruned": str(ex)}
     except signals.Requeued as ex:  # the same, for a requeue: the launcher asks SLURM
-        if get_rank() == 0:
-            msrun.write_result(ctx, float("nan"), requeued=ex.requeues)
-        return float("nan")
+        value, result = float("nan"), {"requeued": ex.requeues}
     if get_rank() == 0:
-        msrun.write_result(ctx, value)
+        msrun.write_result(ctx, value, **result)
+    msrun.end_worker(ctx, get_rank(), cfg.parallel.node_rank)
     return value
 
 
@@ -325,6 +324,8 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
             raise
         print(f"Error: {ex}", file=sys.stderr)
         sys.exit(1)
+    if msrun.under_msrun():  # a finished worker: MindSpore's teardown may crash it (processes)
+        exit_without_teardown(0)
     # Done: keep the objects of MindSpore, MLflow and Hydra out of the collections the
     # interpreter runs at exit (about a second of a short job's wall time).
     gc.freeze()

@@ -125,6 +125,38 @@ def record_worker_pid(ctx: RunContext, workers: int) -> None:
         write_text_atomic(log_dir / f"worker_{rank}.pid", str(os.getpid()))
 
 
+def end_worker(ctx: RunContext, rank: int, node_rank: int, poll: float = 0.25) -> None:
+    """A worker's work is complete (its runs ended, rank 0's result written): it says so beside
+    its pid file, and on node 0 it waits until rank 0 has said so too (or is gone) before it
+    exits. msrun stops a node's workers as soon as one ends badly, and rank 0 is often still
+    logging its model when the others finish: a crash in their exit (MindSpore's teardown, now
+    and then) took rank 0's work with it. A collective barrier cannot wait that long (MindSpore's
+    CPU collectives give up after 30 s); a crash after this fails nothing (`teardown_crash`)."""
+    log_dir = ctx.run_dir / LOG_DIR
+    write_text_atomic(log_dir / f"worker_{rank}.done", str(os.getpid()))
+    if node_rank != 0 or rank == 0:
+        return
+    while not (log_dir / "worker_0.done").exists():
+        try:
+            rank_0 = int((log_dir / "worker_0.pid").read_text())
+        except (OSError, ValueError):
+            return
+        if not is_running(rank_0):
+            return
+        time.sleep(poll)
+
+
+def teardown_crash(log_dir: Path, local_workers: int) -> str | None:
+    """ "rank 1 (pid 4242) was killed by SIGSEGV" when that happened after every worker of this
+    node had marked its work done (`end_worker`): MindSpore crashing in a finished process
+    (processes.exit_without_teardown narrows where). The job's results are complete; None
+    otherwise."""
+    if len(list(log_dir.glob("worker_*.done"))) < local_workers:
+        return None
+    dead = dead_worker(log_dir)
+    return dead if dead and "killed by" in dead else None
+
+
 def dead_worker(log_dir: Path) -> str | None:
     """ "rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
     try:
@@ -181,7 +213,17 @@ def launch(
         if master_node:
             on_end("KILLED")
         raise
-    if not master_node and proc.returncode == 0 and not no_cluster:
+    ended_well = proc.returncode == 0 and not no_cluster
+    if not ended_well and not no_cluster:
+        crash = teardown_crash(log_dir, par.workers // par.nodes)
+        if crash:
+            print(
+                f"[sporeflow] warning: {crash} after this node's workers had all finished "
+                "their work (MindSpore ending the process): the job is complete",
+                file=sys.stderr,
+            )
+            ended_well = True
+    if not master_node and ended_well:
         done = "stopped for the requeue" if signals.requeue_asked() else "finished"
         print(
             f"[sporeflow] node {par.node_rank}: its workers {done}; rank 0 on node 0 "
@@ -190,7 +232,7 @@ def launch(
         )
         return float("nan")
     result_path = ctx.run_dir / RESULT_FILE
-    if no_cluster or proc.returncode != 0 or not result_path.is_file():
+    if not ended_well or not result_path.is_file():
         if master_node:
             on_end("FAILED")
         raise LaunchError(failure_message(cfg, port, log_dir, proc.returncode, no_cluster))
@@ -261,8 +303,8 @@ def run_msrun(cmd: list[str], ctx: RunContext, log_dir: Path, first_rank: int, p
     finished process, whether a multi-node cluster never formed). Interrupted: every process
     of the job gets the signal and STOP_GRACE seconds, then Interrupted goes on."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    for stale in log_dir.glob("worker_*.pid"):  # an earlier launch's: its workers are gone
-        stale.unlink()
+    for stale in [*log_dir.glob("worker_*.pid"), *log_dir.glob("worker_*.done")]:
+        stale.unlink()  # an earlier launch's: its workers are gone
     env = msrun_env(cmd[-1].split("=", 1)[1])
     if signals.requeue_armed():
         env[REQUEUE_ENV] = str(signals.requeues_before())

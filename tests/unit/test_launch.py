@@ -113,28 +113,41 @@ def test_a_worker_killed_after_every_worker_finished_is_a_teardown_crash(
     assert msrun.teardown_crash(tmp_path, local_workers=2) == crash
 
 
-def test_a_worker_of_node_0_ends_only_after_rank_0_has_done_its_work(tmp_path):
-    """Rank 1 waits (its own work marked done) while a live rank 0 is unfinished, and ends at
-    rank 0's mark; rank 0 itself, and the ranks of other nodes, do not wait."""
+def waiting_worker(ctx, rank: int, node_rank: int):
+    """end_worker of `rank` on `node_rank` in a thread; (thread, its run dir's log dir)."""
     import threading
 
+    waiting = threading.Thread(target=msrun.end_worker, args=(ctx, rank, node_rank, 0.05))
+    waiting.start()
+    return waiting, ctx.run_dir / msrun.LOG_DIR
+
+
+@pytest.fixture
+def rank_0_of(tmp_path):
+    """A live process standing for rank 0, its pid file in `run_dir`'s msrun log dir."""
+    live = subprocess.Popen(["sleep", "60"])
+
+    def rank_0(run_dir):
+        (run_dir / msrun.LOG_DIR).mkdir(parents=True, exist_ok=True)
+        (run_dir / msrun.LOG_DIR / "worker_0.pid").write_text(str(live.pid))
+        return run_dir / msrun.LOG_DIR
+
+    yield rank_0
+    live.kill()
+    live.wait()
+
+
+def test_a_worker_of_node_0_ends_only_after_rank_0_has_done_its_work(tmp_path, rank_0_of):
+    """Rank 1 waits (its own work marked done) while a live rank 0 is unfinished, and ends at
+    rank 0's mark; rank 0 itself does not wait."""
     ctx = context(tmp_path, ["parallel=data2"])
-    log_dir = ctx.run_dir / msrun.LOG_DIR
-    log_dir.mkdir(parents=True)
-    rank_0 = subprocess.Popen(["sleep", "60"])
-    try:
-        (log_dir / "worker_0.pid").write_text(str(rank_0.pid))
-        waiting = threading.Thread(target=msrun.end_worker, args=(ctx, 1, 0, 0.05))
-        waiting.start()
-        waiting.join(0.5)
-        assert waiting.is_alive() and (log_dir / "worker_1.done").is_file()
-        msrun.end_worker(ctx, 3, node_rank=1)  # another node's rank: no wait
-        msrun.end_worker(ctx, 0, node_rank=0)  # rank 0 marks its work done ...
-        waiting.join(5)
-        assert not waiting.is_alive()  # ... and rank 1 ends
-    finally:
-        rank_0.kill()
-        rank_0.wait()
+    rank_0_of(ctx.run_dir)
+    waiting, log_dir = waiting_worker(ctx, 1, 0)
+    waiting.join(0.5)
+    assert waiting.is_alive() and (log_dir / "worker_1.done").is_file()
+    msrun.end_worker(ctx, 0, node_rank=0)  # rank 0 marks its work done ...
+    waiting.join(5)
+    assert not waiting.is_alive()  # ... and rank 1 ends
 
 
 def test_a_worker_does_not_wait_for_a_rank_0_that_is_gone(tmp_path):
@@ -146,6 +159,29 @@ def test_a_worker_does_not_wait_for_a_rank_0_that_is_gone(tmp_path):
     (log_dir / "worker_0.pid").write_text(str(gone.pid))
     msrun.end_worker(ctx, 1, node_rank=0, poll=0.05)  # returns: rank 0 crashed, msrun decides
     assert (log_dir / "worker_1.done").is_file() and not (log_dir / "worker_0.done").exists()
+
+
+def test_another_nodes_worker_waits_for_rank_0_in_node_0s_run_dir_at_most_a_while(
+    tmp_path, rank_0_of, monkeypatch
+):
+    """SLURM's node 1 writes into <job>_node1 and finds rank 0's files in <job> (a shared
+    disk); without them it ends at once; it cannot tell a remote rank 0 alive, so it waits at
+    most REMOTE_WAIT seconds."""
+    node_0 = rank_0_of(tmp_path / "job")
+    node_1 = context(tmp_path, ["parallel=data2"], run="job_node1")
+    waiting, _ = waiting_worker(node_1, 3, 1)
+    waiting.join(0.5)
+    assert waiting.is_alive()
+    (node_0 / "worker_0.done").write_text("")
+    waiting.join(5)
+    assert not waiting.is_alive()
+    apart = context(tmp_path, ["parallel=data2"], run="elsewhere_node1")
+    msrun.end_worker(apart, 3, node_rank=1)  # no node 0 files to see: no wait
+    (node_0 / "worker_0.done").unlink()
+    monkeypatch.setattr(msrun, "REMOTE_WAIT", 0.3)
+    started = time.monotonic()
+    msrun.end_worker(node_1, 3, node_rank=1, poll=0.05)
+    assert time.monotonic() - started >= 0.3
 
 
 def test_exit_without_teardown_runs_the_atexit_handlers_and_not_the_teardown(tmp_path):

@@ -40,7 +40,7 @@ from sporeflow.core.processes import is_running, start_group, stop_group
 from sporeflow.core.signals import Interrupted
 from sporeflow.launch.logfollow import LogFollower
 from sporeflow.storage.files import write_text_atomic
-from sporeflow.storage.run_marker import resume_off
+from sporeflow.storage.run_marker import node0_run_dir, resume_off
 
 RESULT_FILE = "sporeflow_result.json"
 LOG_DIR = "msrun_logs"
@@ -50,6 +50,7 @@ WORKERS_GONE_GRACE = 10.0  # seconds msrun may outlive all of this node's worker
 STOP_GRACE = 30.0  # seconds the job's processes get to end their runs after a SIGINT/SIGTERM
 REQUEUE_ENV = "SPOREFLOW_REQUEUES_BEFORE"  # set for the workers of an armed launcher
 REQUEUE_FILE = "sporeflow_requeue"  # made in the run dir when SLURM warned the launcher
+REMOTE_WAIT = 120.0  # seconds a worker of another node waits for rank 0's work at most
 
 
 def requeue_file(run_dir: Path) -> Path:
@@ -127,22 +128,25 @@ def record_worker_pid(ctx: RunContext, workers: int) -> None:
 
 def end_worker(ctx: RunContext, rank: int, node_rank: int, poll: float = 0.25) -> None:
     """A worker's work is complete (its runs ended, rank 0's result written): it says so beside
-    its pid file, and on node 0 it waits until rank 0 has said so too (or is gone) before it
-    exits. msrun stops a node's workers as soon as one ends badly, and rank 0 is often still
-    logging its model when the others finish: a crash in their exit (MindSpore's teardown, now
-    and then) took rank 0's work with it. A collective barrier cannot wait that long (MindSpore's
-    CPU collectives give up after 30 s); a crash after this fails nothing (`teardown_crash`)."""
-    log_dir = ctx.run_dir / LOG_DIR
-    write_text_atomic(log_dir / f"worker_{rank}.done", str(os.getpid()))
-    if node_rank != 0 or rank == 0:
+    its pid file, then waits until rank 0 has said so too before it exits. msrun stops a node's
+    workers as soon as one ends badly, and rank 0 is often still logging its model when the
+    others finish: a crash as they exit (in MindSpore's teardown or its cluster's message
+    thread: both seen in CI, now and then) took rank 0's work with it. A collective barrier
+    cannot wait that long (MindSpore's CPU collectives give up after 30 s). Rank 0's files are in
+    node 0's run dir; another node waits when it sees them (a shared disk), at most
+    REMOTE_WAIT seconds (it cannot tell a process of another host alive)."""
+    write_text_atomic(ctx.run_dir / LOG_DIR / f"worker_{rank}.done", str(os.getpid()))
+    if rank == 0:
         return
-    while not (log_dir / "worker_0.done").exists():
+    rank_0 = node0_run_dir(ctx.run_dir, node_rank) / LOG_DIR
+    deadline = time.monotonic() + REMOTE_WAIT
+    while not (rank_0 / "worker_0.done").exists():
         try:
-            rank_0 = int((log_dir / "worker_0.pid").read_text())
+            pid = int((rank_0 / "worker_0.pid").read_text())
         except (OSError, ValueError):
-            return
-        if not is_running(rank_0):
-            return
+            return  # not visible from here: nothing to wait on
+        if (node_rank == 0 and not is_running(pid)) or time.monotonic() > deadline:
+            return  # rank 0 is gone (msrun decides), or is too slow to wait for
         time.sleep(poll)
 
 

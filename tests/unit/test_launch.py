@@ -185,10 +185,11 @@ def test_another_nodes_worker_waits_for_rank_0_in_node_0s_run_dir_at_most_a_whil
 
 
 def test_exit_without_teardown_runs_the_atexit_handlers_and_not_the_teardown(tmp_path):
-    """A real interpreter: the atexit handlers (MindSpore's cluster exit among them in a
-    worker) run, the teardown (a module global's __del__) does not, the code is kept."""
+    """A real interpreter: its threads end and the atexit handlers (MindSpore's cluster exit
+    among them in a worker) run, the teardown (a module global's __del__) does not, the code
+    is kept."""
     script = (
-        "import atexit, sys\n"
+        "import atexit, sys, threading, time\n"
         "from sporeflow.core.processes import exit_without_teardown\n"
         "class Torn:\n"
         "    def __del__(self):\n"
@@ -196,17 +197,18 @@ def test_exit_without_teardown_runs_the_atexit_handlers_and_not_the_teardown(tmp
         "kept = Torn()\n"
         "atexit.register(lambda: print('atexit', flush=True))\n"
         "print('buffered', end='')\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread', end=''))).start()\n"
         "exit_without_teardown(3)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr
-    assert proc.stdout == "bufferedatexit\n"
+    assert proc.stdout == "bufferedthreadatexit\n"
     plain = subprocess.run(  # the same without it: the teardown runs the __del__
         [sys.executable, "-c", script.replace("exit_without_teardown(3)", "pass")],
         capture_output=True,
         text=True,
     )
-    assert plain.stdout == "bufferedatexit\nteardown\n"
+    assert plain.stdout == "bufferedthreadatexit\nteardown\n"
 
 
 def test_a_cluster_that_never_formed_says_which_node_is_missing(compose_cfg, tmp_path):

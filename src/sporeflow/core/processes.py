@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, NoReturn
 
@@ -28,13 +29,16 @@ def this_process() -> dict:
 
 
 def exit_without_teardown(code: int) -> NoReturn:
-    """End this process after its atexit handlers but before the interpreter's teardown.
+    """End this process after its threads and atexit handlers, before the interpreter's teardown.
 
     The handlers include MindSpore's own (an msrun worker leaves its cluster there: skipping
     them makes msrun's scheduler wait out its time-out and fail the job). The teardown after
     them (modules destroyed, the last collection, C++ destructors beside MindSpore's threads)
     is where MindSpore's msrun workers are known to crash once their work is done (SIGSEGV while
     "Garbage-collecting", mindspore-ai/hyper-parallel#397); nothing of sporeflow's runs there."""
+    for thread in threading.enumerate():  # as the interpreter's exit: its threads end first
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
     sys.stdout.flush()
     sys.stderr.flush()
     # what the interpreter itself calls at exit (logging.shutdown among them): no public name

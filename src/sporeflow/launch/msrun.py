@@ -161,6 +161,21 @@ def teardown_crash(log_dir: Path, local_workers: int) -> str | None:
     return dead if dead and "killed by" in dead else None
 
 
+def _ended_well(code: int, no_cluster: bool, log_dir: Path, local_workers: int) -> bool:
+    """msrun's own verdict, except for a worker killed after every worker of this node had
+    finished its work (`teardown_crash`): one warning line, and the job keeps its result."""
+    if no_cluster or code == 0:
+        return not no_cluster
+    crash = teardown_crash(log_dir, local_workers)
+    if crash:
+        print(
+            f"[sporeflow] warning: {crash} after this node's workers had all finished "
+            "their work (MindSpore ending the process): the job is complete",
+            file=sys.stderr,
+        )
+    return crash is not None
+
+
 def dead_worker(log_dir: Path) -> str | None:
     """ "rank 1 (pid 4242) was killed by SIGKILL", from msrun's own log and the workers' pid files."""
     try:
@@ -217,16 +232,7 @@ def launch(
         if master_node:
             on_end("KILLED")
         raise
-    ended_well = proc.returncode == 0 and not no_cluster
-    if not ended_well and not no_cluster:
-        crash = teardown_crash(log_dir, par.workers // par.nodes)
-        if crash:
-            print(
-                f"[sporeflow] warning: {crash} after this node's workers had all finished "
-                "their work (MindSpore ending the process): the job is complete",
-                file=sys.stderr,
-            )
-            ended_well = True
+    ended_well = _ended_well(proc.returncode, no_cluster, log_dir, par.workers // par.nodes)
     if not master_node and ended_well:
         done = "stopped for the requeue" if signals.requeue_asked() else "finished"
         print(

@@ -145,8 +145,9 @@ def end_worker(ctx: RunContext, rank: int, node_rank: int, poll: float = 0.25) -
             pid = int((rank_0 / "worker_0.pid").read_text())
         except (OSError, ValueError):
             return  # not visible from here: nothing to wait on
-        if (node_rank == 0 and not is_running(pid)) or time.monotonic() > deadline:
-            return  # rank 0 is gone (msrun decides), or is too slow to wait for
+        gone = not is_running(pid) if node_rank == 0 else time.monotonic() > deadline
+        if gone:  # rank 0 ended (msrun decides), or on another host too slow to wait for
+            return
         time.sleep(poll)
 
 

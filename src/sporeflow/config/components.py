@@ -74,10 +74,15 @@ def build_optimizer(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
     lr: float | None = None,
+    schedule: dict | None = None,
 ):
     """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count
-    (`epochs`, default the config's), `lr` replaces optimizer.lr (a stage's own rate)."""
-    factory = _build(cfg.optimizer, **({} if lr is None else {"lr": lr}))
+    (`epochs`, default the config's), `lr` replaces optimizer.lr (a stage's own rate) and
+    `schedule` optimizer.schedule (a stage's own: the budget arm's linear decay to zero)."""
+    overrides = {} if lr is None else {"lr": lr}
+    if schedule is not None:
+        overrides["schedule"] = schedule
+    factory = _build(cfg.optimizer, **overrides)
     if not (callable(factory) and cfg.optimizer.get("_partial_", False)):
         return factory
     epochs = cfg.epochs if epochs is None else epochs

@@ -1,7 +1,8 @@
 """What a sweep ranks its jobs by (and Optuna optimises): `sweep.objective`.
 
 A job's objective is one number its top-level MLflow run reports: a pipeline's `stage2/acc`,
-`gain` or `<stage>/<acc|loss>`; a plain training run's `acc` or `loss` (logged there as
+`gain`, `gain_at_cost` (stage 2 against the budget arm, when `boost.baselines` has it) or
+`<stage>/<acc|loss>`; a plain training run's `acc` or `loss` (logged there as
 `final/acc`, `final/loss`). `auto` is stage 2's accuracy for boost=dim_reduce, else `acc`.
 Losses are minimised, everything else maximised.
 """
@@ -15,7 +16,8 @@ def allowed(dim_reduce: bool, baselines: list[str]) -> list[str]:
     if not dim_reduce:
         return ["auto", *PLAIN]
     stages = ["stage2", "stage1", *baselines]
-    return ["auto", "gain", *(f"{stage}/{m}" for stage in stages for m in PLAIN)]
+    at_cost = ["gain_at_cost"] if "budget" in baselines else []
+    return ["auto", "gain", *at_cost, *(f"{stage}/{m}" for stage in stages for m in PLAIN)]
 
 
 def name(objective: str, dim_reduce: bool) -> str:
@@ -43,7 +45,7 @@ def progress(objective: str, dim_reduce: bool) -> tuple[str, str] | None:
     explicit = name(objective, dim_reduce)
     if not dim_reduce:
         return "train", explicit
-    if explicit == "gain":
+    if explicit in ("gain", "gain_at_cost"):
         return "stage2", "acc"
     stage, _, metric = explicit.partition("/")
     return (stage, metric) if stage == "stage2" else None

@@ -125,6 +125,12 @@ class Baseline(Enum):
     baseline = "baseline"  # plain training continued from stage 1, same budget
     annealed = "annealed"  # the same at anneal_factor x LR
     snapshot_mean = "snapshot_mean"  # the mean of the stage-1 snapshots, no training
+    budget = "budget"  # plain training for what stage 2 cost, LR decayed linearly to zero
+
+
+class BudgetUnit(Enum):
+    passes = "passes"  # forward+backward passes: deterministic
+    seconds = "seconds"  # wall seconds of the steps, from both arms' measured step times
 
 
 @dataclass
@@ -263,7 +269,16 @@ class BoostConfig:
     """Memory for the streaming PCA's blocks (two snapshot blocks and their basis columns), MB."""
     baselines: List[Baseline] = field(default_factory=lambda: list(Baseline))
     """What stage 2 is measured against: plain training continued (`baseline`), the same at a
-    lower rate (`annealed`), the snapshots' mean (`snapshot_mean`)."""
+    lower rate (`annealed`), the snapshots' mean (`snapshot_mean`), and plain training given
+    what stage 2 cost with its rate decayed linearly to zero (`budget`: the verdict at equal
+    cost, `gain_at_cost`)."""
+    budget_unit: BudgetUnit = BudgetUnit.passes
+    """What the budget arm gets as much of as stage 2 spent (snapshots and PCA included):
+    `passes` (forward+backward passes, deterministic) or `seconds` (wall seconds of the steps;
+    its step count follows from both arms' measured seconds per step)."""
+    target_acc: Optional[Annotated[float, OpenUnit]] = None
+    """An accuracy to reach: each arm's cost (passes since stage 1's end) to first reach it is
+    recorded as `<arm>/passes_to_target` (never reached: infinite, as AlgoPerf scores it)."""
     baseline_epochs: Optional[Annotated[int, Count]] = None
     """Epochs of each trained baseline; null = `boost.epochs`."""
     anneal_factor: Annotated[float, Positive] = 0.1

@@ -10,6 +10,7 @@ then reads just the slice it needs through a memory map (MindSpore's load_checkp
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class SnapshotCallback(Callback):
         self.at = snapshot_steps(steps_per_epoch, per_epoch)
         self.step_in_epoch = step_in_epoch
         self.saved: list[Path] = []
+        self.seconds = 0.0  # spent saving snapshots: engine.cost
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
@@ -63,11 +65,13 @@ class SnapshotCallback(Callback):
             return
         in_epoch = self.step_in_epoch(cb)
         if in_epoch in self.at:
+            started = time.perf_counter()
             path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.npy"
             flat = np.concatenate([p.asnumpy().astype(np.float32).ravel() for p in self.params])
             with atomic_path(path) as tmp:
                 np.save(tmp, flat)
             self.saved.append(path)
+            self.seconds += time.perf_counter() - started
 
     def on_train_begin(self, run_context):
         layout = {

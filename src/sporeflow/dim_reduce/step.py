@@ -16,7 +16,10 @@ and differs where that one is wrong:
     bit-identical; each rank holds the whole basis (no row split, no marker-file handshake);
   - BatchNorm statistics (every non-trainable parameter) touched by the trial forward passes
     are restored: only the step's own forward pass updates them;
-  - optional decoupled weight decay on the out-of-subspace update (`weight_decay`).
+  - optional decoupled weight decay on the out-of-subspace update (`weight_decay`);
+  - it counts the line search's forward passes (`trial_forwards`: 1 when r = 1 is accepted,
+    else 2), in the graph and in its checkpoints, so a stage's cost is known exactly
+    (engine.cost) without reading anything to the host per step.
 """
 
 from __future__ import annotations
@@ -131,6 +134,10 @@ class DimReduceStep(nn.Cell):
         )
         self.has_last = Parameter(Tensor(False), name="dim_reduce.has_last")
         self.sk = Parameter(Tensor(np.zeros((k, 1)), mstype.float32), name="dim_reduce.sk")
+        self.trial_forwards = Parameter(
+            Tensor(0.0, mstype.float32), name="dim_reduce.trial_forwards", requires_grad=False
+        )
+        self.one_trial, self.two_trials = Tensor(1.0, mstype.float32), Tensor(2.0, mstype.float32)
         self.momentum = self.weights.clone(prefix="dim_reduce.m", init="zeros")
         self.weights_clone = self.weights.clone(prefix="dim_reduce.w0", init="same")
         stats = [p for p in network_with_loss.get_parameters() if not p.requires_grad]
@@ -196,14 +203,15 @@ class DimReduceStep(nn.Cell):
         dn = self.hyper_map(ops.partial(_back_project, dk), self.basis, grads)
         grad_proj = self.hyper_map(ops.partial(_back_project, gk), self.basis, grads)
 
-        r = self.zero
+        r, trials = self.zero, self.two_trials
         if self._accepts(self.rhos[0], gk, dk, dn, old_loss, *inputs):
-            r = self.rhos[0]
+            r, trials = self.rhos[0], self.one_trial
         elif self._accepts(self.rhos[1], gk, dk, dn, old_loss, *inputs):
             r = self.rhos[1]
         else:
             ops.assign(self.gk_last, self.gk_last_back)
             ops.assign(self.h, self.h_back)
+        r = ops.depend(r, ops.assign_add(self.trial_forwards, trials))
         if self.stats_clone is not None:
             r = ops.depend(r, self.hyper_map(_assign, self.stats, self.stats_clone))
 

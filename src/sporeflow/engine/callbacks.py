@@ -116,8 +116,16 @@ class EvalEachEpoch(Callback):
         self.eval_data = eval_data
         self.every = every_n_epochs
         self.ema_swap = ema_swap
+        self.seconds = 0.0  # spent evaluating (its graph's compile included): engine.cost
 
     def evaluate(self) -> dict:
+        started = time.perf_counter()
+        try:
+            return self._evaluate()
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _evaluate(self) -> dict:
         result = {
             k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()
         }

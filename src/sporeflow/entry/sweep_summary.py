@@ -163,7 +163,9 @@ class Summary:
         )
         said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
         if decision is None:
-            lines = [f"best: {said} (a {key} objective has no per-image outcomes: no tie test)"]
+            lines = [
+                f"best: {said} (no per-image tie test for a {key} objective: ranked, not decided)"
+            ]
         else:
             lines = [decision.line(key), f"{'best' if winner else 'leading'}: {said}"]
         name = self.sweep.registered_model

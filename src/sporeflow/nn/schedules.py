@@ -24,18 +24,23 @@ def learning_rates(
     lr_end: Annotated[float, NonNegative] = 0.0,
     step_epochs=(),
     gamma: Annotated[float, Positive] = 0.1,
+    total_steps: int | None = None,
 ) -> np.ndarray:
     """float32 array of epochs * steps_per_epoch rates.
 
     warmup: linear from lr_init to lr_max over warmup_epochs; then
-    constant: lr_max; linear: down to lr_end at the last step; cosine: half cosine to lr_end;
-    step: lr_max * gamma ** (number of step_epochs boundaries passed).
+    constant: lr_max; linear: towards lr_end, reached one step after the last (so at step i of
+    T, lr_max * (1 - i/T) with lr_end 0: Budgeted Training's decay); cosine: half cosine to
+    lr_end; step: lr_max * gamma ** (number of step_epochs boundaries passed).
+    `total_steps`: the schedule spans that many steps (a budget that is not whole epochs: the
+    steps after it, which a stage stopped there never takes, stay at lr_end).
     """
     if name not in NAMES:
         raise ValueError(f"optimizer.schedule.name={name!r}; allowed: {', '.join(NAMES)}")
-    total = epochs * steps_per_epoch
+    length = epochs * steps_per_epoch
+    total = length if total_steps is None else min(int(total_steps), length)
     warmup = int(round(warmup_epochs * steps_per_epoch))
-    rates = np.empty(total, dtype=np.float64)
+    rates = np.full(length, lr_end, dtype=np.float64)
     for i in range(total):
         if i < warmup:
             rates[i] = lr_init + (lr_max - lr_init) * (i + 1) / warmup

@@ -13,6 +13,7 @@ from sporeflow.report.paired import compare_paired
 log = logging.getLogger(__name__)
 
 STAGES = ("stage1", "stage2")
+BUDGET = "budget"  # the equal-cost arm: compared on its own line (`gain_at_cost`), not in `gain`
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -28,7 +29,9 @@ def save_figure(fig, path: Path) -> Path:
 
 def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
     others = [
-        (m[metric], name) for name, m in results.items() if name not in STAGES and metric in m
+        (m[metric], name)
+        for name, m in results.items()
+        if name not in (*STAGES, BUDGET) and metric in m
     ]
     return max(others)[1] if others else None
 
@@ -39,9 +42,23 @@ def gain(results: dict[str, dict], metric: str = "acc") -> float:
     return results["stage2"][metric] - results[best][metric] if best else float("nan")
 
 
-def paired_lines(paired: dict) -> str:
-    """One line per arm stage 2 was compared with, on the same eval images."""
-    return "\n".join(f"  stage2 vs {other}: {cmp.describe()}" for other, cmp in paired.items())
+def gain_at_cost(results: dict[str, dict], metric: str = "acc") -> float:
+    """stage2's metric minus the budget arm's (NaN without one): the gain at equal cost."""
+    if BUDGET not in results:
+        return float("nan")
+    return results["stage2"][metric] - results[BUDGET][metric]
+
+
+def paired_lines(paired: dict, budget: str | None = None) -> str:
+    """One line per arm stage 2 was compared with at equal epochs, on the same eval images,
+    then the verdict at equal cost (`budget`: what the budget arm was given)."""
+    lines = [
+        f"  stage2 vs {other}: {cmp.describe()}" for other, cmp in paired.items() if other != BUDGET
+    ]
+    if BUDGET in paired:
+        given = f" ({budget})" if budget else ""
+        lines.append(f"  at equal cost{given}: stage2 vs budget: {paired[BUDGET].describe()}")
+    return "\n".join(lines)
 
 
 def summary_table(results: dict[str, dict]) -> str:
@@ -51,6 +68,8 @@ def summary_table(results: dict[str, dict]) -> str:
             f"  {stage:14s} {metrics.get('acc', float('nan')):8.4f} {metrics.get('loss', float('nan')):8.4f}"
         )
     lines.append(f"  gain (stage2 - best baseline, acc): {gain(results):+.4f}")
+    if BUDGET in results and "stage2" in results:
+        lines.append(f"  gain at equal cost (stage2 - budget, acc): {gain_at_cost(results):+.4f}")
     return "\n".join(lines)
 
 
@@ -149,7 +168,8 @@ def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dic
 
     Metrics: `stage2/acc` and `gain` first (MLflow's compare page plots the first metric a run
     logged), every stage's acc and loss, `vs_<stage>/images|ci_low|ci_high|p_value` and the
-    same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...."""
+    same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...; with the
+    budget arm, the gain at equal cost as `gain_at_cost`, `gain_at_cost_images`, ...."""
     ordered = sorted(results, key=lambda stage: stage != "stage2")
     metrics = {
         f"{stage}/{k}": v
@@ -169,4 +189,7 @@ def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dic
     gain_cmp = paired.get(best_baseline(results))
     if gain_cmp is not None:
         metrics.update(_paired_metrics("gain_", gain_cmp))
+    if BUDGET in paired:
+        metrics["gain_at_cost"] = gain_at_cost(results)
+        metrics.update(_paired_metrics("gain_at_cost_", paired[BUDGET]))
     return metrics, paired, gain_cmp

@@ -31,7 +31,9 @@ METRIC_COLUMNS = (
     ("baseline/acc", "baseline"),
     ("annealed/acc", "annealed"),
     ("snapshot_mean/acc", "snapshot_mean"),
+    ("budget/acc", "budget"),
     ("gain", "gain"),
+    ("gain_at_cost", "gain at cost"),
     ("final/acc", "acc"),
     ("final/loss", "loss"),
 )
@@ -103,11 +105,14 @@ def point_label(job: Job, keys: list[str]) -> str:
 def decided_stage(key: str, pipeline: bool) -> str | None:
     """Whose per-image outcomes decide an objective: `<stage>/acc` that stage's, `gain` stage
     2's (a point's baselines are its seed's, shared by every point), `acc` the plain run's;
-    None for a loss (no per-image outcome to pair)."""
+    None for a loss (no per-image outcome to pair) and for `gain_at_cost` (every point has its
+    own budget arm, so no one stage's outcomes stand for it: ranked, not decided)."""
     if key.endswith("loss"):
         return None
     if not pipeline:
         return "final"
+    if key == "gain_at_cost":  # each point has its own budget arm: not one stage's outcomes
+        return None
     return "stage2" if key == "gain" else key.partition("/")[0]
 
 
@@ -152,7 +157,8 @@ def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[s
         m = job.metrics
         row = [str(job.number), job.status, *(short_value(job.values.get(k, "")) for k in keys)]
         row += [
-            (format(m[k], "+.4f" if k == "gain" else ".4f") if k in m else "-") for k, _ in metrics
+            (format(m[k], "+.4f" if k.startswith("gain") else ".4f") if k in m else "-")
+            for k, _ in metrics
         ]
         if paired:
             row.append(

@@ -99,7 +99,7 @@ def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) ->
         )
         return StageParts(network, _model_around(step, network, loss_fn), (step,))
     optimizer = build_optimizer(
-        cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr
+        cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr, spec.schedule
     )
     if not needs_train_step(cfg.train) and not mixing(cfg):
         return StageParts(

@@ -5,7 +5,10 @@ stage1:    plain training keeping weight snapshots; reused when a finished one h
            fingerprint (or `boost.stage1_run` names one);
 stage2:    the PCA basis of the snapshots, then dimension-reduced steps (DimReduceStep);
 baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat;
-           each reused like stage 1 (stages.reuse), so a stage-2 sweep trains it once.
+           each reused like stage 1 (stages.reuse), so a stage-2 sweep trains it once;
+           and the budget arm: plain training for what stage 2 cost (stages.budget), the
+           verdict at equal cost. Every arm's cost (engine.cost) is on the parent beside its
+           accuracy, with its curve against passes since stage 1's end (report.cost_report).
 Each stage is a spec (stages.spec) built here once and run by the job's StageRunner; the config
 is never rewritten. A pipeline continued in its run dir (a SLURM requeue, `resume=`) takes each
 stage it finished from its `stage_result.json`, continues the stage it stopped in from that
@@ -39,6 +42,7 @@ from sporeflow.dim_reduce.pca import (
     snapshot_mean,
 )
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
+from sporeflow.engine.cost import Cost
 from sporeflow.report.comparison import (
     comparison_plot,
     paired_lines,
@@ -49,8 +53,10 @@ from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import barrier
 from sporeflow.stages import fine_tune, reuse
 from sporeflow.stages import provenance as made_with
+from sporeflow.stages.budget import Budget, budget_of
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
+from sporeflow.stages.pipeline_cost import log_costs
 from sporeflow.stages.results import (
     PREDICTIONS,
     StageResult,
@@ -64,6 +70,7 @@ from sporeflow.stages.spec import (
     FineTuneStart,
     StageSpec,
     baseline_spec,
+    budget_spec,
     stage1_spec,
     stage2_spec,
 )
@@ -87,6 +94,11 @@ MAX_BASIS_ARTIFACT_MB = 100
 PCA_SECONDS = "pca_seconds.json"  # in the pipeline's run dir: the PCA it computed took so long
 
 
+def basis_cost_file(basis_path: Path) -> Path:
+    """Beside a computed basis: the seconds its PCA took (what stage 2 waited for)."""
+    return Path(basis_path).with_suffix(".seconds.json")
+
+
 class DimReducePipeline:
     """stage 1 -> PCA -> stage 2 -> baselines -> comparison, under one parent MLflow run."""
 
@@ -97,6 +109,8 @@ class DimReducePipeline:
         self.stages: dict[str, StageResult] = {}  # in the order they ran (or were reused)
         self.pca_seconds: float | None = None  # None: the basis was given or found cached
         self._layout: Layout | None = None
+        self.budget: Budget | None = None  # the budget arm's allowance, when it runs
+        self.pca_cost_seconds = 0.0  # what the basis stage 2 used took to compute
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
         node = self.cfg.parallel.node_rank
@@ -165,13 +179,26 @@ class DimReducePipeline:
         spec = stage2_spec(self.cfg, self.home, start, basis, basis_path, len(snapshots))
         self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
         for name in (b.value for b in self.boost.baselines):
-            self._keep(
-                self._baseline(
-                    baseline_spec(self.cfg, self.home, name, stage1.checkpoint, self.provenance),
-                    snapshots,
+            if name == "budget":
+                arm = budget_spec(
+                    self.cfg, self.home, stage1.checkpoint, self.provenance, self._budget()
                 )
-            )
+            else:
+                arm = baseline_spec(self.cfg, self.home, name, stage1.checkpoint, self.provenance)
+            self._keep(self._baseline(arm, snapshots))
         return self._compare()
+
+    def _budget(self) -> Budget:
+        """What stage 2 cost, snapshots and PCA included: the budget arm's allowance."""
+        self.budget = budget_of(
+            self.boost.budget_unit.value,
+            Cost.from_metrics(self.stages["stage1"].cost),
+            Cost.from_metrics(self.stages["stage2"].cost),
+            self.pca_cost_seconds,
+            self.boost.epochs,
+        )
+        log.info("budget arm: %s (%s)", self.budget.describe(), self.budget.unit)
+        return self.budget
 
     def _keep(self, result: StageResult) -> StageResult:
         """A stage's result for the comparison; a reused one named on the parent, stage 2's
@@ -210,6 +237,7 @@ class DimReducePipeline:
             load_predictions(run_dir),
             stage_dir=run_dir,
             reused_from=run_id,
+            cost=reuse.cost_metrics(run),
         )
 
     def _usable_stage1(self, run, run_dir: Path) -> StageResult | None:
@@ -272,10 +300,16 @@ class DimReducePipeline:
                 self.pca_seconds = time.perf_counter() - started
                 if self.worker.is_main:  # a continued pipeline still reports it (_compare)
                     write_text_atomic(self.home / PCA_SECONDS, json.dumps(self.pca_seconds))
+                    # beside the basis: what it cost, for every job that reuses it (budget)
+                    write_text_atomic(basis_cost_file(basis_path), json.dumps(self.pca_seconds))
         barrier(self.worker)
         if not self.worker.is_node_main:
             basis, basis_path = compute()
         log.info("PCA basis %s from %d snapshots: %s", basis.shape, len(snapshots), basis_path)
+        cost_file = basis_cost_file(basis_path)  # 0 for a given basis: it cost this job nothing
+        self.pca_cost_seconds = (
+            float(json.loads(cost_file.read_text())) if cost_file.is_file() else 0.0
+        )
         self._store_basis_once(stage1, basis_path, new=basis_path not in existed)
         return np.asarray(basis), basis_path
 
@@ -357,10 +391,13 @@ class DimReducePipeline:
             self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
         if self.pca_seconds is not None:
             metrics["pca_seconds"] = self.pca_seconds
+        costs = log_costs(self, metrics, correct)
         self.parent.log_metrics(metrics, 0, flush=True)
         self._log_curves()
         self._log_predictions()
-        table = summary_table(results) + ("\n" + paired_lines(paired) if paired else "")
+        described = self.budget.describe() if self.budget else None
+        table = summary_table(results) + ("\n" + paired_lines(paired, described) if paired else "")
+        table += "\n" + costs
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
             n_eval = len(correct["stage2"]) if "stage2" in correct else None

@@ -1,6 +1,6 @@
 """The hooks of one stage, in the order they must run at a step and an epoch end:
-guard (stop before anything sees diverged weights) -> measure (snapshots, throughput, loss,
-eval) -> the user's hooks (`callbacks.hooks`; they read what was measured) -> write the record
+guard (stop before anything sees diverged weights) -> measure (snapshots, cost, throughput,
+loss, eval) -> the user's hooks (`callbacks.hooks`; they read what was measured) -> write the record
 to MLflow (rank 0) -> act on it (best-k, epoch checkpoints with every user hook's state) ->
 the sweep's pruner -> show it (progress bar, rank 0) -> stop for a requeue once SLURM asked
 (all of this step's and epoch's work done and saved).
@@ -26,6 +26,7 @@ from sporeflow.engine.callbacks import (
     StepLoss,
     Throughput,
 )
+from sporeflow.engine.cost import CostMeter, StopAtStep
 from sporeflow.engine.divergence import DivergenceGuard
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
@@ -43,6 +44,7 @@ class StageHooks:
     throughput: Throughput
     evaluator: EvalEachEpoch
     user: list[HookBase]  # the configured hooks (their state is saved with each checkpoint)
+    cost: CostMeter
 
 
 def user_hooks(cfg, record: EventRecord) -> list[HookBase]:
@@ -71,6 +73,20 @@ def _snapshots(stage, record: EventRecord) -> list:
             record.step_in_epoch,
         )
     ]
+
+
+def _cost(stage, record: EventRecord, evaluator: EvalEachEpoch, snapshots: list) -> CostMeter:
+    """The stage's cost meter: stage 2's trial forwards from its train cell, the snapshots' and
+    evaluations' seconds from the callbacks that spend them."""
+    trials = getattr(stage.parts.state_cells[0], "trial_forwards", None)
+    return CostMeter(
+        record,
+        global_batch_size(stage.cfg),
+        stage.cfg.train.accumulation_steps,
+        extra_forwards=(lambda: float(trials.asnumpy())) if trials is not None else lambda: 0.0,
+        snapshot_seconds=lambda: sum(s.seconds for s in snapshots),
+        eval_seconds=lambda: evaluator.seconds,
+    )
 
 
 def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
@@ -117,7 +133,11 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
         stage.parts.ema_swap,
     )
     user = user_hooks(cfg, record)
-    ordered = [*_guard(stage, record), *_snapshots(stage, record), throughput]
+    snapshots = _snapshots(stage, record)
+    cost = _cost(stage, record, evaluator, snapshots)
+    ordered = [*_guard(stage, record), *snapshots, cost, throughput]
+    if stage.spec.max_steps is not None:  # a budget that is not whole epochs
+        ordered.append(StopAtStep(record, stage.spec.max_steps))
     if main:  # the loss is read to the host only where something shows or writes it
         ordered.append(StepLoss(record, cfg.callbacks.log_every_n_steps))
     ordered += [evaluator, *user]
@@ -134,4 +154,4 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
     accumulation = cfg.train.accumulation_steps
     agree = partial(any_rank, stage.worker)
     ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush, agree))
-    return StageHooks(ordered, throughput, evaluator, user)
+    return StageHooks(ordered, throughput, evaluator, user, cost)

@@ -32,6 +32,22 @@ class StageResult:
     run_id: str | None = None  # its MLflow run (None when tracking is off)
     stage_dir: Path | None = None  # where its files are (a reused run's dir or fetched copy)
     reused_from: str | None = None  # the MLflow run it was reused from, when not trained here
+    cost: dict = field(default_factory=dict)  # what it spent, as its run records it (engine.cost)
+
+
+def with_passes(history: list, passes_by_epoch: dict[int, float]) -> list:
+    """A stage's evaluations [(epoch, {metric: value})] with each one's cumulative cost in
+    forward+backward passes (`passes`) where it is known: the accuracy-against-cost curve."""
+    return [
+        (
+            epoch,
+            {
+                **evaluated,
+                **({"passes": passes_by_epoch[epoch]} if epoch in passes_by_epoch else {}),
+            },
+        )
+        for epoch, evaluated in history
+    ]
 
 
 def judged(model, eval_data) -> tuple[np.ndarray, dict[str, float]]:

@@ -62,21 +62,31 @@ def stage1_fingerprint(cfg: DictConfig, provenance: dict[str, str]) -> str:
     return _digest({"config": stage1_config(cfg), "provenance": provenance})
 
 
-def baseline_config(cfg: DictConfig, stage1_config_digest: str, name: str) -> str:
-    """A baseline is shaped by stage 1, its epoch budget and (annealed) the anneal factor."""
-    key = {
-        "stage1": stage1_config_digest,
-        "baseline": name,
-        "epochs": cfg.boost.baseline_epochs or cfg.boost.epochs,
-    }
+def baseline_config(
+    cfg: DictConfig, stage1_config_digest: str, name: str, steps: int | None = None
+) -> str:
+    """A baseline is shaped by stage 1, its epoch budget, (annealed) the anneal factor and
+    (budget) its steps, which stage 2's cost decided."""
+    key: dict = {"stage1": stage1_config_digest, "baseline": name}
+    if steps is None:
+        key["epochs"] = cfg.boost.baseline_epochs or cfg.boost.epochs
+    else:
+        key["steps"] = steps
     if name == "annealed":
         key["anneal_factor"] = cfg.boost.anneal_factor
     return _digest(key)
 
 
-def baseline_fingerprint(cfg: DictConfig, name: str, provenance: dict[str, str]) -> str:
-    config = baseline_config(cfg, stage1_config(cfg), name)
+def baseline_fingerprint(
+    cfg: DictConfig, name: str, provenance: dict[str, str], steps: int | None = None
+) -> str:
+    config = baseline_config(cfg, stage1_config(cfg), name, steps)
     return _digest({"config": config, "provenance": provenance})
+
+
+def budget_fingerprint(cfg: DictConfig, steps: int, provenance: dict[str, str]) -> str:
+    """The budget arm's: a baseline's, with its steps instead of epochs."""
+    return baseline_fingerprint(cfg, "budget", provenance, steps)
 
 
 def finished_runs(tracker: Tracker, tag: str, fingerprint: str) -> list:
@@ -88,6 +98,11 @@ def final_metrics(run) -> dict:
     return {k[len("final/") :]: v for k, v in run.data.metrics.items() if k.startswith("final/")}
 
 
+def cost_metrics(run) -> dict:
+    """What a finished run spent (`cost/*`, engine.cost): a reused stage carries it."""
+    return {k: v for k, v in run.data.metrics.items() if k.startswith("cost/")}
+
+
 def eval_curve(tracker: Tracker, run) -> list[tuple[int, dict]]:
     """A finished run's eval accuracy by epoch as [(epoch, {"acc": value})]: each evaluation's
     step over the run's steps per epoch, so `callbacks.eval_every_n_epochs=2` gives epochs 2,
@@ -97,7 +112,11 @@ def eval_curve(tracker: Tracker, run) -> list[tuple[int, dict]]:
     if not history:
         return []
     per_epoch = _steps_per_epoch(run, history[-1][0])
-    return [(step // per_epoch, {"acc": value}) for step, value in history]
+    passes = dict(tracker.metric_history(run.info.run_id, "cost/passes"))
+    return [
+        (step // per_epoch, {"acc": value, **({"passes": passes[step]} if step in passes else {})})
+        for step, value in history
+    ]
 
 
 def _steps_per_epoch(run, last_step: int) -> int:

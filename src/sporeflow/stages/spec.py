@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from sporeflow.stages import provenance as made_with
 from sporeflow.stages import reuse
+from sporeflow.stages.budget import Budget
 
 STAGE1_TAG = "stage1_fingerprint"
 BASELINE_TAG = "baseline_fingerprint"
@@ -25,7 +26,7 @@ CONFIG_TAG = "{}_config"  # beside a fingerprint tag: its config part alone (why
 class StageSpec:
     """One stage of a job: its MLflow run is named `name`, its files live in `stage_dir`."""
 
-    name: str  # train | stage1 | stage2 | baseline | annealed | snapshot_mean
+    name: str  # train | stage1 | stage2 | baseline | annealed | budget | snapshot_mean
     stage_dir: Path
     epochs: int  # epochs of this stage (0: evaluated, not trained)
     lr: float | None = None  # None: optimizer.lr as configured
@@ -38,6 +39,8 @@ class StageSpec:
     config_digest: str | None = None  # the fingerprint's config part (the rest: provenance)
     provenance: dict = field(default_factory=dict)  # code, MindSpore and data it is made with
     tags: dict = field(default_factory=dict)  # more tags on the stage's run
+    max_steps: int | None = None  # stop after this many steps (a budget that is not epochs)
+    schedule: dict | None = None  # replaces optimizer.schedule (the budget arm's decay)
 
     @property
     def reusable(self) -> bool:
@@ -51,6 +54,10 @@ class StageSpec:
             changed["epochs"] = self.epochs
         if self.lr is not None and self.lr != cfg.optimizer.lr:
             changed["optimizer.lr"] = self.lr
+        if self.max_steps is not None:
+            changed["max_steps"] = self.max_steps
+        if self.schedule is not None:
+            changed.update({f"optimizer.schedule.{k}": v for k, v in self.schedule.items()})
         return changed
 
     @property
@@ -152,4 +159,36 @@ def baseline_spec(
         fingerprint=fingerprint,
         config_digest=reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
         provenance=provenance,
+    )
+
+
+def budget_spec(
+    cfg: DictConfig,
+    run_dir: Path,
+    stage1_weights: Path,
+    provenance: dict[str, str],
+    budget: Budget,
+) -> StageSpec:
+    """The budget arm: plain training continued from stage 1's final weights for what stage 2
+    spent (`budget.steps`), the rate decayed linearly from optimizer.lr to zero over exactly
+    those steps (Budgeted Training); reused like a baseline when its budget is the same."""
+    schedule = {
+        "name": "linear",
+        "warmup_epochs": 0,
+        "lr_init": 0.0,
+        "lr_end": 0.0,
+        "total_steps": budget.steps,
+    }
+    return StageSpec(
+        "budget",
+        Path(run_dir) / "budget",
+        budget.epochs,
+        init_weights=stage1_weights,
+        reuse_tag=BASELINE_TAG,
+        fingerprint=reuse.budget_fingerprint(cfg, budget.steps, provenance),
+        config_digest=reuse.baseline_config(cfg, reuse.stage1_config(cfg), "budget", budget.steps),
+        provenance=provenance,
+        tags=budget.tags(),
+        max_steps=budget.steps,
+        schedule=schedule,
     )

@@ -24,7 +24,13 @@ from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
 from sporeflow.stages.hooks import StageHooks, stage_hooks
 from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.results import StageResult, end_metrics, judged, save_predictions
+from sporeflow.stages.results import (
+    StageResult,
+    end_metrics,
+    judged,
+    save_predictions,
+    with_passes,
+)
 from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
@@ -58,9 +64,15 @@ class PreparedStage:
     data: object  # the ImageDataset both splits come from
 
 
-def describe_batching(cfg: DictConfig, epochs: int, steps_per_epoch: int) -> str:
-    """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...")."""
-    updates = epochs * steps_per_epoch // cfg.train.accumulation_steps
+def describe_batching(
+    cfg: DictConfig, epochs: int, steps_per_epoch: int, max_steps: int | None = None
+) -> str:
+    """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...");
+    `max_steps`: a stage cut there (the budget arm)."""
+    steps = (
+        epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
+    )
+    updates = steps // cfg.train.accumulation_steps
     workers = cfg.parallel.workers
     split = f"{workers} workers x batch {worker_batch_size(cfg)} = global " if workers > 1 else ""
     return f"{split}batch {global_batch_size(cfg)}, {updates} optimizer updates"
@@ -163,7 +175,7 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     """Train up to the spec's epochs (or until a hook stops it), evaluate, export `final.ckpt`,
     report to the run."""
     cfg, spec = stage.cfg, stage.spec
-    batching = describe_batching(cfg, spec.epochs, stage.steps_per_epoch)
+    batching = describe_batching(cfg, spec.epochs, stage.steps_per_epoch, spec.max_steps)
     log.info(
         "stage %s: epochs %d..%d x %d steps; %s",
         spec.name,
@@ -185,9 +197,10 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     exported = _exported(final, ema_ranked)
     last_step = last_epoch * stage.steps_per_epoch
     weights, (correct, classified) = _export(stage, run, ema_ranked, last_step)
+    cost = hooks.cost.cost()
     if stage.worker.is_main:
         run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
-        run.log_metrics(end_metrics(exported, classified), last_step)
+        run.log_metrics({**end_metrics(exported, classified), **cost.metrics()}, last_step)
         run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(
@@ -195,11 +208,12 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
         exported,
         weights,
         hooks.throughput.mean,
-        record.evals,
+        with_passes(record.evals, hooks.cost.by_epoch),
         batching,
         correct,
         run.run_id,
         spec.stage_dir,
+        cost=cost.metrics(),
     )
 
 

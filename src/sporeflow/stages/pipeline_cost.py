@@ -1,0 +1,75 @@
+"""A dim-reduce pipeline's arms against their cost, on its parent run: each arm's passes and
+seconds beside its accuracy (`<arm>/passes`, `<arm>/seconds`), its curve on one axis of
+passes since stage 1's end (`cost_curve/<arm>`, step = passes), the budget the budget arm was
+given (`budget_given/passes`, `budget_given/ratio`: over boost.epochs plain epochs), the cost to reach `boost.target_acc` (`<arm>/passes_to_target`), and `cost.png`.
+
+Where an arm starts on that axis: the trained baselines and the budget arm at 0 (stage 1's
+final weights); stage 2 after stage 1's snapshots and the PCA (converted into passes at stage
+1's seconds per pass, engine.cost.seconds_as_passes); the snapshot mean after the snapshots."""
+
+from __future__ import annotations
+
+from sporeflow.engine.cost import Cost, seconds_as_passes
+from sporeflow.report.cost_report import (
+    COST_CURVE_PREFIX,
+    arm_curve,
+    cost_metrics,
+    cost_plot,
+    cost_table,
+    passes_to_target,
+)
+
+STARTS_AT_STAGE1 = 0.0
+GIVEN = "budget_given/"  # what the budget arm was allowed (`budget/passes`: what it spent)
+
+
+def _offsets(pipeline) -> dict[str, float]:
+    stage1 = Cost.from_metrics(pipeline.stages["stage1"].cost)
+    snapshots = seconds_as_passes(stage1.snapshot_seconds, stage1)
+    pca = seconds_as_passes(pipeline.pca_cost_seconds, stage1)
+    return {"stage2": snapshots + pca, "snapshot_mean": snapshots}
+
+
+def curves(pipeline, offsets: dict[str, float]) -> dict[str, list[tuple[float, float]]]:
+    """Every arm after stage 1: (passes since stage 1's end, acc), from stage 1's end point."""
+    start = pipeline.stages["stage1"].metrics.get("acc")
+    found = {}
+    for name, result in pipeline.stages.items():
+        if name == "stage1":
+            continue
+        if name == "snapshot_mean":  # evaluated once, after the snapshots
+            acc = result.metrics.get("acc")
+            found[name] = [(0.0, start), (offsets[name], acc)] if acc is not None else []
+            continue
+        found[name] = arm_curve(result.history, offsets.get(name, STARTS_AT_STAGE1), start)
+    return {name: [p for p in curve if p[1] is not None] for name, curve in found.items()}
+
+
+def log_costs(pipeline, metrics: dict, correct: dict) -> str:
+    """Put every arm's cost (and the budget, the target's cost) into `metrics`, log the cost
+    curves and figure on the parent; the cost table for the console."""
+    offsets = _offsets(pipeline)
+    costs = {name: r.cost for name, r in pipeline.stages.items()}
+    metrics.update(cost_metrics(costs, offsets))
+    arms = curves(pipeline, offsets)
+    budget = pipeline.budget
+    if budget is not None:
+        metrics.update({GIVEN + "passes": budget.passes, GIVEN + "ratio": budget.ratio})
+    target = pipeline.boost.target_acc
+    if target is not None:
+        for name, curve in arms.items():
+            metrics[f"{name}/passes_to_target"] = passes_to_target(curve, target)
+    for name, curve in arms.items():
+        for passes, acc in curve:
+            pipeline.parent.log_metrics({f"{COST_CURVE_PREFIX}{name}": acc}, round(passes))
+    if pipeline.worker.is_main:
+        n_eval = len(correct["stage2"]) if "stage2" in correct else None
+        title = "dim_reduce: accuracy against cost" + (
+            f" (budget arm: {budget.describe()})" if budget else ""
+        )
+        plot = cost_plot(
+            arms, pipeline.home / "cost.png", n_eval, budget.passes if budget else None, title
+        )
+        if plot is not None:
+            pipeline.parent.log_artifact(plot)
+    return cost_table(costs, metrics)

@@ -163,6 +163,30 @@ def test_matches_numpy_reference_and_takes_both_branches(tmp_path):
     assert 0.0 in accepted and 1.0 in accepted  # line search both rejects and accepts here
 
 
+def test_the_line_search_forwards_are_counted_as_taken(tmp_path):
+    """The cost of a step (engine.cost): one forward+backward pass, plus one trial forward when
+    r = 1 is accepted, two when it is not (r = rho accepted, or both rejected). Counted by hand
+    from the numpy reference's accepted step sizes, step by step."""
+    case = make_case(tmp_path / "case.npz", steps=24)
+    _, accepted = np_dim_reduce(case)
+    by_hand = [1 if r == 1.0 else 2 for r in accepted]
+    assert 1 in by_hand and 2 in by_hand  # both kinds of step happen in this case
+    net = build_net(case)
+    step = DimReduceStep(
+        loss_cell(net),
+        net.trainable_params(),
+        case["basis"],
+        **{k: float(case[k]) for k in ("rho", "gamma", "alpha", "sigma")},
+    )
+    counted, before = [], 0.0
+    for x, y in zip(case["xs"], case["ys"], strict=False):
+        step(Tensor(x), Tensor(y))
+        now = float(step.trial_forwards.asnumpy())
+        counted.append(round(now - before))
+        before = now
+    assert counted == by_hand
+
+
 # ---- the built-in's defects, one test each ---------------------------------------------------
 
 

@@ -3,10 +3,14 @@ CPU, Hydra's compose, a real sqlite MLflow store written by the real journal wri
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import mindspore as ms
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from mindspore import Tensor
 from omegaconf.errors import ReadonlyConfigError
 
 from helpers.inprocess import TINY, TINY_PIPELINE, run_job
@@ -73,7 +77,7 @@ def test_a_pipeline_runs_every_stage_as_a_child_with_its_own_epochs_and_rate(lau
     (value, cfg), _ = two_pipelines
     first = pipeline_runs(launch)[0]
     stages = {r.data.tags["stage"]: r for r in children_of(launch, first.info.run_id)}
-    assert set(stages) == {"stage1", "stage2", "baseline", "annealed", "snapshot_mean"}
+    assert set(stages) == {"stage1", "stage2", "baseline", "annealed", "snapshot_mean", "budget"}
     assert all(r.info.status == "FINISHED" for r in stages.values())
     assert value == pytest.approx(first.data.metrics["stage2/acc"])
     assert value == pytest.approx(stages["stage2"].data.metrics["final/acc"])
@@ -99,7 +103,9 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     first, second = pipeline_runs(launch)
     trained = {r.data.tags["stage"]: r.info.run_id for r in children_of(launch, first.info.run_id)}
     again = {r.data.tags["stage"] for r in children_of(launch, second.info.run_id)}
-    assert again == {"stage2"}  # nothing else trained twice
+    # nothing else trained twice; the budget arm again only when stage 2 cost another budget
+    budgets = [by_name(launch, run, "budget").data.tags["budget.steps"] for run in (first, second)]
+    assert again == {"stage2"} | ({"budget"} if budgets[0] != budgets[1] else set())
     tags = second.data.tags
     for stage in ("stage1", "baseline", "annealed", "snapshot_mean"):
         assert tags[f"{stage}_reused_from"] == trained[stage]
@@ -117,8 +123,8 @@ def test_a_reuse_turn_waits_for_the_store_only_when_it_trained(launch, two_pipel
     """A turn that trains waits until the store has its run, so the next job can find it; a
     job whose stage 1 and baselines are all reused passes each turn at once (before, each
     turn waited for the writer: about 0.2 s a turn, 4 turns in every job of a sweep)."""
-    assert sorted(WAITED["a"]) == ["annealed", "baseline", "snapshot_mean", "stage1"]
-    assert WAITED["b"] == []
+    assert sorted(WAITED["a"]) == ["annealed", "baseline", "budget", "snapshot_mean", "stage1"]
+    assert WAITED["b"] in ([], ["budget"])  # the budget arm: when stage 2 cost another budget
     second = pipeline_runs(launch)[-1]
     assert all(second.data.tags[f"{s}_reused_from"] for s in ("stage1", "baseline"))
 
@@ -135,6 +141,91 @@ def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(
     expected = compare_paired(stage2, stage1)
     assert second.data.metrics["vs_stage1/images"] == expected.images
     assert second.data.metrics["vs_stage1/p_value"] == pytest.approx(expected.p_value)
+
+
+def by_name(launch, pipeline, stage):
+    """A pipeline's stage run: its child, or the run it reused."""
+    reused = pipeline.data.tags.get(f"{stage}_reused_from")
+    runs = runs_of(launch)
+    if reused:
+        return next(r for r in runs if r.info.run_id == reused)
+    return next(
+        r for r in children_of(launch, pipeline.info.run_id) if r.data.tags["stage"] == stage
+    )
+
+
+def test_every_arm_logs_what_it_spent_and_stage2_counts_its_trial_forwards(launch, two_pipelines):
+    first = pipeline_runs(launch)[0]
+    per_epoch = 4  # 128 images, batch 32
+    for stage, steps in (("stage1", 3 * per_epoch), ("stage2", per_epoch), ("baseline", per_epoch)):
+        m = by_name(launch, first, stage).data.metrics
+        assert m["cost/steps"] == m["cost/backward_passes"] == m["cost/optimizer_steps"] == steps
+        assert m["cost/images"] == 32 * steps
+        assert min(m[f"cost/{k}_seconds"] for k in ("compile", "step", "eval")) >= 0
+        trials = m["cost/forward_passes"] - steps  # stage 2's line search: 1 or 2 a step
+        assert (steps <= trials <= 2 * steps) if stage == "stage2" else trials == 0
+        assert m["cost/passes"] == pytest.approx(steps + trials / 3)
+        # the parent has it beside the arm's accuracy (stage 2 after the snapshots and PCA)
+        assert first.data.metrics[f"{stage}/passes"] >= m["cost/passes"]
+    assert by_name(launch, first, "stage1").data.metrics["cost/snapshot_seconds"] > 0
+
+
+def test_the_budget_arm_trains_what_stage2_cost_and_the_verdict_pairs_them(launch, two_pipelines):
+    from sporeflow.report.paired import compare_paired
+
+    first = pipeline_runs(launch)[0]
+    budget = by_name(launch, first, "budget")
+    tags, m = budget.data.tags, first.data.metrics
+    assert tags["budget.unit"] == "passes"
+    steps = int(tags["budget.steps"])
+    # within one step of stage 2's passes, snapshots and PCA included (at stage 1's s/pass)
+    stage1 = by_name(launch, first, "stage1").data.metrics
+    per_pass = stage1["cost/step_seconds"] / stage1["cost/passes"]
+    overhead = float(tags["budget.overhead_passes"])  # snapshots + the PCA, as passes
+    pca_seconds = m["pca_seconds"]  # job a computed the basis
+    expected_overhead = (stage1["cost/snapshot_seconds"] + pca_seconds) / per_pass
+    assert overhead == pytest.approx(expected_overhead, rel=1e-3, abs=0.05)
+    stage2_passes = by_name(launch, first, "stage2").data.metrics["cost/passes"]
+    assert float(tags["budget.passes"]) == pytest.approx(stage2_passes + overhead, abs=2e-3)
+    assert abs(steps - m["budget_given/passes"]) <= 0.5
+    assert budget.data.metrics["cost/steps"] == budget.data.metrics["cost/passes"] == steps
+    assert m["budget/passes"] == steps
+    # the verdict at equal cost: the gain's paired statistics, on stage 2 and the budget arm
+    run_dir = launch / "a"
+    expected = compare_paired(
+        np.load(run_dir / "stage2" / "predictions.npy"),
+        np.load(run_dir / "budget" / "predictions.npy"),
+    )
+    assert m["gain_at_cost_images"] == expected.images
+    assert m["gain_at_cost_p_value"] == pytest.approx(expected.p_value)
+    assert m["gain_at_cost"] == pytest.approx(m["stage2/acc"] - m["budget/acc"])
+    # the equal-epoch gain leaves the budget arm out: it is stage 2 against the best other
+    best = max(m[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
+    assert m["gain"] == pytest.approx(m["stage2/acc"] - best)
+    # its curve on the parent: from stage 1's end (0 passes) to its own passes
+    curve = curve_of(launch, first.info.run_id, "cost_curve/budget")
+    assert curve[0] == (0, pytest.approx(m["stage1/acc"])) and curve[-1][0] == steps
+    assert curve[-1][1] == pytest.approx(m["budget/acc"])
+
+
+def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipelines):
+    """The optimizer the budget arm trains with holds, per global step, optimizer.lr x (1 -
+    t / T) for its T steps (Budgeted Training), whatever the configured schedule."""
+    from sporeflow.stages.budget import Budget
+    from sporeflow.stages.build import build_stage_parts
+    from sporeflow.stages.spec import budget_spec
+
+    cfg = compose_job([*TINY_PIPELINE, "optimizer.schedule.name=cosine"])
+    steps, per_epoch = 7, 4
+    given = Budget("passes", 6.9, 0.1, 1.0, 0.01, 0.03, steps, per_epoch, 1)
+    spec = budget_spec(cfg, Path("/nonexistent"), None, {}, given)
+    assert spec.epochs == 2 and spec.max_steps == steps
+    parts = build_stage_parts(cfg, spec, per_epoch)
+    schedule = parts.state_cells[-1].learning_rate  # what the optimizer asks per global step
+    held = np.array([float(schedule(Tensor(t, ms.int32)).asnumpy()) for t in range(2 * per_epoch)])
+    t = np.arange(steps)
+    np.testing.assert_allclose(held[:steps], cfg.optimizer.lr * (1 - t / steps), rtol=1e-6)
+    assert (held[steps:] == 0).all()
 
 
 def curve_of(launch, run_id, key):

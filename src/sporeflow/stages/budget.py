@@ -64,9 +64,9 @@ class Budget:
         """On the budget arm's run: the unit, the budget and the steps it made."""
         return {
             "budget.unit": self.unit,
-            "budget.passes": f"{self.passes:.1f}",
-            "budget.stage2_passes": f"{self.stage2_passes:.1f}",
-            "budget.overhead_passes": f"{self.overhead_passes:.1f}",
+            "budget.passes": f"{self.passes:.3f}",
+            "budget.stage2_passes": f"{self.stage2_passes:.3f}",
+            "budget.overhead_passes": f"{self.overhead_passes:.3f}",
             "budget.seconds": f"{self.seconds:.3f}",
             "budget.stage1_seconds_per_step": f"{self.stage1_seconds_per_step:.6f}",
             "budget.stage2_seconds_per_step": f"{self.stage2_seconds_per_step:.6f}",

@@ -138,3 +138,66 @@ def test_one_row_per_point_best_first_with_its_seeds_jobs_and_verdict():
     versus = decision.others[0].against_best
     assert float(rows[1][5]) == pytest.approx(-versus.diff, abs=1e-4)
     assert float(rows[1][7]) == pytest.approx(decision.others[0].p_holm, rel=1e-2)
+
+
+# ---- the gain at equal cost: per-image scores (stage 2 right minus its budget arm right) ----
+
+
+def scores(rng, n, stage2_acc, budget_acc):
+    return outcomes(rng, n, stage2_acc).astype(np.int8) - outcomes(rng, n, budget_acc).astype(
+        np.int8
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_sign_flip_test_of_score_differences_matches_scipys_exact_permutation_test(seed):
+    """Two points' score differences run -2..2; the exact sign-flip p-value against scipy's
+    permutation test enumerating every sign pattern (few non-zero differences: exact)."""
+    from scipy.stats import permutation_test
+
+    from sporeflow.report.decision import sign_flip_p
+
+    rng = np.random.default_rng(seed)
+    d = rng.choice([-2, -1, 0, 0, 0, 1, 2], size=40, p=[0.05, 0.1, 0.2, 0.2, 0.2, 0.15, 0.1])
+    d = np.where(np.arange(40) < 14, d, 0)  # at most 14 non-zero: 2**14 sign patterns
+    reference = permutation_test(
+        (d[d != 0],),
+        np.sum,
+        permutation_type="samples",
+        n_resamples=np.inf,
+        alternative="two-sided",
+    ).pvalue
+    assert sign_flip_p(d) == pytest.approx(reference, rel=1e-9)
+
+
+def test_for_right_or_wrong_outcomes_the_sign_flip_test_is_mcnemars():
+    from sporeflow.report.decision import sign_flip_p
+
+    rng = np.random.default_rng(7)
+    a, b = outcomes(rng, 500, 0.8), outcomes(rng, 500, 0.74)
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    d = a.astype(int) - b.astype(int)
+    assert sign_flip_p(d) == pytest.approx(binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
+def test_points_scored_at_equal_cost_are_decided_on_their_pooled_gain_and_its_interval():
+    """A point's value is its mean score (its pooled gain at cost); two points' interval is the
+    stratified Wald interval of their per-image score differences (numpy)."""
+    rng = np.random.default_rng(11)
+    ahead = point("rho=0.4", {s: scores(rng, 3000, 0.9, 0.7) for s in (1, 2)})
+    behind = point("rho=0.7", {s: scores(rng, 3000, 0.8, 0.8) for s in (1, 2)})
+    decision = decide([behind, ahead])
+    pooled = np.concatenate([ahead.outcomes[1], ahead.outcomes[2]])
+    assert decision.best is ahead and ahead.accuracy == pytest.approx(pooled.mean())
+    assert decision.kind == "winner"
+    versus = decision.others[0].against_best
+    d = {s: ahead.outcomes[s].astype(int) - behind.outcomes[s].astype(int) for s in (1, 2)}
+    n = 6000
+    var = sum(v.size * np.var(v) for v in d.values()) / n**2
+    low, high = versus.ci95
+    assert versus.diff == pytest.approx(sum(v.sum() for v in d.values()) / n)
+    assert high - versus.diff == pytest.approx(1.959963984540054 * np.sqrt(var))
+    even = decide(
+        [point("a", {1: scores(rng, 50, 0.8, 0.8)}), point("b", {1: scores(rng, 50, 0.8, 0.8)})]
+    )
+    assert even.kind == "tie"

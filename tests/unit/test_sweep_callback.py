@@ -259,3 +259,48 @@ def test_whether_a_job_may_be_copied_reaches_the_job_through_its_environment(cop
     job = SweepJob("run", ("optimizer.lr",), 3, copies=copies)
     assert SweepJob.from_environ(job.environ()) == job
     assert SweepJob.from_environ({SWEEP_RUN_ENV: "run"}).copies, "an older sweep's job: copies"
+
+
+def test_a_sweep_on_the_gain_at_equal_cost_decides_on_stage2_against_each_points_budget_arm(
+    tmp_path, monkeypatch, capsys
+):
+    """`sweep.objective=gain_at_cost` over two stage-2 settings: each job's budget arm is its
+    own (stage 2's cost differs), so the points are compared per image on stage 2 right minus
+    that job's budget arm right, from the pipelines' own prediction artifacts."""
+    from sporeflow.report.decision import sign_flip_p
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fixed = ["debug=dim_reduce", "sweep.objective=gain_at_cost"]
+    jobs = [[f"boost.rho={rho}", *fixed] for rho in ("0.4", "0.7")]
+    callback = run_sweep(tmp_path, jobs, ["boost.rho=0.4,0.7", *fixed])
+    err = capsys.readouterr().err
+    runs = runs_of(tmp_path)
+    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    jobs_runs = [
+        r
+        for r in runs
+        if r.data.tags.get("sweep.run_id") == callback.run_id and r.data.tags["stage"] == "pipeline"
+    ]
+    score = {}
+    for run in jobs_runs:
+        right = {s: stage_predictions(tmp_path, run, s) for s in ("stage2", "budget")}
+        score[run.data.params["boost.rho"]] = right["stage2"].astype(int) - right["budget"]
+        assert score[run.data.params["boost.rho"]].mean() == pytest.approx(
+            run.data.metrics["gain_at_cost"]
+        )
+    best = max(score, key=lambda rho: (score[rho].mean(), rho == "0.4"))
+    other = next(rho for rho in score if rho != best)
+    diff = score[best] - score[other]
+    winner = sign_flip_p(diff) < 0.05 and diff.sum() > 0
+    assert parent.data.tags["sporeflow.decision"] == ("winner" if winner else "tie")
+    line = next(ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: ")))
+    assert line.split(" (")[0].split(": ", 1)[1] == f"boost.rho={best}", line
+    assert f"(gain_at_cost {score[best].mean():.4f})" in line
+
+
+def stage_predictions(launch, run, stage) -> np.ndarray:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"predictions/{stage}/predictions.npy"
+        return np.load(client_of(launch).download_artifacts(run.info.run_id, path, tmp)).astype(int)

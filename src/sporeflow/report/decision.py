@@ -10,6 +10,11 @@ McNemar test on the discordant images of all seeds (the conditional test of matc
 strata). The best point (highest pooled accuracy) is compared with every other point, the
 p-values Holm-corrected: it is the *winner* when it is better than every other at 5%, else the
 points it cannot be told from *tie* with it.
+
+The gain at equal cost is decided the same way on a per-image *score*, stage 2 right minus the
+budget arm right (-1, 0, 1; every point has its own budget arm): a point's value is its mean
+score (its pooled `gain_at_cost`), two points' per-image differences run -2 .. 2, and the exact
+test is the sign-flip test, which is McNemar's for right/wrong outcomes.
 """
 
 from __future__ import annotations
@@ -19,25 +24,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sporeflow.report.paired import Z95, PairedComparison, compare_paired
+from sporeflow.report.paired import Z95
 
 ALPHA = 0.05
 
 
 @dataclass(frozen=True)
 class Stratified:
-    """The first of two points against the second, over the seeds both ran."""
+    """The first of two points against the second, over the seeds both ran: per common seed,
+    the per-image differences of their outcomes (right/wrong: -1, 0, 1; scores such as stage 2
+    minus the budget arm: -2 .. 2)."""
 
-    strata: tuple[PairedComparison, ...]
+    strata: tuple[np.ndarray, ...]
 
     @property
     def n(self) -> int:
-        return sum(s.n for s in self.strata)
+        return sum(int(d.size) for d in self.strata)
 
     @property
     def images(self) -> int:
-        """How many more images the first point gets right, over all common seeds."""
-        return sum(s.images for s in self.strata)
+        """How many more images the first point gets right (in score units), over all seeds."""
+        return sum(int(d.sum()) for d in self.strata)
 
     @property
     def diff(self) -> float:
@@ -45,25 +52,51 @@ class Stratified:
 
     @property
     def ci95(self) -> tuple[float, float]:
-        var = sum((s.only_first + s.only_second) - s.images**2 / s.n for s in self.strata if s.n)
+        """Wald: each seed's variance of its per-image differences, added (for right/wrong
+        outcomes (b + c) - (b - c)^2 / n, Agresti 10.1)."""
+        var = sum(float((d**2).sum()) - float(d.sum()) ** 2 / d.size for d in self.strata if d.size)
         half = Z95 * math.sqrt(max(0.0, var)) / self.n if self.n else math.inf
         return self.diff - half, self.diff + half
 
     @property
     def p_value(self) -> float:
-        """Exact two-sided McNemar p-value on the discordant images of every seed."""
-        pooled = PairedComparison(
-            self.n,
-            sum(s.only_first for s in self.strata),
-            sum(s.only_second for s in self.strata),
-        )
-        return pooled.p_value
+        """Exact two-sided sign-flip test on the per-image differences of every seed: under
+        no difference each image's difference is as likely negated. For right/wrong outcomes
+        it is the exact McNemar test on the discordant images."""
+        return sign_flip_p(np.concatenate(self.strata) if self.strata else np.zeros(0, int))
+
+
+def sign_flip_p(differences: np.ndarray) -> float:
+    """P(|S| >= |observed sum|) where S flips each difference's sign at random; the differences
+    are integers of magnitude 1 or 2 (exact: two binomials convolved)."""
+    from scipy.stats import binom
+
+    d = np.asarray(differences, dtype=np.int64)
+    if np.abs(d).max(initial=0) > 2:
+        raise ValueError("per-image differences beyond -2..2")
+    n1, n2 = int((np.abs(d) == 1).sum()), int((np.abs(d) == 2).sum())
+    if n1 + n2 == 0:
+        return 1.0
+    # S = (2 i - n1) + 2 (2 j - n2): i of the n1 ones and j of the n2 twos positive
+    pmf = np.zeros(2 * n1 + 4 * n2 + 1)
+    ones = binom.pmf(np.arange(n1 + 1), n1, 0.5)
+    for j, weight in enumerate(binom.pmf(np.arange(n2 + 1), n2, 0.5)):
+        offset = 4 * j  # S + n1 + 2 n2 = 2 i + 4 j
+        pmf[offset : offset + 2 * n1 + 1 : 2] += weight * ones
+    values = np.arange(pmf.size) - (n1 + 2 * n2)
+    observed = abs(int(d.sum()))
+    return float(min(1.0, pmf[np.abs(values) >= observed].sum()))
 
 
 def stratified(first: dict[int, np.ndarray], second: dict[int, np.ndarray]) -> Stratified:
-    """Two points' per-image outcomes by seed (seed -> right/wrong per test image)."""
+    """Two points' per-image outcomes by seed (seed -> right/wrong, or a score, per test image)."""
     common = sorted(set(first) & set(second))
-    return Stratified(tuple(compare_paired(first[s], second[s]) for s in common))
+    for s in common:
+        if first[s].shape != second[s].shape:
+            raise ValueError(
+                f"paired results of different lengths: {first[s].shape} vs {second[s].shape}"
+            )
+    return Stratified(tuple(first[s].astype(np.int64) - second[s].astype(np.int64) for s in common))
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -83,7 +116,7 @@ class Point:
 
     label: str
     jobs: dict[int, int] = field(default_factory=dict)  # seed -> job number
-    outcomes: dict[int, np.ndarray] = field(default_factory=dict)  # seed -> right per image
+    outcomes: dict[int, np.ndarray] = field(default_factory=dict)  # seed -> right (or score)
 
     @property
     def accuracy(self) -> float:
@@ -97,12 +130,13 @@ class Point:
 
     @property
     def ci95(self) -> tuple[float, float]:
-        """The pooled accuracy's 95% Wald interval, each seed's test images a stratum (the
-        strata weighted by their images: var = sum n_s p_s (1 - p_s) / N^2)."""
+        """The pooled accuracy's (or score's) 95% Wald interval, each seed's test images a
+        stratum (the strata weighted by their images: var = sum n_s var_s / N^2; for right or
+        wrong, var_s = p_s (1 - p_s))."""
         total = sum(o.size for o in self.outcomes.values())
         if not total:
             return math.nan, math.nan
-        var = sum(o.size * o.mean() * (1.0 - o.mean()) for o in self.outcomes.values() if o.size)
+        var = sum(o.size * np.var(o.astype(np.float64)) for o in self.outcomes.values() if o.size)
         half = Z95 * math.sqrt(var) / total
         return self.accuracy - half, self.accuracy + half
 

@@ -38,6 +38,7 @@ METRIC_COLUMNS = (
     ("final/loss", "loss"),
 )
 PAIRED_KEYS = ("gain_ci_low", "gain_ci_high", "gain_p_value")  # the gain's interval and p-value
+AT_COST = "gain_at_cost"  # decided on stage 2 right minus the budget arm right, per image
 CURVE_PREFIX = "curve/"  # a pipeline's per-epoch eval accuracy of every stage, on one epoch axis
 
 
@@ -105,15 +106,13 @@ def point_label(job: Job, keys: list[str]) -> str:
 def decided_stage(key: str, pipeline: bool) -> str | None:
     """Whose per-image outcomes decide an objective: `<stage>/acc` that stage's, `gain` stage
     2's (a point's baselines are its seed's, shared by every point), `acc` the plain run's;
-    None for a loss (no per-image outcome to pair) and for `gain_at_cost` (every point has its
-    own budget arm, so no one stage's outcomes stand for it: ranked, not decided)."""
+    None for a loss (no per-image outcome to pair). `gain_at_cost`: stage 2's, less its own
+    budget arm's (`job_scores`: every point has its own budget arm)."""
     if key.endswith("loss"):
         return None
     if not pipeline:
         return "final"
-    if key == "gain_at_cost":  # each point has its own budget arm: not one stage's outcomes
-        return None
-    return "stage2" if key == "gain" else key.partition("/")[0]
+    return "stage2" if key in ("gain", AT_COST) else key.partition("/")[0]
 
 
 def job_outcomes(tracker: Tracker, job: Job, stage: str) -> np.ndarray | None:
@@ -136,6 +135,9 @@ def sweep_decision(tracker: Tracker, jobs: list[Job], keys: list[str], key: str)
         if job.status != "FINISHED" or stage is None or key not in job.metrics:
             continue
         found = job_outcomes(tracker, job, stage)
+        if found is not None and key == AT_COST:
+            budget = job_outcomes(tracker, job, "budget")
+            found = None if budget is None else found.astype(np.int8) - budget.astype(np.int8)
         if found is None:
             continue
         point = points.setdefault(point_label(job, keys), Point(point_label(job, keys)))

@@ -11,11 +11,14 @@ against 70.18% for plain training to 80 epochs. Here, on real Fashion-MNIST (Deb
     stage 2 from mean          sporeflow's, started at the snapshot mean (boost.start_from=mean)
     plain +2 / +10 epochs      plain training continued (the seed's "80 epochs" is +10)
     annealed +2                plain continuation at 0.1 x lr
+    budget (stage 2's cost)    plain continuation for the passes stage 2 spent (snapshots and
+                               PCA included), lr decayed linearly to zero: the equal-cost arm
     snapshot mean              the mean of the 36 snapshots, no training
 
 sporeflow's arms are two `python train.py boost=dim_reduce` jobs per seed on one MLflow store (the
 second reuses stage 1); the built-in runs in its own process (a process-wide singleton). Printed:
-mean +- sd over seeds of test accuracy and loss, wall time per arm, and stage 2 against each arm
+mean +- sd over seeds of test accuracy and loss, wall time and forward+backward passes (engine.cost;
+stage 2's with its snapshots and PCA) per arm, and stage 2 against each arm
 paired on the same test images, pooled over seeds (difference in images, 95% CI, exact McNemar p).
 Usage: python bench/bench_seed_table.py [lenet5,resnet18] [seeds, e.g. 1,2,3] [--out DIR]
 """
@@ -45,7 +48,7 @@ RECIPE = [
     "boost.snapshot.per_epoch=4",
     "callbacks.progress_bar=false",
     "callbacks.best.keep=0",
-    "boost.baselines=[baseline,annealed,snapshot_mean]",
+    "boost.baselines=[baseline,annealed,snapshot_mean,budget]",
 ]
 MODELS = {  # training images per model: what fits the budget here (the test split is capped alike)
     "lenet5": ["model=lenet5", "dataset.num_samples=12000"],
@@ -60,6 +63,7 @@ ARMS = {  # arm -> (job, stage) whose run and predictions.npy hold it
     "plain +2 epochs": ("a", "baseline"),
     "plain +10 epochs": ("b", "baseline"),
     "annealed +2": ("a", "annealed"),
+    "budget (stage 2's cost)": ("a", "budget"),
     "snapshot mean": ("a", "snapshot_mean"),
 }
 REFERENCE = "stage 2 (sporeflow)"
@@ -72,7 +76,7 @@ def stage_runs(launch: Path, run_dir: Path) -> dict[str, object]:
     return {"pipeline": pipeline, **{r.data.tags["stage"]: r for r in children}}
 
 
-def arm_result(run, stage_dir: Path) -> dict:
+def arm_result(run, stage_dir: Path, pipeline) -> dict:
     import numpy as np
 
     m = run.data.metrics
@@ -80,6 +84,8 @@ def arm_result(run, stage_dir: Path) -> dict:
         "acc": m["final/acc"],
         "loss": m["final/loss"],
         "seconds": (run.info.end_time - run.info.start_time) / 1000,
+        # the parent's: stage 2's with its snapshots and PCA (pipeline_cost)
+        "passes": pipeline.data.metrics.get(f"{run.data.tags['stage']}/passes", float("nan")),
         "correct": np.load(stage_dir / "predictions.npy").tolist(),
     }
 
@@ -155,6 +161,7 @@ def builtin_worker(run_dir: str, out: str) -> None:
                 "acc": float(result["acc"]),
                 "loss": float(result["loss"]),
                 "seconds": seconds,
+                "passes": float("nan"),  # not counted: MindSpore's own cell
                 "correct": np.asarray(correct).tolist(),
             }
         )
@@ -184,7 +191,7 @@ def run_seed(model: str, seed: int, root: Path) -> dict[str, dict]:
             continue
         run = by_job[name][stage]
         stage_dir = Path(run.data.tags["run_dir"])
-        results[arm] = arm_result(run, stage_dir)
+        results[arm] = arm_result(run, stage_dir, by_job[name]["pipeline"])
     results["_pca_seconds"] = by_job["a"]["pipeline"].data.metrics.get("pca_seconds", float("nan"))
     print(
         f"  {model} seed {seed}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
@@ -209,7 +216,8 @@ def report(model: str, per_seed: list[dict]) -> None:
         f"{len(per_seed)} seeds; stage-2 arms: 2 epochs, k=32 (sporeflow's PCA {pca:.1f} s, not in its wall time)"
     )
     print(
-        f"  {'arm':22s} {'test acc (mean +- sd)':>22s} {'test loss':>18s} {'wall s':>8s}   "
+        f"  {'arm':24s} {'test acc (mean +- sd)':>22s} {'test loss':>18s} {'wall s':>8s} "
+        f"{'passes':>7s}   "
         f"{'stage 2 vs arm, pooled over seeds':s}"
     )
     reference = np.concatenate([r[REFERENCE]["correct"] for r in per_seed])
@@ -217,13 +225,17 @@ def report(model: str, per_seed: list[dict]) -> None:
         accs = [r[arm]["acc"] for r in per_seed]
         losses = [r[arm]["loss"] for r in per_seed]
         wall = statistics.fmean(r[arm]["seconds"] for r in per_seed)
+        passes = statistics.fmean(r[arm]["passes"] for r in per_seed)
         if arm == REFERENCE:
             versus = "-"
         else:
             cmp = compare_paired(reference, np.concatenate([r[arm]["correct"] for r in per_seed]))
             low, high = cmp.ci95
             versus = f"{cmp.images:+5d} images, {cmp.diff:+.4f} (95% CI {low:+.4f}..{high:+.4f}), p={cmp.p_value:.2g}"
-        print(f"  {arm:22s} {spread(accs):>22s} {spread(losses):>18s} {wall:8.1f}   {versus}")
+        print(
+            f"  {arm:24s} {spread(accs):>22s} {spread(losses):>18s} {wall:8.1f} "
+            f"{'-' if passes != passes else f'{passes:.0f}':>7s}   {versus}"
+        )
 
 
 def main() -> None:

@@ -28,7 +28,32 @@ def test_every_example_is_one_the_script_makes():
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert set(examples()) == set(module.MAKERS) == {"gain-line", "sweep-table", "race"}
+    assert set(examples()) == set(module.MAKERS) == {"gain-line", "cost-lines", "sweep-table", "race"}
+
+
+def test_the_equal_cost_lines_have_the_current_format_and_the_reading_fits_them():
+    from sporeflow.report.cost_report import cost_table
+
+    body = examples()["cost-lines"]
+    lines = [ln.strip() for ln in body.splitlines() if ln.startswith("    ")]
+    match = re.fullmatch(
+        r"at equal cost \(([\d.]+)x the passes of (\d+) plain epochs?: (\d+) steps\): stage2 vs "
+        r"budget: ([+-]\d+) images \(([+-]\d\.\d{4}), 95% CI [+-]\d\.\d{4}\.\.[+-]\d\.\d{4}\), "
+        r"McNemar p=([\d.e-]+): (not )?significant at 5%",
+        lines[0],
+    )
+    assert match, lines[0]
+    assert (match[7] is not None) == (float(match[6]) >= 0.05)
+    assert ("is not significant" in body) == (match[7] is not None)
+    header = cost_table({"stage1": {"cost/passes": 1.0}}, {}).splitlines()[0]
+    assert lines[1].split() == header.split()
+    rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert {"stage1", "stage2", "budget"} <= set(rows)
+    assert f"stage 2 spent {float(rows['stage2'][1]):.0f} passes" in body
+    assert f"the budget arm trained {match[3]} steps" in body
+    # the budget arm's passes are its steps, within one step of stage 2's with its overhead
+    assert float(rows["budget"][1]) == int(match[3])
+    assert abs(float(rows["budget"][1]) - float(rows["stage2"][1])) <= 1
 
 
 def test_the_gain_line_has_the_current_format_and_its_verdict_fits_p():
@@ -65,7 +90,9 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
             "baseline/acc",
             "annealed/acc",
             "snapshot_mean/acc",
+            "budget/acc",
             "gain",
+            "gain_at_cost",
             "gain_ci_low",
             "gain_ci_high",
             "gain_p_value",
@@ -77,7 +104,8 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     assert lines[0].split() == render(header, []).split()
     rows = [ln.split() for ln in lines[1:]]
     assert len(rows) == 6
-    straddling = sum(float(r[10].split("..")[0]) <= 0 <= float(r[10].split("..")[1]) for r in rows)
+    ci = lines[0].split().index("CI") - 2  # the header's "gain 95% CI" is one field in a row
+    straddling = sum(float(r[ci].split("..")[0]) <= 0 <= float(r[ci].split("..")[1]) for r in rows)
     assert f"{straddling} of 6 gain intervals straddle zero" in body
 
 

@@ -278,7 +278,8 @@ class BoostConfig:
     its step count follows from both arms' measured seconds per step)."""
     target_acc: Optional[Annotated[float, OpenUnit]] = None
     """An accuracy to reach: each arm's cost (passes since stage 1's end) to first reach it is
-    recorded as `<arm>/passes_to_target` (never reached: infinite, as AlgoPerf scores it)."""
+    recorded as `<arm>/passes_to_target` and printed (never reached: infinite, as AlgoPerf
+    scores it; MLflow stores infinity as the largest float, 1.8e308)."""
     baseline_epochs: Optional[Annotated[int, Count]] = None
     """Epochs of each trained baseline; null = `boost.epochs`."""
     anneal_factor: Annotated[float, Positive] = 0.1

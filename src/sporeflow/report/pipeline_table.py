@@ -1,5 +1,6 @@
 """The dim-reduce pipelines of an experiment as `sporeflow compare` prints them: one row per
-pipeline run (each stage's accuracy, the gain with its 95% interval and McNemar p), or with
+pipeline run (each stage's accuracy, the gain with its 95% interval and McNemar p, the gain
+at equal cost with its p), or with
 --seeds one row per configuration, mean +- sd over its seeds. Reads MLflow Run objects only."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def pipelines_table(runs: list) -> list[str]:
     lines = [
         f"{'run id':32s} {'status':9s} "
         + " ".join(f"{s:>13s}" for s in STAGES)
-        + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s}  overrides"
+        + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s} {'gain_at_cost':>12s} {'p':>6s}  overrides"
     ]
     for run in runs:
         m = run.data.metrics
@@ -40,7 +41,8 @@ def pipelines_table(runs: list) -> list[str]:
             ci = f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}"
         lines.append(
             f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} "
-            f"{ci.rjust(17)} {_cell(m, 'gain_p_value', '.3g', 6)}  "
+            f"{ci.rjust(17)} {_cell(m, 'gain_p_value', '.3g', 6)} "
+            f"{_cell(m, 'gain_at_cost', '+.4f', 12)} {_cell(m, 'gain_at_cost_p_value', '.3g', 6)}  "
             f"{run.data.tags.get('overrides', '')}"
         )
     return lines
@@ -63,15 +65,15 @@ def seed_groups(runs: list) -> dict[str, list]:
 
 
 def seeds_table(groups: dict[str, list]) -> list[str]:
-    """A header and one line per configuration: each stage's and the gain's mean +- sd."""
+    """A header and one line per configuration: each stage's and the gains' mean +- sd."""
     lines = [
         f"{'seeds':>5s} "
-        + " ".join(f"{s:>15s}" for s in (*STAGES, "gain"))
+        + " ".join(f"{s:>15s}" for s in (*STAGES, "gain", "gain_at_cost"))
         + "  overrides (without seed=)"
     ]
     for overrides, members in groups.items():
         cells = []
-        for key in (*(f"{s}/acc" for s in STAGES), "gain"):
+        for key in (*(f"{s}/acc" for s in STAGES), "gain", "gain_at_cost"):
             values = [r.data.metrics[key] for r in members if key in r.data.metrics]
             cells.append((mean_sd(values) if values else "-").rjust(15))
         lines.append(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")

@@ -33,7 +33,7 @@ METRIC_COLUMNS = (
     ("snapshot_mean/acc", "snapshot_mean"),
     ("budget/acc", "budget"),
     ("gain", "gain"),
-    ("gain_at_cost", "gain at cost"),
+    ("gain_at_cost", "gain_at_cost"),
     ("final/acc", "acc"),
     ("final/loss", "loss"),
 )

@@ -9,6 +9,8 @@ final weights); stage 2 after stage 1's snapshots and the PCA (converted into pa
 
 from __future__ import annotations
 
+import math
+
 from sporeflow.engine.cost import Cost, seconds_as_passes
 from sporeflow.report.cost_report import (
     COST_CURVE_PREFIX,
@@ -55,10 +57,13 @@ def log_costs(pipeline, metrics: dict, correct: dict) -> str:
     budget = pipeline.budget
     if budget is not None:
         metrics.update({GIVEN + "passes": budget.passes, GIVEN + "ratio": budget.ratio})
-    target = pipeline.boost.target_acc
+    target, reached = pipeline.boost.target_acc, ""
     if target is not None:
-        for name, curve in arms.items():
-            metrics[f"{name}/passes_to_target"] = passes_to_target(curve, target)
+        to_target = {name: passes_to_target(curve, target) for name, curve in arms.items()}
+        metrics.update({f"{name}/passes_to_target": v for name, v in to_target.items()})
+        reached = f"\n  passes since stage 1's end to reach acc {target}: " + ", ".join(
+            f"{name} {'never' if math.isinf(v) else f'{v:.0f}'}" for name, v in to_target.items()
+        )
     for name, curve in arms.items():
         for passes, acc in curve:
             pipeline.parent.log_metrics({f"{COST_CURVE_PREFIX}{name}": acc}, round(passes))
@@ -72,4 +77,4 @@ def log_costs(pipeline, metrics: dict, correct: dict) -> str:
         )
         if plot is not None:
             pipeline.parent.log_artifact(plot)
-    return cost_table(costs, metrics)
+    return cost_table(costs, metrics) + reached

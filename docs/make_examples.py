@@ -53,7 +53,9 @@ def cost_lines(launch: Path) -> str:
     """The default dim-reduce job's verdict at equal cost and its cost table, and what they say."""
     lines = default_job(launch).splitlines()
     verdict = next(ln.strip() for ln in lines if ln.strip().startswith("at equal cost ("))
-    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("cost ") and "passes" in ln)
+    start = next(
+        i for i, ln in enumerate(lines) if ln.strip().startswith("cost ") and "passes" in ln
+    )
     table = [lines[start]]
     for ln in lines[start + 1 :]:
         if len(ln.split()) != 7 or not ln.startswith("  "):
@@ -172,7 +174,12 @@ def race_block(shown: list[str], decided: list[str]) -> str:
     )
 
 
-MAKERS = {"gain-line": gain_line, "cost-lines": cost_lines, "sweep-table": sweep_table, "race": race}
+MAKERS = {
+    "gain-line": gain_line,
+    "cost-lines": cost_lines,
+    "sweep-table": sweep_table,
+    "race": race,
+}
 
 
 def examples() -> dict[str, Path]:

@@ -28,6 +28,14 @@ def outside(rule: Range, kind: type) -> float:
     return rule.high if rule.high_open else rule.high + 1
 
 
+def annotated_type(hint):
+    """The type a range is written on: `Annotated[float, ...]`, also inside `Optional[...]`."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if typing.get_origin(candidate) is typing.Annotated:
+            return typing.get_args(candidate)[0]
+    raise AssertionError(f"no Annotated type in {hint}")
+
+
 def schema_ranges(node=RunConfig, path=""):
     """(dotted key, Range, type) of every ranged field of the schema."""
     hints = typing.get_type_hints(node, include_extras=True)
@@ -35,8 +43,7 @@ def schema_ranges(node=RunConfig, path=""):
         hint = hints[f.name]
         rule = range_of(hint)
         if rule is not None:
-            plain = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else int
-            yield f"{path}{f.name}", rule, plain
+            yield f"{path}{f.name}", rule, annotated_type(hint)
         inner = typing.get_type_hints(node)[f.name]
         if is_dataclass(inner):
             yield from schema_ranges(inner, f"{path}{f.name}.")

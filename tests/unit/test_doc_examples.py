@@ -28,7 +28,9 @@ def test_every_example_is_one_the_script_makes():
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert set(examples()) == set(module.MAKERS) == {"gain-line", "cost-lines", "sweep-table", "race"}
+    assert (
+        set(examples()) == set(module.MAKERS) == {"gain-line", "cost-lines", "sweep-table", "race"}
+    )
 
 
 def test_the_equal_cost_lines_have_the_current_format_and_the_reading_fits_them():

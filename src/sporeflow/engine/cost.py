@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from mindspore.train import Callback
 
@@ -68,14 +69,12 @@ class Cost:
     def from_metrics(cls, metrics: dict) -> Cost:
         """From a run's metrics (a reused stage carries the cost of the run it reused);
         missing fields are 0 (a run of an older sporeflow)."""
-        kinds = {f.name: f.type for f in fields(cls)}
-        return cls(
-            **{
-                name: (int if kind in (int, "int") else float)(metrics[f"{PREFIX}{name}"])
-                for name, kind in kinds.items()
-                if f"{PREFIX}{name}" in metrics
-            }
-        )
+        found: dict[str, Any] = {}
+        for f in fields(cls):
+            key = f"{PREFIX}{f.name}"
+            if key in metrics:
+                found[f.name] = (int if f.type in (int, "int") else float)(metrics[key])
+        return cls(**found)
 
 
 def seconds_as_passes(seconds: float, payer: Cost) -> float:

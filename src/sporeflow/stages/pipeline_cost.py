@@ -1,7 +1,8 @@
 """A dim-reduce pipeline's arms against their cost, on its parent run: each arm's passes and
 seconds beside its accuracy (`<arm>/passes`, `<arm>/seconds`), its curve on one axis of
 passes since stage 1's end (`cost_curve/<arm>`, step = passes), the budget the budget arm was
-given (`budget_given/passes`, `budget_given/ratio`: over boost.epochs plain epochs), the cost to reach `boost.target_acc` (`<arm>/passes_to_target`), and `cost.png`.
+given (`budget_given/passes`, `budget_given/ratio`: over boost.epochs plain epochs), the cost
+to reach `boost.target_acc` (`<arm>/passes_to_target`), and `cost.png`.
 
 Where an arm starts on that axis: the trained baselines and the budget arm at 0 (stage 1's
 final weights); stage 2 after stage 1's snapshots and the PCA (converted into passes at stage

@@ -191,3 +191,37 @@ def test_a_safetensors_run_resumes_like_an_uninterrupted_ckpt_run_and_is_evaluat
     served = Classifier(run_dir / "model").predict(example)
     like = Classifier(straight / "run" / "model").predict(example)
     np.testing.assert_allclose(served["probabilities"], like["probabilities"], rtol=1e-4, atol=1e-6)
+
+
+def test_a_resume_past_a_lost_checkpoint_keeps_each_step_once_and_clears_the_old_ending(
+    tmp_path,
+):
+    """The newest full checkpoint unreadable (a truncated epoch_0003): the resume trains epoch
+    3 again from epoch 2's, and the run's history still has each step once (the store already
+    has epoch 3's points); the FINISHED run keeps no reason it ended before."""
+    args = [*TINY, "callbacks.checkpoint.keep_last=3"]
+    first = run_train([*args, "epochs=3"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run,) = runs_of(tmp_path)
+    client = client_of(tmp_path)
+    client.set_tag(run.info.run_id, "sporeflow.failure", "Interrupted: SIGTERM (earlier)")
+    lost = tmp_path / "run" / "checkpoints" / "epoch_0003.ckpt"
+    lost.write_bytes(lost.read_bytes()[:100])
+    resumed = run_train(
+        [*args, "epochs=4", f"resume={tmp_path / 'run'}"], tmp_path, run_dir="again"
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        "skipping unreadable checkpoint"
+        in resumed.stderr + (tmp_path / "again" / "train.log").read_text()
+    )
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert "sporeflow.failure" not in run.data.tags
+    per_epoch = 4  # 128 images, batch 32
+    for key in ("train/loss", "eval/acc", "cost/passes"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, sorted(steps))
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc")] == [
+        per_epoch * e for e in (1, 2, 3, 4)
+    ]

@@ -57,7 +57,8 @@ def concrete(command: str, tmp: Path) -> list[list[str]]:
     variants = [OPTIONAL.sub("", command), OPTIONAL.sub(r"\1", command)]
     out = []
     for variant in dict.fromkeys(variants):
-        text = PLACEHOLDER.sub(str(tmp), variant)
+        host = re.sub(r"://" + PLACEHOLDER.pattern, "://localhost", variant)  # a URL's host
+        text = PLACEHOLDER.sub(str(tmp), host)
         # `a|b` inside a usage line offers alternatives: the first one
         text = re.sub(r"(\S+)\|\S+", r"\1", text) if "python" not in text else text
         out.append([a for a in shlex.split(text) if a != "..."])

@@ -197,6 +197,26 @@ def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
     assert (npy_labels == labels).all() and npy_probs == pytest.approx(probs, rel=1e-4, abs=1e-6)
 
 
+def png_declaring(width: int, height: int) -> bytes:
+    """A real 1-bit greyscale PNG of width x height, all black: its IDAT compresses the rows to
+    almost nothing (the shape of a decompression bomb), made row by row without the image."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    row = b"\x00" * (1 + (width + 7) // 8)  # filter byte + packed bits
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+
+
 def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path, capsys):
     from sporeflow.entry import cli
 
@@ -205,7 +225,15 @@ def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "a.png").write_bytes(b"not a png")
     np.save(tmp_path / "floats.npy", np.zeros((2, 8, 8, 1), np.float32))
+    (tmp_path / "bomb").mkdir()
+    (tmp_path / "bomb" / "b.png").write_bytes(png_declaring(30000, 30000))  # 1-bit, ~100 B
+    (tmp_path / "large").mkdir()
+    (tmp_path / "large" / "l.png").write_bytes(png_declaring(9000, 9000))  # under PIL's limit
     cases = {
+        str(tmp_path / "bomb"): "b.png: declares over 178956970 pixels; images of more than 50",
+        str(
+            tmp_path / "large"
+        ): "l.png: declares 9000 x 9000 pixels; images of more than 50 megapixels are refused before decoding",
         str(tmp_path / "empty"): "holds no image files (.jpg, .jpeg, .png)",
         str(tmp_path / "broken"): "a.png: not a readable image",
         str(tmp_path / "floats.npy"): "float32 array of shape (2, 8, 8, 1); expected uint8",

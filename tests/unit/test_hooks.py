@@ -72,8 +72,8 @@ def test_a_bad_hook_setting_and_a_class_that_is_no_hook_are_refused(compose_cfg)
     )
     assert "patience" in lines[0]
     assert lines[1] == (
-        "callbacks.hooks[1]._target_=sporeflow.engine.events.EventRecord: not a hook; "
-        "allowed: a subclass of sporeflow.engine.hooks.HookBase"
+        "callbacks.hooks[1]._target_=sporeflow.engine.events.EventRecord: not a hook (nothing "
+        "is called); allowed: a subclass of sporeflow.engine.hooks.HookBase"
     )
 
 

@@ -194,6 +194,47 @@ CASES = {
         ["sweep.objective=gain"],
         ["sweep.objective='gain' with boost=none", "auto, acc, loss"],
     ),
+    "a model target that is not a network (it would create a file)": (
+        [
+            "model._target_=builtins.open",
+            "~model.num_classes",
+            "~model.num_channel",
+            "+model.file={tmp}/planted",
+            "+model.mode=w",
+        ],
+        [
+            "model._target_=builtins.open: not a model (nothing is called)",
+            "a subclass of mindspore.nn.Cell",
+        ],
+    ),
+    "a model target that runs a command": (
+        [
+            "model._target_=os.system",
+            "~model.num_classes",
+            "~model.num_channel",
+            "+model.command=true",
+        ],
+        ["model._target_=os.system: not a model", "a function annotated to return one"],
+    ),
+    "an optimizer target that is a network": (
+        ["optimizer._target_=sporeflow.models.mlp.MLP"],
+        ["optimizer._target_=sporeflow.models.mlp.MLP: not an optimizer", "Optimizer"],
+    ),
+    "a dataset target that is a loss": (
+        ["dataset._target_=mindspore.nn.SoftmaxCrossEntropyWithLogits"],
+        [
+            "dataset._target_=mindspore.nn.SoftmaxCrossEntropyWithLogits: not a dataset",
+            "ImageDataset",
+        ],
+    ),
+    "a tracking uri that is a file name": (
+        ["tracking.uri=mlflow.db"],
+        ["tracking.uri=mlflow.db: not a store URI", "sqlite:///", "did you mean sqlite:///"],
+    ),
+    "an http tracking uri with a space": (
+        ["tracking.uri='http://127.0.0.1:1/a b'"],
+        ["tracking.uri=http://127.0.0.1:1/a b: ", "space"],
+    ),
     "stage-1 reuse across nodes": (
         ["boost=dim_reduce", "parallel=data2", "parallel.nodes=2", "boost.stage1_run=0123abcd"],
         ["boost.stage1_run with parallel.nodes=2", "cannot read"],
@@ -232,6 +273,27 @@ def test_bad_input_exits_2_with_one_line_before_any_work(tmp_path, inputs, case)
         assert body.count(leading_key.group(0)) == 1, f"the line repeats its key: {body}"
     for text in expected:
         assert text.format(tmp=inputs) in body, body
+
+
+def test_a_hostile_target_is_refused_before_it_is_called(tmp_path, inputs):
+    """builtins.open as the model with a file and mode beside it: refused, and the file it
+    would have created does not exist (nothing was called)."""
+    args = [
+        a.format(tmp=tmp_path)
+        for a in CASES["a model target that is not a network (it would create a file)"][0]
+    ]
+    refused(args, tmp_path)
+    assert not (tmp_path / "planted").exists()
+
+
+@pytest.mark.parametrize("app", ["train", "eval"])
+def test_a_refusal_in_hydras_own_run_dir_leaves_no_empty_folders(tmp_path, app):
+    """Without hydra.run.dir Hydra makes outputs/<date>/<time>/ (eval.py: outputs/eval/...)
+    before anything is checked; a refused command takes away every folder it made."""
+    args = ["epochs=-1"] if app == "train" else [f"source={tmp_path / 'nowhere'}"]
+    code, err = train_cli(args, tmp_path, run_dir=None, app=app)
+    assert code == 2, err[-2000:]
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
 
 
 def test_every_bad_value_is_reported_at_once(tmp_path):

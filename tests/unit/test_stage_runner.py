@@ -3,6 +3,7 @@ CPU, Hydra's compose, a real sqlite MLflow store written by the real journal wri
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import mindspore as ms
@@ -356,3 +357,41 @@ def test_a_wait_for_another_machine_survives_looks_the_store_does_not_answer():
     gone = StoreThatDropsLooks([[running]] + [None] * (reuse.UNREAD_PATIENCE + 1) + [[running]])
     reuse.wait_for_other_machines(gone, "fingerprint.stage1", "f00d", "stage1", poll_s=0)
     assert gone.looks == reuse.UNREAD_PATIENCE + 2  # a store that stays away ends the wait
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_local_stage1_whose_files_are_not_the_recorded_ones_is_trained_again(
+    tmp_path, monkeypatch, caplog
+):
+    """Bytes flipped in a finished stage 1's final weights, then in its PCA basis: the next
+    job in the same launch dir checks each file against the SHA-256 its run recorded, trains
+    stage 1 again instead of reusing it, and says which file and why."""
+    import logging
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    caplog.set_level(logging.WARNING, logger="sporeflow.stages.reuse")
+    base = [*TINY_PIPELINE, "boost.baselines=[baseline]"]
+    run_job(compose_job, tmp_path, [*base, "boost.rho=0.4"], run="a")
+    flip_a_byte(tmp_path / "a" / "stage1" / "checkpoints" / "final.ckpt")
+    run_job(compose_job, tmp_path, [*base, "boost.rho=0.5"], run="b")
+    (basis,) = (tmp_path / "b" / "stage1" / "pca").glob("*.npy")
+    flip_a_byte(basis)
+    shutil.rmtree(tmp_path / "a" / "baseline")  # the baseline's run dir is gone: trained again
+    run_job(compose_job, tmp_path, [*base, "boost.rho=0.6"], run="c")
+    pipelines = pipeline_runs(tmp_path)
+    assert [p.data.tags.get("stage1_reused_from") for p in pipelines] == [None, None, None]
+    said = [r.getMessage() for r in caplog.records if "not reusing run" in r.getMessage()]
+    assert any(
+        "checkpoints/final.ckpt is not the file its run made (SHA-256 differs" in m for m in said
+    ), said
+    assert any(f"pca/{basis.name} is not the file its run made" in m for m in said), said
+    # the baseline's own files were untouched: it is still reused from the first job; once its
+    # run dir is gone it is trained again, so its paired comparison does not drop out
+    assert pipelines[1].data.tags.get("baseline_reused_from")
+    assert not pipelines[2].data.tags.get("baseline_reused_from")
+    assert "vs_baseline/p_value" in pipelines[2].data.metrics

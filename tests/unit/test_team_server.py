@@ -46,6 +46,7 @@ def test_the_server_s_secret_key_and_auth_config_are_made_once_and_private(tmp_p
     monkeypatch.delenv(team_server.ADMIN_PASSWORD_ENV, raising=False)
     with pytest.raises(Refusal, match="no admin yet: set SPOREFLOW_SERVER_ADMIN_PASSWORD"):
         team_server.auth_env(args(tmp_path), tmp_path / "home")
+    assert not (tmp_path / "home").exists(), "a refusal left the server's home behind"
     secret_file = tmp_path / "pw"
     secret_file.write_text("from-a-file-0001\n")
     first = team_server.auth_env(
@@ -57,7 +58,7 @@ def test_the_server_s_secret_key_and_auth_config_are_made_once_and_private(tmp_p
     assert again["MLFLOW_AUTH_ADMIN_PASSWORD"] == "from-the-env-01"
     assert again["MLFLOW_FLASK_SERVER_SECRET_KEY"] == first["MLFLOW_FLASK_SERVER_SECRET_KEY"]
     assert len(first["MLFLOW_FLASK_SERVER_SECRET_KEY"]) == 64
-    for name in ("secret_key", "basic_auth.ini"):
+    for name in ("secret_key", "basic_auth.ini", "users.db"):  # users.db: the password hashes
         assert stat.S_IMODE((tmp_path / "home" / name).stat().st_mode) == 0o600
     assert "default_permission = READ" in (tmp_path / "home" / "basic_auth.ini").read_text()
 

@@ -214,13 +214,23 @@ def test_a_killed_writer_is_replaced_and_nothing_is_lost(tmp_path):
     assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(1, 6)]
 
 
-def test_a_record_the_store_refuses_is_counted_and_the_rest_applied(tmp_path):
+def test_a_record_the_store_refuses_is_counted_said_and_fails_the_process(tmp_path, capsys):
+    """Never dropped in silence: the rest is applied, the refused record stays in the journal,
+    the console names how many and where, and the process ends with an error (exit 1)."""
+    from sporeflow.tracking.tracker import RecordsRefused
+
     tracker = Tracker.from_config(config(), tmp_path, journal_dir=tmp_path / "run")
-    with tracker:
-        run = tracker.start_run("r")
-        run.log_artifact(tmp_path / "gone.bin")  # removed before the writer gets to it
-        run.log_metrics({"m": 1.0}, 1)
-        run.end()
+    with pytest.raises(
+        RecordsRefused, match="refused 1 tracking records of run r: they are kept in"
+    ):
+        with tracker:
+            run = tracker.start_run("r")
+            run.log_artifact(tmp_path / "gone.bin")  # removed before the writer gets to it
+            run.log_metrics({"m": 1.0}, 1)
+            run.end()
+    said = capsys.readouterr().err
+    assert f"they are kept in {tracker.journal}" in said and ".writer.log says why" in said
+    assert any(r["op"] == "artifact" for r in read_records(tracker.journal))
     state = tracker.applied()
     assert state.rejected == 1 and state.seq == read_records(tracker.journal)[-1]["seq"]
     assert "no longer exists" in sibling(tracker.journal, ".writer.log").read_text()

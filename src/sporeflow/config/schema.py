@@ -18,6 +18,7 @@ from typing import Annotated, Any, Dict, Iterator, List, Optional
 
 from sporeflow.config import objective
 from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range
+from sporeflow.core.uris import redacted, store_uri_problem
 
 SCHEMA_NAME = "sporeflow_schema"
 EVAL_SCHEMA_NAME = "sporeflow_eval_schema"  # eval.py's root (conf/eval.yaml)
@@ -163,6 +164,11 @@ class TrackingConfig:
     and data-parallel jobs."""
     system_metrics_interval: Annotated[float, NonNegative] = 10.0
     """Seconds between MLflow system-metrics samples (CPU, memory, disk, network); 0 = off."""
+
+    def relations(self) -> Iterator[str]:
+        problem = store_uri_problem(self.uri) if self.uri else None
+        if problem:
+            yield f"tracking.uri={redacted(self.uri)}: {problem}"
 
 
 @dataclass

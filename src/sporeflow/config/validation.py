@@ -10,7 +10,6 @@ one line per bad key (ConfigError, exit 2).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import typing
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sporeflow.config.schema import COMPONENT_GROUPS, RunConfig
+from sporeflow.config.targets import checked_target
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.ranges import range_of, without_range
 from sporeflow.nn import schedules
@@ -72,18 +72,11 @@ def node_problems(node: Any, path: str = "") -> list[str]:
     return found
 
 
-def _import_target(path: str, key: str) -> Any:
-    module_name, _, attr = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as ex:
-        raise ConfigError(f"{key}._target_: cannot import {path!r} ({ex})") from ex
-
-
-def _signature(node: DictConfig, group: str):
+def _signature(node: DictConfig, group: str, kind: str):
     """The parameters of the node's `_target_` (None for builtins without a signature) and its
-    type hints with their ranges (empty where they cannot be resolved)."""
-    target = _import_target(node["_target_"], group)
+    type hints with their ranges (empty where they cannot be resolved); ConfigError when the
+    target is not a `kind` (config.targets: checked before anything is called)."""
+    target = checked_target(kind, group, node["_target_"])
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):
@@ -96,9 +89,9 @@ def _signature(node: DictConfig, group: str):
     return params, hints
 
 
-def component_settings(group: str, node: DictConfig) -> list[str] | None:
+def component_settings(group: str, node: DictConfig, kind: str | None = None) -> list[str] | None:
     """The keys a component node may set (None: the target takes **kwargs, or has no signature)."""
-    params, _ = _signature(node, group)
+    params, _ = _signature(node, group, kind or group)
     if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     supplied = _SUPPLIED_AT_BUILD.get(group, set())
@@ -132,20 +125,21 @@ def _kind(hint: Any) -> str:
     return " or ".join(_KINDS.get(a, getattr(a, "__name__", str(a))) for a in args)
 
 
-def component_problems(group: str, node: DictConfig) -> Iterator[str]:
-    """Keys the target does not take, values of the wrong type or outside the argument's range,
-    and required arguments that are missing."""
+def component_problems(group: str, node: DictConfig, kind: str | None = None) -> Iterator[str]:
+    """A target that is not of its kind (`kind`, default the group: config.targets), keys the
+    target does not take, values of the wrong type or outside the argument's range, and
+    required arguments that are missing."""
     if "_target_" not in node:
         yield f"{group}._target_ is missing: name the class or function that builds the {group}"
         return
     try:
-        params, hints = _signature(node, group)
+        params, hints = _signature(node, group, kind or group)
     except ConfigError as ex:
         yield str(ex)
         return
     if params is None:
         return  # builtins without a signature: nothing to check against
-    allowed = component_settings(group, node)
+    allowed = component_settings(group, node, kind)
     target = node["_target_"]
     keys = [k for k in node.keys() if not str(k).startswith("_")]
     for key in keys:
@@ -179,13 +173,7 @@ def hook_problems(hooks) -> list[str]:
         if not isinstance(node, DictConfig):
             found.append(f"{key}={node!r}: must be a node with a _target_ (a HookBase subclass)")
             continue
-        problems = list(component_problems(key, node))
-        if not problems and not hasattr(_import_target(node["_target_"], key), "bind"):
-            problems.append(
-                f"{key}._target_={node['_target_']}: not a hook; allowed: a subclass of "
-                "sporeflow.engine.hooks.HookBase"
-            )
-        found += problems
+        found += list(component_problems(key, node, "hook"))
     return found
 
 

@@ -28,6 +28,38 @@ def redact_text(text: str) -> str:
     return _CREDENTIALS.sub(r"\1:***@", text)
 
 
+STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https")
+ALLOWED_STORES = (
+    "sqlite:///<path>, postgresql://<user>@<host>/<db> (mysql://, mssql:// alike), "
+    "http(s)://<host>:<port>"
+)
+
+
+def store_uri_problem(uri: str) -> str | None:
+    """Why `uri` is not an MLflow store address sporeflow can write to, in words that follow
+    `key=uri: `; None when it is one. Only its form is checked here (no connection): a file
+    name, a scheme MLflow does not store runs in, an http address with a space or no host."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme not in STORE_SCHEMES:
+        hint = (
+            f" (did you mean sqlite:///{uri}?)" if uri.endswith(".db") and "://" not in uri else ""
+        )
+        return f"not a store URI; allowed: {ALLOWED_STORES}{hint}"
+    if any(c.isspace() for c in uri):
+        return "a store URI may not contain a space; quote nothing into it, or %20-encode it"
+    if scheme == "sqlite":
+        path = uri[len("sqlite://") :]
+        return None if path.startswith("/") and len(path) > 1 else "needs a path: sqlite:///<path>"
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as ex:
+        return f"not a valid URI ({ex})"
+    if not parts.hostname:
+        return f"needs a host: {scheme}://<host>..."
+    return None
+
+
 def is_database(uri: str) -> bool:
     """A store spoken to as a database server (postgresql://, mysql://...), not a file or HTTP."""
     scheme = uri.split("://", 1)[0] if "://" in uri else ""

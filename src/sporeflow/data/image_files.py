@@ -1,9 +1,11 @@
 """A user's own images for `sporeflow predict`: a folder of JPEG/PNG files or a `.npy` batch,
 read as HWC uint8 arrays with a data set's channels (1: grey, 3: RGB). Every file is checked
-before any is used, so bad input is refused before the network is built."""
+before any is used, so bad input is refused before the network is built; an image whose header
+declares more than MAX_PIXELS is refused unread, so a small file cannot take the memory."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,7 @@ from PIL import Image, UnidentifiedImageError
 from sporeflow.core.errors import DataError
 
 SUFFIXES = (".jpg", ".jpeg", ".png")
+MAX_PIXELS = 50_000_000  # a 50 MP photo decodes to 150 MB of RGB; a larger image is refused
 _PIL_MODE = {1: "L", 3: "RGB"}
 
 
@@ -52,12 +55,32 @@ def _checked_files(folder: Path) -> tuple[str, ...]:
     if not files:
         raise DataError(f"{folder} holds no image files ({', '.join(SUFFIXES)})")
     for file in files:
-        try:
-            with Image.open(file) as image:
-                image.verify()
-        except (UnidentifiedImageError, OSError, SyntaxError) as ex:
-            raise DataError(f"{file}: not a readable image ({ex})") from None
+        _check_file(file)
     return tuple(str(p.relative_to(folder)) for p in files)
+
+
+def _check_file(file: Path) -> None:
+    """A readable image of at most MAX_PIXELS, judged by the size its header declares, before
+    anything is decoded (a 100 KB PNG can declare 30000 x 30000 pixels: a decompression bomb)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused just below
+            with Image.open(file) as image:
+                width, height = image.size
+                if width * height > MAX_PIXELS:
+                    raise DataError(_too_large(file, f"{width} x {height} pixels"))
+                image.verify()
+    except Image.DecompressionBombError:
+        raise DataError(_too_large(file, f"over {2 * Image.MAX_IMAGE_PIXELS} pixels")) from None
+    except (UnidentifiedImageError, OSError, SyntaxError) as ex:
+        raise DataError(f"{file}: not a readable image ({ex})") from None
+
+
+def _too_large(file: Path, declared: str) -> str:
+    return (
+        f"{file}: declares {declared}; images of more than {MAX_PIXELS // 10**6} megapixels are "
+        "refused before decoding (each is decoded whole before it is scaled): scale it down first"
+    )
 
 
 def _checked_batch(path: Path, channels: int) -> tuple[str, ...]:

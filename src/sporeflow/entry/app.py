@@ -241,6 +241,9 @@ def run_started(cfg: DictConfig, ctx: RunContext) -> bool:
     return not resume_off(cfg.resume) or bool(read_run_marker(ctx.run_dir).get("mlflow_run_id"))
 
 
+HYDRA_FOLDERS = ("outputs", "multirun", "eval")  # what Hydra makes above a run's <date>/
+
+
 def remove_unused_run_dir(run_dir: Path) -> None:
     """A refused command leaves no run dir behind: Hydra made it (and wrote .hydra/ and the
     job log, train.log or eval.log) before sporeflow could check anything."""
@@ -248,9 +251,13 @@ def remove_unused_run_dir(run_dir: Path) -> None:
         return
     if all(p.name in (".hydra", CLAIM_FILE) or p.suffix == ".log" for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
-        date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty; nothing above it
-        if date_dir.parent.name in ("outputs", "multirun", "eval") and not any(date_dir.iterdir()):
-            date_dir.rmdir()
+        date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty, then the
+        if date_dir.parent.name in HYDRA_FOLDERS and not any(date_dir.iterdir()):  # folders
+            date_dir.rmdir()  # above it that Hydra made for it alone (outputs/, outputs/eval/)
+            parent = date_dir.parent
+            while parent.name in HYDRA_FOLDERS and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
 
 
 def _run_ending_sweeps(hydra_main: Callable[[], object]) -> None:

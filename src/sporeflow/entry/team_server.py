@@ -120,20 +120,22 @@ def auth_env(args: argparse.Namespace, home: Path) -> dict[str, str]:
     once and ignores it afterwards)."""
     users = home / "users.db"
     config = home / "basic_auth.ini"
+    password = admin_password(args)  # checked before anything is made in `home`
+    made = users.is_file() and users.stat().st_size > 0  # a server ran here and made its admin
+    if password is None and not made:
+        raise Refusal(
+            f"--host {args.host}: logins are on and there is no admin yet: set "
+            f"{ADMIN_PASSWORD_ENV} or give --admin-password-file (never the password itself)"
+        )
     ini = AUTH_INI.format(database=f"sqlite:///{users}", admin=ADMIN, cache_s=AUTH_CACHE_S)
     private_file(config, lambda: ini)
+    private_file(users, str)  # an empty SQLite database, 0600: MLflow fills it (password hashes)
     env = {
         "MLFLOW_AUTH_CONFIG_PATH": str(config),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": private_file(
             home / "secret_key", lambda: secrets.token_hex(32)
         ),
     }
-    password = admin_password(args)
-    if password is None and not users.is_file():
-        raise Refusal(
-            f"--host {args.host}: logins are on and there is no admin yet: set "
-            f"{ADMIN_PASSWORD_ENV} or give --admin-password-file (never the password itself)"
-        )
     if password is not None:
         env["MLFLOW_AUTH_ADMIN_PASSWORD"] = password
     return env

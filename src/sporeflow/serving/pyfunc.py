@@ -24,9 +24,11 @@ class Classifier:
         from omegaconf import OmegaConf
 
         from sporeflow.config.components import build_model
+        from sporeflow.config.targets import checked_target
         from sporeflow.storage.checkpoints import load_weights
 
         spec = yaml.safe_load((path / NETWORK).read_text())
+        checked_target("model", "model", spec["model"]["_target_"])  # data, never a call
         self.input = spec["input"]
         self.network = build_model(OmegaConf.create({"model": spec["model"]}))
         load_weights(self.network, packaged_weights(path))

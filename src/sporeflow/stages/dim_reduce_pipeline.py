@@ -251,9 +251,10 @@ class DimReducePipeline:
         run = self.tracker.get_run(self.boost.stage1_run)
         if run is None:
             raise DimReduceError(f"{key}: no such MLflow run in {self.tracker.uri}")
-        found = self._usable_stage1(
-            run, reuse.local_or_fetched(self.tracker, run, self.ctx.launch_dir)
-        )
+        run_dir, problem = reuse.checked_dir(self.tracker, run, self.ctx.launch_dir)
+        if problem:
+            raise DimReduceError(f"{key}: {problem} ({run_dir})")
+        found = self._usable_stage1(run, run_dir)
         if found is None:
             raise DimReduceError(
                 f"{key}: its run dir {run.data.tags.get('run_dir')} lacks checkpoints/final.* or snapshots/"
@@ -350,6 +351,11 @@ class DimReducePipeline:
 
         def usable(run, run_dir: Path) -> StageResult | None:
             found = self._reused(spec.name, run, run_dir)
+            if found.correct is None:  # its paired comparison would silently drop out
+                log.info(
+                    "%s: run %s has no predictions.npy in %s", spec.name, run.info.run_id, run_dir
+                )
+                return None
             return found if "acc" in found.metrics else None
 
         return self._trained(

@@ -32,7 +32,7 @@ from sporeflow.config.facts import global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.storage.files import sha256_file
 from sporeflow.storage.locks import exclusive
-from sporeflow.tracking.tracker import TrackedRun, Tracker, checksum_tag
+from sporeflow.tracking.tracker import CHECKSUM_TAG, TrackedRun, Tracker, checksum_tag
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,19 @@ def _steps_per_epoch(run, last_step: int) -> int:
 
 def usable_runs(tracker: Tracker, tag: str, fingerprint: str, launch_dir: Path) -> Iterator:
     """(run, its dir on this disk) of each finished run tagged `tag` = fingerprint, newest
-    first; on a store other machines reach a run whose files are elsewhere is fetched."""
+    first; on a store other machines reach a run whose files are elsewhere is fetched. A run
+    whose files here are not the ones it recorded is left out, said in a warning."""
     for run in finished_runs(tracker, tag, fingerprint):
-        yield run, local_or_fetched(tracker, run, launch_dir)
+        run_dir, problem = checked_dir(tracker, run, launch_dir)
+        if problem:
+            log.warning(
+                "not reusing run %s (%s): %s; it is trained again",
+                run.info.run_id,
+                run_dir,
+                problem,
+            )
+            continue
+        yield run, run_dir
 
 
 def local_or_fetched(tracker: Tracker, run, launch_dir: Path) -> Path:
@@ -141,6 +151,26 @@ def local_or_fetched(tracker: Tracker, run, launch_dir: Path) -> Path:
     if (run_dir / "predictions.npy").is_file() or not tracker.shared:
         return run_dir
     return fetch(tracker, run, launch_dir) or run_dir
+
+
+def checked_dir(tracker: Tracker, run, launch_dir: Path) -> tuple[Path, str | None]:
+    """local_or_fetched, and why its files may not be used (None when they may): every file
+    its run recorded a SHA-256 for must match it here too, wherever the dir came from (a
+    fetched copy was checked as it arrived)."""
+    run_dir = local_or_fetched(tracker, run, launch_dir)
+    return run_dir, unverified_here(run_dir, run.data.tags)
+
+
+def unverified_here(run_dir: Path, tags: dict[str, str]) -> str | None:
+    """The first file of a run dir whose SHA-256 is not the one its run's tags recorded, said
+    in a few words; None when each recorded file that is here matches (a file not here is
+    the reuse's own concern: a stage without its weights is not usable anyway)."""
+    for tag in sorted(t for t in tags if t.startswith(CHECKSUM_TAG)):
+        name = tag[len(CHECKSUM_TAG) :]
+        path = Path(run_dir) / name
+        if path.is_file() and sha256_file(path) != tags[tag]:
+            return f"{name} is not the file its run made (SHA-256 differs from the recorded one)"
+    return None
 
 
 @contextmanager

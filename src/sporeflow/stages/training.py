@@ -200,7 +200,10 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     cost = hooks.cost.cost()
     if stage.worker.is_main:
         run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
-        run.log_metrics({**end_metrics(exported, classified), **cost.metrics()}, last_step)
+        spent = cost.metrics()
+        if last_epoch in hooks.cost.by_epoch:  # its epoch's end put cost/passes at this step
+            spent.pop("cost/passes")
+        run.log_metrics({**end_metrics(exported, classified), **spent}, last_step)
         run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
         run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(

@@ -29,6 +29,8 @@ from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger(__name__)
 
+ENDED_TAGS = ("sporeflow.failure", "sporeflow.closed")  # why a run ended: cleared by a resume
+
 RUN_KEY_TAG = "sporeflow.run_key"
 
 
@@ -178,6 +180,7 @@ class Applier:
     def _resume(self, run_id: str, group: list[dict], uncertain: bool) -> None:
         record = group[0]
         self.store.set_status(run_id, "RUNNING")
+        self.store.delete_tags(run_id, ENDED_TAGS)  # why it ended before no longer stands
         self.store.log_batch(run_id, tags=list(process_tags(record["process"]).items()))
         self._opened(record["run"])
         self._monitor(run_id, record, resume=True)

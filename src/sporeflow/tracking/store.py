@@ -24,7 +24,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sporeflow.core.uris import database_lock, database_problem, is_database, redacted
+from sporeflow.core.uris import (
+    database_lock,
+    database_problem,
+    is_database,
+    redacted,
+    store_uri_problem,
+)
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.sqlite_store import create_sqlite_store
 
@@ -143,6 +149,9 @@ def store_refusal(configured: str | None) -> str | None:
     that does not answer is not refused: its records wait in the journal."""
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or ""
     key = "tracking.uri" if configured else "MLFLOW_TRACKING_URI"
+    problem = store_uri_problem(uri) if uri else None
+    if problem:
+        return f"{key}={redacted(uri)}: {problem}"
     if is_database(uri):
         problem = database_problem(uri)
         return f"{key}={redacted(uri)}: cannot connect: {problem}" if problem else None
@@ -470,6 +479,26 @@ class Store:
                 "set_terminated",
                 lambda: self._client.set_terminated(run_id, status, end_time=end_ms),
             )
+
+    def delete_tags(self, run_id: str, keys) -> None:
+        """Remove those of `keys` the run has (a resumed run's reasons for ending before)."""
+        self.connect()
+        run = self.call("get_run", lambda: self._client.get_run(run_id))
+        for key in (k for k in keys if k in run.data.tags):
+            self.call("delete_tag", partial(self._client.delete_tag, run_id, key))
+
+    def last_steps(self, run_id: str) -> dict[str, int]:
+        """Each metric of a run -> the last step it has a point at (a continued run's history
+        goes on after it)."""
+        self.connect(create=False)
+        run = self.call("get_run", lambda: self._client.get_run(run_id))
+        found = {}
+        for key in run.data.metrics:
+            history = self.call(
+                "get_metric_history", partial(self._client.get_metric_history, run_id, key)
+            )
+            found[key] = max((int(m.step) for m in history), default=-1)
+        return found
 
     def set_experiment_tag(self, key: str, value: str) -> None:
         self.connect()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sporeflow.core import signals
+from sporeflow.core.errors import SporeflowError
 from sporeflow.core.processes import this_process
 from sporeflow.core.uris import redact_text
 from sporeflow.storage.files import sha256_file
@@ -94,6 +95,7 @@ class Tracker:
         self._names: dict[str, str] = {}  # run key -> name, for the end line
         self._samples = RunSamples()  # runs whose machine figures this process takes itself
         self.left: int = 0  # records still unsent after finish()
+        self.rejected: int = 0  # records the store refused, after finish()
 
     @classmethod
     def from_config(
@@ -255,6 +257,9 @@ class Tracker:
         if self._writer is not None:
             self._drain(self._writer)
         self.left = pending(self._journal.path)
+        self.rejected = self.applied().rejected
+        if self.rejected:
+            print(f"[sporeflow] {self.refused_line()}", file=sys.stderr)
         if self.left:
             print(
                 f"[sporeflow] {self.left} tracking records of run {self._run_name()} are kept in "
@@ -285,8 +290,20 @@ class Tracker:
     def __enter__(self) -> Tracker:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self.finish()
+        if (
+            exc_type is None and self.rejected
+        ):  # the run's record is incomplete: say so in the status
+            raise RecordsRefused(self.refused_line())
+
+    def refused_line(self) -> str:
+        assert self._journal is not None
+        log_file = sibling(self._journal.path, ".writer.log")
+        return (
+            f"the store {self.uri} refused {self.rejected} tracking records of run "
+            f"{self._run_name()}: they are kept in {self._journal.path}, and {log_file} says why"
+        )
 
     def describe(self) -> str:
         """Where this process's records go, as the console summary says it."""
@@ -339,6 +356,7 @@ class Tracker:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         run = self.run(run_id)
         if run.run_id is not None:
+            run.logged_until = self.last_steps(run_id)
             here = self._samples_here(system_metrics)
             self._append(
                 Op.resume,
@@ -436,6 +454,19 @@ class Tracker:
 
         return self._read("get_run", read, None)
 
+    def last_steps(self, run_id: str) -> dict[str, int]:
+        """Each metric of a run (by id or key) -> its last stored step ({} when unreadable)."""
+
+        def read(store: Store) -> dict[str, int]:
+            found = (
+                self.applied().runs.get(run_id) or store.find_by_key(run_id)
+                if is_key(run_id)
+                else run_id
+            )
+            return store.last_steps(found) if found else {}
+
+        return self._read("last_steps", read, {})
+
     def model_version_run_id(self, name: str, ref: str) -> str | None:
         """The run id behind `models:/name/ref` (or `models:/name@ref`); None if unknown, ""
         when the version names no run."""
@@ -446,6 +477,10 @@ class Tracker:
         return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
 
 
+class RecordsRefused(SporeflowError):
+    """The store refused records of a finished process: its MLflow record is incomplete."""
+
+
 class TrackedRun:
     """One MLflow run, as journal records. Metrics are buffered and journalled per flush."""
 
@@ -453,6 +488,7 @@ class TrackedRun:
         self.tracker = tracker
         self.run_id = run_id
         self._pending: list[list] = []
+        self.logged_until: dict[str, int] = {}  # a resumed run's last stored step per metric
 
     def _append(self, op: Op, **fields: Any) -> int | None:
         if self.run_id is None:
@@ -466,10 +502,16 @@ class TrackedRun:
         self._append(Op.tags, tags={k: _tag_value(v) for k, v in tags.items()})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, flush: bool = False) -> None:
+        """Journal metric points at `step`; a continued run skips the points it has already
+        (the epoch whose checkpoint was lost is trained again: each step stays once)."""
         if self.run_id is None:
             return
         now = int(time.time() * 1000)
-        self._pending += [[k, float(v), now, int(step)] for k, v in metrics.items()]
+        self._pending += [
+            [k, float(v), now, int(step)]
+            for k, v in metrics.items()
+            if int(step) > self.logged_until.get(k, -1)
+        ]
         if flush:
             self.flush()
 

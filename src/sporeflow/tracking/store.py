@@ -451,11 +451,18 @@ class Store:
             "search_logged_models",
             lambda: find_logged_model(self._client, experiment_id, source_run_id, name),
         )
-        if model_id is not None:
-            self.call(
-                "log_outputs",
-                lambda: self._client.log_outputs(run_id, [LoggedModelOutput(model_id, step=0)]),
-            )
+        if model_id is None or model_id in self._model_outputs(run_id):
+            return  # none logged, or linked already (a continued pipeline links it again)
+        self.call(
+            "log_outputs",
+            lambda: self._client.log_outputs(run_id, [LoggedModelOutput(model_id, step=0)]),
+        )
+
+    def _model_outputs(self, run_id: str) -> set[str]:
+        """The ids of the logged models a run lists as its outputs."""
+        run = self.call("get_run", lambda: self._client.get_run(run_id))
+        outputs = getattr(run, "outputs", None)
+        return {o.model_id for o in getattr(outputs, "model_outputs", None) or []}
 
     def register_model(self, run_id: str, record: Mapping[str, Any]) -> str | None:
         """A journal `register` record: a version of the model the source run logged, unless

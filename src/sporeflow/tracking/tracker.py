@@ -46,7 +46,7 @@ from sporeflow.tracking.journal import (
     sibling,
 )
 from sporeflow.tracking.machine_samples import RunSamples, next_step
-from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer
+from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer, writer_file
 from sporeflow.tracking.store import (
     Store,
     StoreError,
@@ -146,12 +146,18 @@ class Tracker:
 
     def _append(self, op: Op, **fields: Any) -> int:
         journal = self._open_journal()
-        for run, points in self._samples.take(fields.get("run") if op is Op.end else None):
-            journal.append(Op.metrics, run=run, points=points)
+        self.take_samples(fields.get("run") if op is Op.end else None)
         seq = journal.append(op, **fields)
         self._ensure_writer()
         self._say_problem()
         return seq
+
+    def take_samples(self, ending: str | None = None) -> None:
+        """Journal this machine's figures for the runs sampled here, when due (at every write,
+        and at a flush that has nothing else to write: a continued run's skipped points)."""
+        journal = self._open_journal()
+        for run, points in self._samples.take(ending):
+            journal.append(Op.metrics, run=run, points=points)
 
     def _say_problem(self) -> None:
         """The writer's first failed contact with the store, as one console line, once: the
@@ -299,7 +305,11 @@ class Tracker:
 
     def refused_line(self) -> str:
         assert self._journal is not None
-        log_file = sibling(self._journal.path, ".writer.log")
+        log_file = (  # the writer that applied it: the sweep's (shared) or this process's own
+            writer_file(self._shared.home, self._shared.host).with_suffix(".log")
+            if self._shared is not None
+            else sibling(self._journal.path, ".writer.log")
+        )
         return (
             f"the store {self.uri} refused {self.rejected} tracking records of run "
             f"{self._run_name()}: they are kept in {self._journal.path}, and {log_file} says why"
@@ -445,24 +455,22 @@ class Tracker:
         """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
 
         def read(store: Store) -> Any:
-            found = (
-                self.applied().runs.get(run_id) or store.find_by_key(run_id)
-                if is_key(run_id)
-                else run_id
-            )
+            found = self._mlflow_id(store, run_id)
             return store.get_run(found) if found else None
 
         return self._read("get_run", read, None)
+
+    def _mlflow_id(self, store: Store, run_id: str) -> str | None:
+        """A run's MLflow id from its id or its journal key (None: not in the store yet)."""
+        if not is_key(run_id):
+            return run_id
+        return self.applied().runs.get(run_id) or store.find_by_key(run_id)
 
     def last_steps(self, run_id: str) -> dict[str, int]:
         """Each metric of a run (by id or key) -> its last stored step ({} when unreadable)."""
 
         def read(store: Store) -> dict[str, int]:
-            found = (
-                self.applied().runs.get(run_id) or store.find_by_key(run_id)
-                if is_key(run_id)
-                else run_id
-            )
+            found = self._mlflow_id(store, run_id)
             return store.last_steps(found) if found else {}
 
         return self._read("last_steps", read, {})
@@ -520,6 +528,8 @@ class TrackedRun:
         pending, self._pending = self._pending, []
         if pending:
             self._append(Op.metrics, points=pending)
+        elif self.run_id is not None:
+            self.tracker.take_samples()
         if self.run_id is not None:
             self.tracker.sync()
 

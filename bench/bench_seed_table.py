@@ -102,7 +102,7 @@ def builtin_worker(run_dir: str, out: str) -> None:
     from sporeflow.config.components import build_dataset, build_loss, build_model
     from sporeflow.dim_reduce.pca import Layout, read_all
     from sporeflow.dim_reduce.snapshots import list_snapshots
-    from sporeflow.engine.predictions import correct_per_example
+    from sporeflow.engine.predictions import logits_and_labels
     from sporeflow.stages.build import eval_metrics
     from sporeflow.storage.checkpoints import load_weights
 
@@ -151,10 +151,10 @@ def builtin_worker(run_dir: str, out: str) -> None:
     model.train(b.epochs, train_data, dataset_sink_mode=False)
     seconds = time.perf_counter() - start
     eval_data = data.create("test")
-    result = Model(net, loss_fn=loss_fn, metrics=eval_metrics()).eval(
-        eval_data, dataset_sink_mode=False
-    )
-    correct = correct_per_example(net, eval_data)
+    evaluator = Model(net, loss_fn=loss_fn, metrics=eval_metrics())
+    result = evaluator.eval(eval_data, dataset_sink_mode=False)
+    logits, labels = logits_and_labels(evaluator, eval_data)
+    correct = logits.argmax(axis=1) == labels
     Path(out).write_text(
         json.dumps(
             {

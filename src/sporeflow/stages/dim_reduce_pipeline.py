@@ -189,13 +189,21 @@ class DimReducePipeline:
         return self._compare()
 
     def _budget(self) -> Budget:
-        """What stage 2 cost, snapshots and PCA included: the budget arm's allowance."""
+        """What stage 2 cost, snapshots and PCA included: the budget arm's allowance. With
+        several workers every rank must train the same steps, and measured seconds differ by
+        rank: the budget is then stage 2's passes alone (the same on every rank), said once."""
+        unit, stage1 = self.boost.budget_unit.value, Cost.from_metrics(self.stages["stage1"].cost)
+        pca = self.pca_cost_seconds
+        if self.worker.world_size > 1:
+            if self.worker.is_main:
+                log.warning(
+                    "budget arm: %d workers: stage 2's passes alone, without the "
+                    "seconds of its snapshots and PCA",
+                    self.worker.world_size,
+                )
+            unit, stage1, pca = "passes", Cost(), 0.0
         self.budget = budget_of(
-            self.boost.budget_unit.value,
-            Cost.from_metrics(self.stages["stage1"].cost),
-            Cost.from_metrics(self.stages["stage2"].cost),
-            self.pca_cost_seconds,
-            self.boost.epochs,
+            unit, stage1, Cost.from_metrics(self.stages["stage2"].cost), pca, self.boost.epochs
         )
         log.info("budget arm: %s (%s)", self.budget.describe(), self.budget.unit)
         return self.budget

@@ -108,15 +108,20 @@ class Cluster:
         )
 
     def start_sweep(
-        self, launch: Path, *args: str, parallel: tuple[str, ...] = TWO_NODES
+        self,
+        launch: Path,
+        *args: str,
+        parallel: tuple[str, ...] = TWO_NODES,
+        training: tuple[int, ...] = (0,),
     ) -> subprocess.Popen:
-        """The sweep started (spawn_sweep), once its job 0 trains (its MLflow run exists)."""
+        """The sweep started (spawn_sweep), once the jobs `training` train (their MLflow runs
+        exist: a job SLURM shows RUNNING may still be importing MindSpore, with no run yet)."""
         sweep = self.spawn_sweep(launch, *args, parallel=parallel)
         try:
             wait_until(
-                lambda: 0 in sweep_runs(self, launch)[1],
+                lambda: set(training) <= set(sweep_runs(self, launch)[1]),
                 180,
-                lambda: f"job 0 never started its run; {self.state(launch)}",
+                lambda: f"jobs {training} never all started their runs; {self.state(launch)}",
             )
         except BaseException:
             os.killpg(sweep.pid, signal.SIGKILL)
@@ -454,7 +459,7 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
     runs and the sweep's parent name node1. Job 2, queued behind the dead node, can never start:
     Ctrl-C on the submitting command cancels it (sacct: CANCELLED), the sweep exits 130 with its
     parent KILLED. No process of any job is left; node1 is started again afterwards."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500")
+    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500", training=(0, 1))
     try:
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued

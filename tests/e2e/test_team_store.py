@@ -165,6 +165,56 @@ def test_the_team_server_lets_in_only_its_users_and_shows_no_secret(team_server,
     assert not [c for c in shown if "team-secret" in c or ADMIN_PASSWORD in c], shown
 
 
+def test_a_viewer_creates_nothing_and_a_recorded_digest_is_never_rewritten(
+    team_server, tmp_path, monkeypatch
+):
+    """issue 52 item 1: a viewer who creates the team's experiment (or a registered model)
+    first would be its manager and could later replace a trainer's weights, digest tag and
+    all. The viewer's create gets 403 naming the rule; the trainer and the admin create. A
+    recorded SHA-256 tag is written once, for everyone: the same value again passes (a
+    replayed journal), another value or a delete, by set-tag or log-batch, gets 403."""
+    import hashlib
+
+    from mlflow.entities import RunTag
+    from mlflow.exceptions import MlflowException
+
+    url = team_server[0]
+    client = MlflowClient(url)
+
+    def as_user(name: str, password: str) -> None:
+        for key, value in login(name, password).items():
+            monkeypatch.setenv(key, value)
+
+    def refused(call, why: str) -> None:
+        with pytest.raises(MlflowException) as answer:
+            call()
+        assert "403" in str(answer.value) and why in str(answer.value), answer.value
+
+    as_user(VIEWER, VIEWER_PASSWORD)
+    team = f"team-{tmp_path.name}"
+    refused(lambda: client.create_experiment(team), f"user '{VIEWER}' may read but not create")
+    refused(lambda: client.create_registered_model(team), f"user '{VIEWER}' may read")
+    assert client.get_experiment_by_name(team) is None
+    as_user(TRAINER, TRAINER_PASSWORD)
+    run_id = client.create_run(client.create_experiment(team)).info.run_id
+    weights = tmp_path / "final.ckpt"
+    weights.write_bytes(os.urandom(256))
+    client.log_artifact(run_id, str(weights), "checkpoints")
+    tag, digest = "sha256/checkpoints/final.ckpt", hashlib.sha256(weights.read_bytes()).hexdigest()
+    client.set_tag(run_id, tag, digest)
+    client.set_tag(run_id, tag, digest)  # the same value again: a journal replayed
+    client.log_batch(run_id, tags=[RunTag(tag, digest), RunTag("note", "any other tag")])
+    planted = "0" * 64
+    for name, password in ((TRAINER, TRAINER_PASSWORD), ("admin", ADMIN_PASSWORD)):
+        as_user(name, password)
+        refused(lambda: client.set_tag(run_id, tag, planted), f"{tag} of run {run_id}")
+        refused(lambda: client.log_batch(run_id, tags=[RunTag(tag, planted)]), "written once")
+        refused(lambda: client.delete_tag(run_id, tag), "written once")
+    assert client.get_run(run_id).data.tags[tag] == digest
+    assert client.get_run(run_id).data.tags["note"] == "any other tag"
+    assert client.create_registered_model(f"{team}-model").name == f"{team}-model"  # the admin
+
+
 def test_a_server_beyond_loopback_or_a_password_on_its_command_line_is_refused(postgres, tmp_path):
     """`--host 0.0.0.0` turns logins on and needs the admin's password first (no --insecure);
     a database password on `--db` is refused (`ps` shows it): exit 2, one line, no server."""

@@ -63,6 +63,33 @@ def test_the_server_s_secret_key_and_auth_config_are_made_once_and_private(tmp_p
     assert "default_permission = READ" in (tmp_path / "home" / "basic_auth.ini").read_text()
 
 
+def test_an_older_server_s_auth_config_is_rewritten_to_sporeflow_s_login_check(
+    tmp_path, monkeypatch
+):
+    """issue 52 item 1: the auth app's config names team_auth's check (read back by MLflow's own
+    config reader), also in a home an older sporeflow made; the check refuses creating exactly
+    the requests after which MLflow makes the requester a manager (its own table)."""
+    from mlflow.server.auth.config import read_auth_config
+
+    from sporeflow.entry import team_auth
+
+    home = tmp_path / "home"
+    home.mkdir()
+    older = "authorization_function = mlflow.server.auth:authenticate_request_basic_auth"
+    (home / "basic_auth.ini").write_text(f"[mlflow]\n{older}\n")
+    monkeypatch.setenv(team_server.ADMIN_PASSWORD_ENV, "from-the-env-01")
+    env = team_server.auth_env(args(tmp_path), home)
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", env["MLFLOW_AUTH_CONFIG_PATH"])
+    function = read_auth_config().authorization_function
+    assert function == "sporeflow.entry.team_auth:authenticate_request"
+    assert stat.S_IMODE((home / "basic_auth.ini").stat().st_mode) == 0o600
+    for path in ("experiments/create", "registered-models/create"):
+        for api in ("/api/2.0/mlflow/", "/ajax-api/2.0/mlflow/"):
+            assert team_auth.creates(api + path, "POST"), api + path
+    for path, method in (("runs/create", "POST"), ("experiments/create", "GET")):
+        assert not team_auth.creates(f"/api/2.0/mlflow/{path}", method), path
+
+
 @pytest.mark.parametrize(("chosen", "expected"), [(None, "true"), ("false", "false")])
 def test_mlflow_telemetry_is_off_unless_the_user_chose(monkeypatch, capsys, chosen, expected):
     monkeypatch.setenv(telemetry.SWITCH, chosen or "")  # restored after the test

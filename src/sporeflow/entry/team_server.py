@@ -4,8 +4,9 @@ Anyone who reaches an MLflow server without a login reads every run and artifact
 and replaces artifacts (the weights other machines reuse). So a server that listens beyond
 loopback runs MLflow's basic-auth app: every request names a user (MLflow clients send
 MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or ~/.mlflow/credentials), users read
-everything, and write only with the trainer role (`sporeflow server add-user NAME`; `--viewer`
-leaves it out). `--insecure` opts out, with a warning line.
+everything, and write or create experiments and models only with the trainer role (`sporeflow
+server add-user NAME`; `--viewer` leaves it out); a recorded SHA-256 is written once (the
+login check is entry/team_auth.py). `--insecure` opts out, with a warning line.
 
 No secret reaches a command line (`ps` shows every process's arguments to every local user):
 the database URI goes to `mlflow server` as MLFLOW_BACKEND_STORE_URI, the admin's password comes
@@ -27,18 +28,18 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sporeflow.core.uris import database_problem, is_database, redacted
+from sporeflow.entry.team_auth import TRAINER_ROLE
 
 ADMIN = "admin"
 ADMIN_PASSWORD_ENV = "SPOREFLOW_SERVER_ADMIN_PASSWORD"
 DB_ENV = "MLFLOW_BACKEND_STORE_URI"  # what `mlflow server` reads when --backend-store-uri is absent
-TRAINER_ROLE = "sporeflow-trainer"  # EDIT on every experiment and registered model
 WORKSPACE = "default"  # MLflow's workspace when workspaces are not set up
 AUTH_INI = """\
 [mlflow]
 default_permission = READ
 database_uri = {database}
 admin_username = {admin}
-authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+authorization_function = sporeflow.entry.team_auth:authenticate_request
 auth_cache_ttl_seconds = {cache_s}
 """
 # A password is checked with scrypt (about 0.17 s of CPU here) on every request unless the
@@ -128,7 +129,8 @@ def auth_env(args: argparse.Namespace, home: Path) -> dict[str, str]:
             f"{ADMIN_PASSWORD_ENV} or give --admin-password-file (never the password itself)"
         )
     ini = AUTH_INI.format(database=f"sqlite:///{users}", admin=ADMIN, cache_s=AUTH_CACHE_S)
-    private_file(config, lambda: ini)
+    config.unlink(missing_ok=True)  # written afresh: a server made by an older sporeflow
+    private_file(config, lambda: ini)  # gets today's login check
     private_file(users, str)  # an empty SQLite database, 0600: MLflow fills it (password hashes)
     env = {
         "MLFLOW_AUTH_CONFIG_PATH": str(config),

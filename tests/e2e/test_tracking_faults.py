@@ -184,6 +184,12 @@ def test_a_server_down_for_the_whole_run_is_caught_up_by_sporeflow_sync(referenc
     assert len(kept) == 1 and f"send them with: sporeflow sync {run_dir}" in kept[0], kept
     early = [i for i, ln in enumerate(lines) if ln.startswith("[sporeflow] tracking: connect to")]
     assert len(early) == 1 and early[0] < lines.index(kept[0]), "said once, while it trained"
+    # issue 51 item 4: the summary says the store does not have the run, and the wait is said
+    (summary,) = [ln for ln in lines if "weights " in ln]
+    assert f"MLflow {later.uri} does not have run sf-" in summary, summary
+    assert "its records wait in" in summary and str(run_dir / "tracking") in summary, summary
+    waited = [ln for ln in lines if "is not taking records: waiting up to 2 s" in ln]
+    assert len(waited) == 1 and lines.index(waited[0]) < lines.index(kept[0]), lines[-6:]
     later.start()
     try:
         first = sporeflow_cli(tmp_path, "sync", str(run_dir))

@@ -11,6 +11,7 @@ import mindspore as ms
 import mindspore.dataset as mds
 import numpy as np
 import psutil
+import pytest
 from mindspore import Model, nn
 
 from helpers.mindspore_setup import graph_mode_on_cpu
@@ -109,3 +110,40 @@ def test_fit_does_nothing_when_the_stage_is_already_done(tmp_path):
     fit(p, data(), 2, callbacks(record, p, tmp_path), start_epoch=2)
     np.testing.assert_array_equal(p.network.weight.asnumpy(), before)
     assert record.evals == []
+
+
+def test_a_ctrl_c_that_mindspore_turns_into_sigterm_is_said_as_maybe_a_ctrl_c():
+    """issue 51 item 3: MindSpore's graph runtime puts a C-level SIGINT handler of its own in
+    place at every graph step, which sends the process SIGTERM. Before any step a SIGTERM is
+    said as SIGTERM; after a real GRAPH_MODE step, a SIGINT arrives as Interrupted(SIGTERM),
+    which the user is told may be their Ctrl-C."""
+    import os
+    import signal
+
+    from sporeflow.core import signals
+
+    graph_mode_on_cpu()
+    saved = {sig: signal.getsignal(sig) for sig in signals.HANDLED}
+    try:
+        signals.install()
+        assert not signals.sigint_held_by_another_handler()
+        with pytest.raises(signals.Interrupted) as plain:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert plain.value.said == "SIGTERM"
+        net = nn.Dense(4, 3)
+        step = nn.TrainOneStepCell(
+            nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True)),
+            nn.SGD(net.trainable_params(), 0.1),
+        )
+        step(ms.Tensor(np.ones((2, 4), np.float32)), ms.Tensor(np.zeros(2, np.int32)))
+        assert signals.sigint_held_by_another_handler()
+        with pytest.raises(signals.Interrupted) as converted:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        assert converted.value.signum == signal.SIGTERM
+        assert converted.value.said.startswith("SIGTERM (or Ctrl-C, which MindSpore turns")
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        signals._received.clear()

@@ -15,6 +15,7 @@ from sklearn.metrics import recall_score, top_k_accuracy_score
 
 from helpers.inprocess import TINY, run_train_here, train_cli
 from sporeflow.report import classification
+from sporeflow.storage.run_marker import read_run_marker
 
 
 def runs(launch, stage: str) -> list:
@@ -34,6 +35,7 @@ def trained(tmp_path_factory):
     launch = tmp_path_factory.mktemp("launch")
     proc = run_train_here([*TINY, "epochs=1", "seed=3"], launch)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (launch / "train.stderr").write_text(proc.stderr)
     (run,) = runs(launch, "train")
     return launch, run
 
@@ -108,14 +110,32 @@ def test_eval_by_run_id_on_the_train_split_with_a_key_over_the_source(trained):
     assert 0.0 <= run.data.metrics["eval/acc"] <= 1.0
 
 
+def test_the_run_key_a_run_dir_holds_is_a_source_and_the_summary_names_the_mlflow_id(trained):
+    """issue 51 item 1: sporeflow_run.json holds the run's key (sf-..., the journal's id until
+    the store gives one); eval.py takes it as it takes the MLflow id, and the training's
+    summary line printed the MLflow id, which the store has."""
+    launch, source = trained
+    key = read_run_marker(launch / "run")["mlflow_run_id"]
+    assert key.startswith("sf-") and key != source.info.run_id
+    (summary,) = [x for x in (launch / "train.stderr").read_text().splitlines() if "weights " in x]
+    assert summary.endswith(f", run {source.info.run_id}"), summary
+    proc = evaluate(launch, "by_key", f"source={key}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = runs(launch, "eval")[-1]
+    assert run.data.tags["sporeflow.source_run"] == source.info.run_id
+    assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
+
+
 @pytest.mark.parametrize(
     ("source", "extra", "says"),
     [
         (
             "{launch}/nope",
             [],
-            "not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow run id or models:/",
+            "no such file or folder",
         ),
+        ("nope", [], "not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow run id"),
+        ("sf-0123456789abcdef0123456789a", [], "no run with this key in sqlite:///"),
         ("{launch}/mlartifacts", [], "holds no .hydra/config.yaml"),
         ("{launch}/run", ["model=mlp", "model.hidden=32"], "shape"),
         ("0123456789abcdef0123456789abcdef", [], "no such MLflow run"),
@@ -169,7 +189,7 @@ def predicted(csv_file) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
-    trained, tmp_path, monkeypatch
+    trained, tmp_path, monkeypatch, capsys
 ):
     from PIL import Image
     from scipy.special import softmax
@@ -188,6 +208,13 @@ def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
     monkeypatch.chdir(launch)
     for given, out in ((folder, "from_pngs.csv"), (tmp_path / "batch.npy", "from_npy.csv")):
         assert cli.main(["predict", str(launch / "run"), str(given), "--out", out]) == 0
+    assert "replaced" not in capsys.readouterr().err
+    assert cli.main(["predict", str(launch / "run"), str(tmp_path / "batch.npy")]) == 0
+    assert cli.main(["predict", str(launch / "run"), str(tmp_path / "batch.npy")]) == 0
+    said = capsys.readouterr().err.splitlines()  # the default --out, written twice
+    assert said[-2].endswith(": predictions.csv") and said[-1].endswith(
+        ": predictions.csv (it replaced the file there)"
+    ), said
     names, labels, probs = predicted(launch / "from_pngs.csv")
     assert names[0] == "000.png" and names[50] == "more/050.png" and len(names) == len(logits)
     assert (labels == logits.argmax(axis=1)).all()

@@ -7,6 +7,7 @@ the same refusal as a real process."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 
 import numpy as np
@@ -316,11 +317,21 @@ def test_every_unknown_key_is_reported_with_the_closest_known_one(tmp_path):
     )
 
 
-def test_several_values_without_m_say_how_to_sweep(tmp_path):
-    assert refused(["optimizer.lr=0.01,0.02"], tmp_path) == [
-        "optimizer.lr=0.01,0.02: several values run a sweep, which needs -m "
-        "(python train.py -m optimizer.lr=0.01,0.02); a list is optimizer.lr=[0.01,0.02]"
+def test_several_values_without_m_say_how_to_sweep_with_the_whole_command(tmp_path):
+    """issue 51 item 2: the hint repeats every override of the command (run as suggested, a
+    hint without boost=dim_reduce swept plain runs), quoted for the shell."""
+    (line,) = refused(
+        ["boost=dim_reduce", "boost.rho=0.4,0.7", "tracking.run_name='a b'"], tmp_path
+    )
+    head = "boost.rho=0.4,0.7: several values run a sweep, which needs -m (python train.py -m "
+    assert line.startswith(head), line
+    command = line[len(head) - len("python train.py -m ") :].partition(");")[0]
+    assert shlex.split(command)[-3:] == [
+        "boost=dim_reduce",
+        "boost.rho=0.4,0.7",
+        "tracking.run_name=a b",
     ]
+    assert line.endswith("); a list is boost.rho=[0.4,0.7]"), line
 
 
 def test_resume_from_a_file_says_it_is_not_a_run_dir(tmp_path):

@@ -63,6 +63,20 @@ def test_the_server_s_secret_key_and_auth_config_are_made_once_and_private(tmp_p
     assert "default_permission = READ" in (tmp_path / "home" / "basic_auth.ini").read_text()
 
 
+def test_an_admin_password_mlflow_would_refuse_is_refused_before_the_server_starts(
+    tmp_path, monkeypatch
+):
+    """issue 51 item 6: MLflow refuses a short admin password only as the server bootstraps
+    (a traceback); here it is one line naming where the password came from, never showing it."""
+    monkeypatch.setenv(team_server.ADMIN_PASSWORD_ENV, "short-1")
+    with pytest.raises(
+        Refusal, match="SPOREFLOW_SERVER_ADMIN_PASSWORD: the admin's password is"
+    ) as ex:
+        team_server.auth_env(args(tmp_path), tmp_path / "home")
+    assert "short-1" not in str(ex.value) and "12" in str(ex.value), ex.value
+    assert not (tmp_path / "home").exists()
+
+
 def test_an_older_server_s_auth_config_is_rewritten_to_sporeflow_s_login_check(
     tmp_path, monkeypatch
 ):

@@ -1,9 +1,11 @@
 """Signals as exceptions, and processes that die with their parent.
 
 SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt, so every MLflow run it passes
-through ends KILLED) and the entry exits 128 + the signal number (130, 143). Note: while a
-MindSpore graph step runs, MindSpore's own SIGINT handler turns Ctrl-C into a SIGTERM of the
-process, so a Ctrl-C mid-step arrives here as SIGTERM (exit 143).
+through ends KILLED) and the entry exits 128 + the signal number (130, 143). Note: MindSpore's
+graph runtime (libmindspore_ms_backend) installs a C-level SIGINT handler of its own at every
+graph step, which sends the process SIGTERM: a Ctrl-C after training started arrives here as
+SIGTERM (exit 143). The signal carries no sign of where it came from (Python's handlers get no
+siginfo), so such a SIGTERM is said as "SIGTERM (or Ctrl-C ...)" when MindSpore holds SIGINT.
 
 SLURM's warning before a job's time limit (SIGUSR2, `signal_delay_s` ahead) only sets a flag
 once `requeue_on` was called: the training loop checkpoints at its next step and raises
@@ -34,10 +36,19 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.hint = ""  # what the user can do next, filled in by whoever knows
+        # MindSpore holds SIGINT (see the module doc): this SIGTERM may be the user's Ctrl-C
+        self.maybe_ctrl_c = signum == signal.SIGTERM and sigint_held_by_another_handler()
 
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name
+
+    @property
+    def said(self) -> str:
+        """The signal as the user is told it."""
+        if self.maybe_ctrl_c:
+            return f"{self.name} (or Ctrl-C, which MindSpore turns into SIGTERM mid-step)"
+        return self.name
 
     @property
     def exit_code(self) -> int:
@@ -137,6 +148,37 @@ def install() -> None:
     """From now on SIGINT/SIGTERM raise Interrupted in the main thread."""
     for sig in HANDLED:
         signal.signal(sig, _raise)
+    _python_sigint[:] = [_c_handler(signal.SIGINT)]
+
+
+_python_sigint: list[int | None] = []  # the C handler Python installed for SIGINT
+
+
+class _Sigaction(ctypes.Structure):  # glibc's struct sigaction (Linux): the handler comes first
+    _fields_ = [
+        ("handler", ctypes.c_void_p),
+        ("mask", ctypes.c_ulong * 16),
+        ("flags", ctypes.c_int),
+        ("restorer", ctypes.c_void_p),
+    ]
+
+
+def _c_handler(sig: int) -> int | None:
+    """The address of the C function the kernel calls for `sig` now (None: unknown)."""
+    action = _Sigaction()
+    try:
+        failed = ctypes.CDLL(None, use_errno=True).sigaction(sig, None, ctypes.byref(action))
+    except (OSError, AttributeError):
+        return None
+    return None if failed else action.handler
+
+
+def sigint_held_by_another_handler() -> bool:
+    """Whether something replaced Python's SIGINT handler after install(): MindSpore's graph
+    runtime does at each step, and turns a Ctrl-C into a SIGTERM of the process."""
+    if not _python_sigint or _python_sigint[0] is None:
+        return False
+    return _c_handler(signal.SIGINT) not in (_python_sigint[0], None)
 
 
 NOTHING_STARTED = "before any run started; nothing was left behind"

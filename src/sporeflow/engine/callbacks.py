@@ -157,6 +157,7 @@ class ProgressBar(Callback):
             unit="step",
             dynamic_ncols=True,
             mininterval=0.5,
+            disable=None,  # only on a terminal: a log file gets no bar lines
         )
 
     def _show(self, epoch: int, refresh: bool) -> None:

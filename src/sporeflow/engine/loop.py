@@ -4,13 +4,15 @@ build for a stage, and what to do with the record afterwards, is decided in `sta
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from mindspore import Model, nn
 from mindspore.train import Callback
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from sporeflow.core.signals import raise_if_received
+from sporeflow.engine.callbacks import ProgressBar
 
 
 @dataclass
@@ -39,14 +41,16 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
     Non-sink mode: the callbacks act per step (loss, progress, snapshots)."""
     if start_epoch >= epochs:
         return
+    bars = any(isinstance(callback, ProgressBar) for callback in callbacks)
     try:
-        parts.model.train(
-            epochs,
-            train_data,
-            callbacks=[StopOnSignal(), *callbacks],
-            dataset_sink_mode=False,
-            initial_epoch=start_epoch,
-        )
+        with logging_redirect_tqdm() if bars else nullcontext():  # log lines above the bar
+            parts.model.train(
+                epochs,
+                train_data,
+                callbacks=[StopOnSignal(), *callbacks],
+                dataset_sink_mode=False,
+                initial_epoch=start_epoch,
+            )
     finally:  # also when training raised: a progress bar ends its line before the error's
         for callback in callbacks:
             close = getattr(callback, "close", None)

@@ -277,7 +277,7 @@ def _interrupted(ex: signals.Interrupted, multirun: bool) -> None:
     interpreter is left at once: MindSpore interrupted while it loads crashes in Python's
     shutdown (a fatal error and ~80 lines of its own after ours, exit 134)."""
     if ex.hint:
-        print(f"Interrupted by {ex.name}: the run is marked KILLED; {ex.hint}", file=sys.stderr)
+        print(f"Interrupted by {ex.said}: the run is marked KILLED; {ex.hint}", file=sys.stderr)
         sys.exit(ex.exit_code)
     if multirun:  # the sweep's own run was ended above (_run_ending_sweeps)
         print(f"Interrupted by {ex.name} before any run started", file=sys.stderr)

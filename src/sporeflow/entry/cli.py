@@ -427,10 +427,12 @@ def predict(args: argparse.Namespace) -> int:
         print(f"sporeflow predict: {ex}", file=sys.stderr)
         return 2
     found = predicting.predict(cfg, source, images, progress=sys.stderr.isatty())
+    replaced = " (it replaced the file there)" if out.exists() else ""
     write_text_atomic(out, predicting.csv_text(found))
     print(
         f"[sporeflow] {len(found.names)} images predicted by {source.name} "
-        f"({cfg.model._target_.rsplit('.', 1)[-1]}, {found.probabilities.shape[1]} classes): {out}",
+        f"({cfg.model._target_.rsplit('.', 1)[-1]}, {found.probabilities.shape[1]} classes): "
+        f"{out}{replaced}",
         file=sys.stderr,
     )
     return 0

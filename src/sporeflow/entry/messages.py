@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -185,10 +186,18 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
         key, values = override.split("=", 1)
         return (
             f"{override}: several values run a sweep, which needs -m "
-            f"(python train.py -m {override}); a list is {key}=[{values}]"
+            f"({sweep_command(sys.argv if argv is None else argv)}); a list is {key}=[{values}]"
         )
     first = next((line for line in text.splitlines() if line.strip()), text)
     return " ".join(first.split())
+
+
+def sweep_command(argv: list[str]) -> str:
+    """The user's whole command again, with -m: a hint that dropped the other overrides would
+    sweep another experiment (issue 51)."""
+    script = Path(argv[0]).name if argv else "train.py"
+    args = [shlex.quote(a) for a in argv[1:] if a not in ("-m", "--multirun")]
+    return " ".join(["python", script, "-m", *args])
 
 
 class WithoutHydraJobLine:

@@ -96,13 +96,25 @@ def database_uri(args: argparse.Namespace) -> str:
 
 
 def admin_password(args: argparse.Namespace) -> str | None:
-    """The admin's password from --admin-password-file or SPOREFLOW_SERVER_ADMIN_PASSWORD."""
+    """The admin's password from --admin-password-file or SPOREFLOW_SERVER_ADMIN_PASSWORD,
+    refused here (one line, never the password) when MLflow's password rules would refuse it
+    as the server starts (a traceback, after the port was taken)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_password  # MLflow's own rules
+
     if args.admin_password_file:
         path = Path(args.admin_password_file)
         if not path.is_file():
             raise Refusal(f"--admin-password-file {path}: no such file")
-        return path.read_text().strip() or None
-    return os.environ.get(ADMIN_PASSWORD_ENV) or None
+        password, where = path.read_text().strip() or None, f"--admin-password-file {path}"
+    else:
+        password, where = os.environ.get(ADMIN_PASSWORD_ENV) or None, ADMIN_PASSWORD_ENV
+    try:
+        if password is not None:
+            _validate_password(password)
+    except MlflowException as ex:
+        raise Refusal(f"{where}: the admin's password is refused: {ex.message}") from None
+    return password
 
 
 def private_file(path: Path, make) -> str:

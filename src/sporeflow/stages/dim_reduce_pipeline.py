@@ -421,6 +421,8 @@ class DimReducePipeline:
             trained = "\n".join(
                 f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
             )
-            where = f"dim_reduce pipeline ({self.home}); {self.tracker.describe()}"
+            where = (
+                f"dim_reduce pipeline ({self.home}); {self.tracker.describe(self.parent.run_id)}"
+            )
             print(f"[sporeflow] {where}\n{table}\n{trained}", file=sys.stderr)
         return metrics

@@ -44,16 +44,19 @@ def start_of(cfg: DictConfig, tracker: Tracker) -> FineTuneStart | None:
 def start_from(network, weights: Path) -> list[str]:
     """Load what fits from `weights` into `network` and say what did not; returns those names."""
     loaded, skipped = restore_matching(load_checkpoint_file(weights), network)
-    if skipped:
-        log.info(
-            "%s: %d of %d parameters loaded from %s; left as initialised (not in it, or "
-            "another shape): %s",
-            KEY,
-            len(loaded),
-            len(loaded) + len(skipped),
-            weights,
-            ", ".join(skipped),
-        )
+    left = (
+        f"; left as initialised (not in it, or another shape): {', '.join(skipped)}"
+        if skipped
+        else ""
+    )
+    log.info(
+        "%s: %d of %d parameters loaded from %s%s",
+        KEY,
+        len(loaded),
+        len(loaded) + len(skipped),
+        weights,
+        left,
+    )
     return skipped
 
 
@@ -62,6 +65,12 @@ def freeze(network, prefixes) -> list[str]:
     frozen = [p for p in network.get_parameters() if _under(p.name, prefixes)]
     for param in frozen:
         param.requires_grad = False
+    if frozen:
+        log.info(
+            "train.freeze: %d parameters kept fixed: %s",
+            len(frozen),
+            ", ".join(p.name for p in frozen),
+        )
     return [p.name for p in frozen]
 
 

@@ -53,7 +53,7 @@ def run_plain(runner: StageRunner) -> dict:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
         print(
             f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s "
-            f"({result.batching}); weights {result.checkpoint}; {runner.tracker.describe()}",
+            f"({result.batching}); weights {result.checkpoint}; {runner.tracker.describe(result.run_id)}",
             file=sys.stderr,
         )
     return result.metrics

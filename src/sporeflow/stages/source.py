@@ -1,8 +1,9 @@
 """A finished run as the start of the next experiment: where its weights and its config are.
 
 `source=` names a run dir (`outputs/<date>/<time>_<id>`), one of its stage dirs (`.../stage2`),
-an MLflow run id, a registered model version (`models:/<name>/<version>`,
-`models:/<name>@<alias>`: the run that made it), or a `.ckpt` / `.safetensors` checkpoint (its weights; the config of
+an MLflow run id or the run's key (`sf-...`, what sporeflow_run.json holds), a registered model
+version (`models:/<name>/<version>`, `models:/<name>@<alias>`: the run that made it), or a
+`.ckpt` / `.safetensors` checkpoint (its weights; the config of
 the run dir it lies in, and none outside one: eval.py then takes the network and data from its
 command line). A run dir of a dim-reduce pipeline stands for its stage 2 (the network the
 pipeline made). The config is the run's own, as Hydra kept it (`.hydra/config.yaml`): the
@@ -27,7 +28,7 @@ from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
 from sporeflow.storage.run_marker import read_run_marker
-from sporeflow.tracking.journal import AppliedState
+from sporeflow.tracking.journal import AppliedState, is_run_key
 from sporeflow.tracking.tracker import Tracker, flatten
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # an MLflow run id
@@ -59,15 +60,18 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
             return _from_dir(name, path.resolve(), None)
         if path.is_file() and is_checkpoint(path):
             return _from_checkpoint(name, path.resolve())
-        if RUN_ID.match(name):
+        if RUN_ID.match(name) or is_run_key(name):
             return _from_run_id(name, name, tracker)
         if model:
             return _from_model_version(name, model, tracker)
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
+    looks_like_a_path = name.startswith((".", "~")) or "/" in name
+    if looks_like_a_path and not model and not path.exists():
+        raise ConfigError(f"{key}={name}: no such file or folder ({path.absolute()})")
     raise ConfigError(
         f"{key}={name}: not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow "
-        "run id or "
+        "run id (or the sf-... key in a run dir's sporeflow_run.json), or "
         "models:/<name>/<version> "
         "(a run dir is where train.py ran: outputs/<date>/<time>_<id>, or multirun/<...>/<job>)"
     )
@@ -102,6 +106,11 @@ def _from_model_version(name: str, model: re.Match, tracker: Tracker) -> Source:
 
 def _from_run_id(name: str, run_id: str, tracker: Tracker) -> Source:
     run = tracker.get_run(run_id)
+    if run is None and is_run_key(run_id):
+        raise ConfigError(
+            f"{name}: no run with this key in {tracker.uri} (if its records still wait in its "
+            "run dir's journal: sporeflow sync <run dir>; or give the run dir itself)"
+        )
     if run is None:
         raise ConfigError(f"{name}: no such MLflow run in {tracker.uri}")
     if run.data.tags.get("stage") == "pipeline":  # a dim-reduce pipeline: its stage 2

@@ -14,16 +14,23 @@ from collections.abc import Callable
 
 
 def wait_while_progressing(
-    pid: int, applied: Callable[[], int], timeout: float, done: Callable[[], bool]
+    pid: int,
+    applied: Callable[[], int],
+    timeout: float,
+    done: Callable[[], bool],
+    on_idle: Callable[[], None] = lambda: None,
 ) -> bool:
     """Wait until `done()` (True), or until writer `pid` made no progress (`applied()` did not
-    grow and it did not compute) for `timeout` seconds (False)."""
+    grow and it did not compute) for `timeout` seconds (False). `on_idle()` is called after
+    each window of a couple of seconds without progress (to say what the wait is)."""
     window = WriterWindow(pid, applied, timeout)
     idle_since = time.monotonic()
     while not done():
         time.sleep(0.2)
         if window.closed() and window.progressed():
             idle_since = time.monotonic()
+        elif window.closed():
+            on_idle()
         if window.closed():
             window = WriterWindow(pid, applied, timeout)
         if time.monotonic() - idle_since > timeout:
@@ -31,10 +38,15 @@ def wait_while_progressing(
     return True
 
 
-def drain(writer: subprocess.Popen, applied: Callable[[], int], timeout: float) -> None:
+def drain(
+    writer: subprocess.Popen,
+    applied: Callable[[], int],
+    timeout: float,
+    on_idle: Callable[[], None] = lambda: None,
+) -> None:
     """Wait for `writer` to end while it progresses; then SIGTERM (it stops after the write in
     progress), and SIGKILL if even that does not end it."""
-    wait_while_progressing(writer.pid, applied, timeout, lambda: writer.poll() is not None)
+    wait_while_progressing(writer.pid, applied, timeout, lambda: writer.poll() is not None, on_idle)
     if writer.poll() is None:
         writer.terminate()
         try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -53,6 +54,7 @@ class Op(str, Enum):
 
 
 KEY_PREFIX = "sf-"
+RUN_KEY = re.compile(rf"^{KEY_PREFIX}[0-9a-f]{{{32 - len(KEY_PREFIX)}}}$")
 DIR_NAME = "tracking"
 SUFFIX = ".jsonl"
 
@@ -64,6 +66,12 @@ def new_run_key() -> str:
 
 def is_key(ref: str | None) -> bool:
     return bool(ref) and str(ref).startswith(KEY_PREFIX)
+
+
+def is_run_key(name: str) -> bool:
+    """Whether a user's `name` is a run key as new_run_key makes them (sporeflow_run.json
+    holds it): checked whole, as it goes into a store's search filter."""
+    return bool(RUN_KEY.match(name))
 
 
 def run_ref(ref: str) -> dict:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tqdm.auto import tqdm
+
 from sporeflow.core import signals
 from sporeflow.core.errors import SporeflowError
 from sporeflow.core.processes import this_process
@@ -173,7 +175,7 @@ class Tracker:
         except OSError:
             return
         self._problem_said = True
-        print(
+        tqdm.write(  # on a line of its own above a progress bar, not glued to its line
             f"[sporeflow] tracking: {problem}; training goes on, its records wait in "
             f"{self._journal.path} and are sent once the store answers",
             file=sys.stderr,
@@ -275,7 +277,19 @@ class Tracker:
         return self.left
 
     def _drain(self, writer: subprocess.Popen) -> None:
-        drain(writer, lambda: self.applied().seq, self.drain_timeout)
+        said: list[bool] = []
+
+        def waiting() -> None:  # once: the store is not taking what is left
+            if not said and self._journal is not None:
+                said.append(True)
+                print(
+                    f"[sporeflow] the store {self.uri} is not taking records: waiting up to "
+                    f"{self.drain_timeout:.0f} s (tracking.drain_timeout) before keeping "
+                    f"{pending(self._journal.path)} of them in {self._journal.path}",
+                    file=sys.stderr,
+                )
+
+        drain(writer, lambda: self.applied().seq, self.drain_timeout, waiting)
 
     def _wait_for_shared(self, target: int) -> None:
         """Wait, as for a writer of its own, until the shared writer has applied up to `target`;
@@ -315,11 +329,20 @@ class Tracker:
             f"{self._run_name()}: they are kept in {self._journal.path}, and {log_file} says why"
         )
 
-    def describe(self) -> str:
-        """Where this process's records go, as the console summary says it."""
+    def describe(self, run_id: str | None = None) -> str:
+        """Where this process's records go, as the console summary says it: with the run's
+        MLflow id once the store has given it, else that they wait in the journal."""
         if not self.enabled:
             return "MLflow off (tracking.enabled=false)"
-        return f"MLflow {self.uri}"
+        if run_id is None:
+            return f"MLflow {self.uri}"
+        known = self.applied().runs.get(run_id) if is_key(run_id) else run_id
+        if known is None and self._journal is not None:
+            return (
+                f"MLflow {self.uri} does not have run {run_id} yet: its records wait in "
+                f"{self._journal.path}"
+            )
+        return f"MLflow {self.uri}, run {known or run_id}"
 
     # -- writes ------------------------------------------------------------------------------
     def start_run(

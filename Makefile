@@ -83,6 +83,7 @@ clean:
 MKDOCS := $(RUN) -m mkdocs
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(MKDOCS) build --strict --site-dir site
+	@echo "the manual: $(CURDIR)/site/index.html (opens from files; make docs-serve serves it)"
 
 docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(MKDOCS) serve --dev-addr 127.0.0.1:8000

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,8 @@ from helpers.train import REPO
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The built site, served by Python's http.server on a free loopback port: its URL."""
+    """The built site, served by Python's http.server on a free loopback port: (its URL, its
+    folder)."""
     out = tmp_path_factory.mktemp("site")
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
@@ -39,7 +41,7 @@ def site(tmp_path_factory):
     )
     url = f"http://127.0.0.1:{port}"
     wait_until_healthy(url, server, timeout=30, path="/")
-    yield url
+    yield url, out
     stop(server)
 
 
@@ -52,6 +54,7 @@ def browser(tmp_path):
 
 
 def test_the_home_page_leads_into_every_part_of_the_manual(site, browser, tmp_path):
+    site, _ = site
     browser.open(f"{site}/")
     browser.wait_for_text(
         [
@@ -62,13 +65,14 @@ def test_the_home_page_leads_into_every_part_of_the_manual(site, browser, tmp_pa
         ]
     )
     links = browser.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.href)")
-    for page in ("getting-started/", "configuration/", "reference/", "troubleshooting/", "sweeps/"):
-        assert f"{site}/{page}" in links, page
+    for page in ("getting-started", "configuration", "reference", "troubleshooting", "sweeps"):
+        assert f"{site}/{page}.html" in links, page
     keep_for_docs(browser.screenshot(tmp_path / "site_home.png"))
 
 
 def test_the_configuration_page_shows_the_groups_from_conf(site, browser, tmp_path):
-    browser.open(f"{site}/configuration/")
+    site, _ = site
+    browser.open(f"{site}/configuration.html")
     text = browser.wait_for_text(
         ["Config groups", "resnet50", "fashion_mnist", "dim_reduce_optuna"]
     )
@@ -78,6 +82,46 @@ def test_the_configuration_page_shows_the_groups_from_conf(site, browser, tmp_pa
 
 
 def test_the_option_reference_shows_each_fields_range(site, browser):
-    browser.open(f"{site}/reference/")
+    site, _ = site
+    browser.open(f"{site}/reference.html")
     text = browser.wait_for_text(["boost.rho", "parallel.cluster_time_out"])
     assert "in (0, 1)" in text and "standalone, data, semi_auto, auto" in text
+
+
+def test_the_built_site_works_opened_from_files(site, tmp_path):
+    """issue 51 item 5: `make docs` then site/index.html in a browser, no server: the nav
+    links open pages (not folder listings), the search box finds an option, and in a narrow
+    window an option key in the reference stays on one line."""
+    _, out = site
+    if chromium() is None:
+        unavailable("no Chromium here: .ci/run installs Debian's `chromium` for this test")
+    with Browser(tmp_path / "profile", width=700, height=1000) as browser:
+        browser.open(f"file://{out}/index.html")
+        browser.wait_for_text(["Train MindSpore image classifiers"])
+        links = browser.evaluate(
+            "Array.from(document.querySelectorAll('nav a')).map(a => a.href)"
+        )
+        pages = [link for link in links if link.startswith("file://") and "#" not in link]
+        assert f"file://{out}/reference.html" in pages, pages
+        for link in pages:
+            assert Path(link.removeprefix("file://")).is_file(), link
+        browser.evaluate(
+            "(() => { const q = document.querySelector('[data-md-component=search-query]');"
+            " q.focus(); q.value = 'cluster_time_out';"
+            " q.dispatchEvent(new Event('input', {bubbles: true}));"
+            " q.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true})); })()"
+        )
+        browser.wait_for(
+            lambda: browser.evaluate(
+                "document.querySelectorAll('.md-search-result__item').length"
+            ),
+            60,
+        )
+        browser.open(f"file://{out}/reference.html")
+        browser.wait_for_text(["parallel.cluster_time_out"])
+        lines = browser.evaluate(
+            "Array.from(document.querySelectorAll('table td:first-child code'))"
+            ".filter(c => c.textContent === 'parallel.cluster_time_out')"
+            ".map(c => c.getClientRects().length)"
+        )
+        assert lines and set(lines) == {1}, lines

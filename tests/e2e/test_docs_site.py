@@ -98,9 +98,7 @@ def test_the_built_site_works_opened_from_files(site, tmp_path):
     with Browser(tmp_path / "profile", width=700, height=1000) as browser:
         browser.open(f"file://{out}/index.html")
         browser.wait_for_text(["Train MindSpore image classifiers"])
-        links = browser.evaluate(
-            "Array.from(document.querySelectorAll('nav a')).map(a => a.href)"
-        )
+        links = browser.evaluate("Array.from(document.querySelectorAll('nav a')).map(a => a.href)")
         pages = [link for link in links if link.startswith("file://") and "#" not in link]
         assert f"file://{out}/reference.html" in pages, pages
         for link in pages:
@@ -112,9 +110,7 @@ def test_the_built_site_works_opened_from_files(site, tmp_path):
             " q.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true})); })()"
         )
         browser.wait_for(
-            lambda: browser.evaluate(
-                "document.querySelectorAll('.md-search-result__item').length"
-            ),
+            lambda: browser.evaluate("document.querySelectorAll('.md-search-result__item').length"),
             60,
         )
         browser.open(f"file://{out}/reference.html")

@@ -54,7 +54,7 @@ def callbacks(record, p, tmp_path, with_bar=False):
         BestCheckpoints(record, p.network, tmp_path, "loss", "min", keep=1),
         CheckpointEachEpoch(record, tmp_path, keep_last=1),
     ]
-    return cbs + ([ProgressBar(record, "test")] if with_bar else [])
+    return cbs + ([ProgressBar(record, "test", shown=True)] if with_bar else [])
 
 
 def test_callbacks_measure_into_the_record(tmp_path):

@@ -135,7 +135,7 @@ def test_the_run_key_a_run_dir_holds_is_a_source_and_the_summary_names_the_mlflo
             "no such file or folder",
         ),
         ("nope", [], "not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow run id"),
-        ("sf-0123456789abcdef0123456789a", [], "no run with this key in sqlite:///"),
+        ("sf-0123456789abcdef0123456789abc", [], "no run with this key in sqlite:///"),
         ("{launch}/mlartifacts", [], "holds no .hydra/config.yaml"),
         ("{launch}/run", ["model=mlp", "model.hidden=32"], "shape"),
         ("0123456789abcdef0123456789abcdef", [], "no such MLflow run"),

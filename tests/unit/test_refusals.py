@@ -329,7 +329,7 @@ def test_several_values_without_m_say_how_to_sweep_with_the_whole_command(tmp_pa
     assert shlex.split(command)[-3:] == [
         "boost=dim_reduce",
         "boost.rho=0.4,0.7",
-        "tracking.run_name=a b",
+        "tracking.run_name='a b'",
     ]
     assert line.endswith("); a list is boost.rho=[0.4,0.7]"), line
 

@@ -147,7 +147,8 @@ class ProgressBar(Callback):
     """One tqdm bar over the stage's steps (a resumed stage starts part-way), with the epoch,
     the latest recorded loss and the latest eval accuracy (refreshed right after each eval)."""
 
-    def __init__(self, record: EventRecord, stage: str):
+    def __init__(self, record: EventRecord, stage: str, shown: bool | None = None):
+        """`shown`: None draws the bar on a terminal only (a log file gets no bar lines)."""
         super().__init__()
         self.record = record
         self.bar = tqdm(
@@ -157,7 +158,7 @@ class ProgressBar(Callback):
             unit="step",
             dynamic_ncols=True,
             mininterval=0.5,
-            disable=None,  # only on a terminal: a log file gets no bar lines
+            disable=None if shown is None else not shown,
         )
 
     def _show(self, epoch: int, refresh: bool) -> None:

@@ -55,10 +55,11 @@ def _culprit(ex: BaseException, overrides: list[str]) -> str | None:
     named = [str(getattr(cause, "full_key", None) or getattr(ex, "full_key", None) or "")]
     named += re.findall(r"(?:override|argument) '([^'=]+)", text)
     named += [g for g, _ in re.findall(r"Could not find '([^']+)/([^']+)'", text)]
-    for key in filter(None, named):
-        for override in overrides:
-            if override_key(override) == key or key.startswith(override_key(override) + "."):
-                return override
+    for key in filter(None, named):  # the override of that very key before a group's
+        exact = [o for o in overrides if override_key(o) == key]
+        within = [o for o in overrides if key.startswith(override_key(o) + ".")]
+        if exact or within:
+            return (exact or within)[0]
     return None
 
 

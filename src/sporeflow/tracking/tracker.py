@@ -239,6 +239,21 @@ class Tracker:
             time.sleep(0.05)
         return True
 
+    def _id_once_created(self, key: str, timeout: float) -> str | None:
+        """The MLflow id of the run journalled as `key`, waiting up to `timeout` s while the
+        writer starts and creates it (a short run can end first); None at once when the
+        writer has said the store does not answer (its problem file)."""
+        if self._journal is None:
+            return None
+        self.sync()
+        deadline = time.monotonic() + timeout
+        while not (found := self.applied().runs.get(key)):
+            if sibling(self._journal.path, PROBLEM).exists() or time.monotonic() > deadline:
+                return None
+            self._ensure_writer()
+            time.sleep(0.1)
+        return found
+
     def real_id(self, run: TrackedRun, timeout: float) -> str | None:
         """The MLflow id of a run this process created, waiting up to `timeout` s for the
         writer to create it (None if the store does not have it by then). The wait imports
@@ -336,7 +351,7 @@ class Tracker:
             return "MLflow off (tracking.enabled=false)"
         if run_id is None:
             return f"MLflow {self.uri}"
-        known = self.applied().runs.get(run_id) if is_key(run_id) else run_id
+        known = self._id_once_created(run_id, self.drain_timeout) if is_key(run_id) else run_id
         if known is None and self._journal is not None:
             return (
                 f"MLflow {self.uri} does not have run {run_id} yet: its records wait in "

@@ -105,14 +105,17 @@ def test_the_built_site_works_opened_from_files(site, tmp_path):
             assert Path(link.removeprefix("file://")).is_file(), link
         browser.evaluate(
             "(() => { const q = document.querySelector('[data-md-component=search-query]');"
-            " q.focus(); q.value = 'cluster_time_out';"
+            " q.focus(); q.value = 'parallel.cluster_time_out';"
             " q.dispatchEvent(new Event('input', {bubbles: true}));"
             " q.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true})); })()"
         )
-        browser.wait_for(
-            lambda: browser.evaluate("document.querySelectorAll('.md-search-result__item').length"),
-            60,
+        found = (
+            "Array.from(document.querySelectorAll('.md-search-result__item a')).map(a => a.href)"
         )
+        browser.wait_for(lambda: browser.evaluate(found), 60)
+        assert any(
+            link.startswith(f"file://{out}/reference.html") for link in browser.evaluate(found)
+        ), browser.evaluate(found)
         browser.open(f"file://{out}/reference.html")
         browser.wait_for_text(["parallel.cluster_time_out"])
         lines = browser.evaluate(

@@ -171,10 +171,13 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
         assert any("uvicorn" in " ".join(p.cmdline()) for p in started), [
             p.cmdline() for p in started
         ]
-        ui.send_signal(signal.SIGTERM)
-        assert ui.wait(timeout=60) == 128 + signal.SIGTERM
+        ui.send_signal(signal.SIGINT)  # Ctrl-C
+        assert ui.wait(timeout=60) == 128 + signal.SIGINT
         _, alive = psutil.wait_procs(started, timeout=15)
         assert not alive, [p.cmdline() for p in alive]
+        said = ui.stderr.read()  # issue 51 item 6: no traceback, no line per request
+        assert "Traceback" not in said and "KeyboardInterrupt" not in said, said[-3000:]
+        assert "GET /health" not in said and "GET / " not in said, said[-3000:]
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, "the port is still served"
     finally:

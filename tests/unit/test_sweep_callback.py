@@ -247,6 +247,13 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
         [f"optimizer.lr={other_lr}", "1,2"],
     ]
     assert points[2].split()[-1] == ("worse" if winner else "tie")
+    # issue 51 item 6: the lead is the point, its seeds pooled, then its best job
+    (lead,) = [ln for ln in err.splitlines() if ln.startswith(("best: ", "leading: "))]
+    pooled_acc = f"{pooled[best_lr].mean():.4f}"
+    assert (
+        f"optimizer.lr={best_lr} (2 seeds pooled, final/acc {pooled_acc}); its best job: job"
+        in lead
+    )
     (version,) = client_of(tmp_path).search_model_versions()
     decision = "winner" if winner else "tie"
     assert f"its model: models:/{version.name}/{version.version}, tagged {decision}" in err

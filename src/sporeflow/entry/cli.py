@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -161,6 +162,7 @@ def ui(args: argparse.Namespace) -> int:
         return 2
     server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
     server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
+    server += ["--uvicorn-opts", "--no-access-log"]  # not a console line per request
     print(f"serving {redacted(uri)} at {base} (Ctrl-C stops it)", file=sys.stderr)
     return _serve(
         server, {team_server.DB_ENV: uri}, ready=(base, lambda: print("\n".join(links), flush=True))
@@ -202,8 +204,8 @@ def _serve(
         if ready is not None and _answers(ready[0], proc):
             ready[1]()
         return proc.wait()
-    except signals.Interrupted as ex:
-        stop_group(proc, ex.signum, grace=10.0)
+    except signals.Interrupted as ex:  # SIGTERM: uvicorn's quiet shutdown (SIGINT: tracebacks)
+        stop_group(proc, signal.SIGTERM, grace=10.0)
         return ex.exit_code
 
 

@@ -168,6 +168,12 @@ class Summary:
             ]
         else:
             lines = [decision.line(key), f"{'best' if winner else 'leading'}: {said}"]
+            point = decision.best
+            if len(point.seeds) > 1:  # the job table ranks single jobs: another may top it
+                lines[-1] = (
+                    f"{'best' if winner else 'leading'}: {point.label} ({len(point.seeds)} seeds "
+                    f"pooled, {key} {point.accuracy:.4f}); its best job: {said}"
+                )
         name = self.sweep.registered_model
         if name:
             value = f"{best.metrics[key]:.6g}"

@@ -191,7 +191,8 @@ class Decision:
             return f"tie: only one point, {best}: nothing to compare it with"
         if self.kind == "winner":
             return f"winner: {best}, better than every other point at 5% {evidence}"
-        names = ", ".join(f"{p.label} ({p.accuracy:.4f})" for p in self.tied)
+        tied = sorted(self.tied, key=lambda p: -p.accuracy)  # the order of the rows above
+        names = ", ".join(f"{p.label} ({p.accuracy:.4f})" for p in tied)
         return (
             f"tie: {best} cannot be told apart from {names} at 5% {evidence}; "
             "more seeds or test images may decide"

@@ -238,6 +238,55 @@ def test_a_record_the_store_refuses_is_counted_said_and_fails_the_process(tmp_pa
     assert got.info.status == "FINISHED" and got.data.metrics == {"m": 1.0}
 
 
+def test_jobs_that_log_one_data_set_at_once_each_get_it_and_none_is_refused(tmp_path):
+    """MLflow's log_inputs looks for the data set, then inserts it: writers started together
+    each find none, and all but one lose the insert (UNIQUE constraint, BAD_REQUEST). The
+    window is widened here after MLflow's own look (a sleep on the real engine), so every
+    writer but one loses it; each must still get the data set, as one row of the store."""
+    import threading
+
+    from sqlalchemy import event
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    data = tmp_path / "train.bin"
+    data.write_bytes(b"images")
+    stores = [Store(uri, "together") for _ in range(4)]
+    runs = [s.create_run(f"job{i}", {}, int(time.time() * 1000)) for i, s in enumerate(stores)]
+    engine = stores[0].client._tracking_client.store.engine
+    looked = []
+
+    def widen(conn, cursor, statement, *args):
+        if statement.lstrip().startswith("SELECT") and "FROM datasets" in statement:
+            looked.append(statement)
+            time.sleep(0.3)
+
+    event.listen(engine, "after_cursor_execute", widen)
+    record = {"name": "digits-train", "files": [str(data)], "selection": "all",
+              "location": str(data), "rows": 45, "context": "training"}
+    start, failures = threading.Barrier(len(stores)), []
+
+    def log(i):
+        start.wait()
+        try:
+            stores[i].log_dataset(runs[i], record)
+        except Exception as ex:  # noqa: BLE001 - collected and asserted below
+            failures.append(ex)
+
+    try:
+        threads = [threading.Thread(target=log, args=(i,)) for i in range(len(stores))]
+        [t.start() for t in threads]
+        [t.join(timeout=120) for t in threads]
+    finally:
+        event.remove(engine, "after_cursor_execute", widen)
+    assert failures == []
+    assert len(looked) > len(stores)  # the losers looked again
+    client = MlflowClient(uri)
+    digests = {client.get_run(r).inputs.dataset_inputs[0].dataset.digest for r in runs}
+    assert len(digests) == 1
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        assert db.execute("SELECT count(*) FROM datasets").fetchone() == (1,)
+
+
 def test_the_journal_is_json_lines_with_a_header_naming_the_store(tmp_path):
     tracker = Tracker.from_config(config(drain_timeout=5.0), tmp_path, journal_dir=tmp_path)
     with tracker:

@@ -121,6 +121,14 @@ def _is_busy(ex: BaseException) -> bool:
     return "database is locked" in str(ex)
 
 
+def _lost_a_race(ex: BaseException) -> bool:
+    """Another process inserted the same row between MLflow's look for it and its insert
+    (`log_inputs` looks for the run's data set, then adds it: jobs started together on one
+    store log the same data set at once). Trying again finds that row and uses it."""
+    text = str(ex)
+    return "UNIQUE constraint failed" in text or "duplicate key value violates unique" in text
+
+
 def _is_rejection(ex: BaseException) -> bool:
     """The store answered with a refusal of the request itself (bad value, changed param), or
     the record cannot be applied however often it is tried (a file it names is gone, a bug)."""
@@ -220,11 +228,15 @@ class Store:
         _import_client(self.uri)
 
     def call(self, what: str, fn: Callable[[], T], busy_retries=BUSY_RETRIES) -> T:
-        """fn(), retried while a sqlite store is busy; StoreError (or Rejected) otherwise."""
+        """fn(), retried while a sqlite store is busy or another writer won an insert race;
+        StoreError (or Rejected) otherwise."""
         for pause in (*busy_retries, None):
             try:
                 return fn()
             except Exception as ex:
+                if _lost_a_race(ex) and pause is not None:
+                    time.sleep(pause * random.uniform(0.5, 1.5))
+                    continue
                 if _is_rejection(ex):
                     raise Rejected(f"{what}: {ex}") from ex
                 if not _is_busy(ex) or pause is None:

@@ -215,6 +215,18 @@ def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
     assert said[-2].endswith(": predictions.csv") and said[-1].endswith(
         ": predictions.csv (it replaced the file there)"
     ), said
+    assert not any("scaled up" in line for line in said)  # the data set's own size
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    for name, side in (("dot.png", 1), ("speck.png", 3), ("stored.png", 8)):
+        Image.fromarray(images[0][:side, :side, 0]).save(tiny / name)
+    assert cli.main(["predict", str(launch / "run"), str(tiny), "--out", "tiny.csv"]) == 0
+    caveat = [line for line in capsys.readouterr().err.splitlines() if "scaled up" in line]
+    assert caveat == [
+        "[sporeflow] 2 of 3 images are less than half the 8 x 8 pixels of the images the "
+        "network learned from and were scaled up to them (the smallest, dot.png, 8x from 1 "
+        "pixel on its shorter side): their predictions rest on little"
+    ]
     names, labels, probs = predicted(launch / "from_pngs.csv")
     assert names[0] == "000.png" and names[50] == "more/050.png" and len(names) == len(logits)
     assert (labels == logits.argmax(axis=1)).all()

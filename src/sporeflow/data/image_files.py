@@ -28,6 +28,13 @@ class ImageInput:
     path: Path
     names: tuple[str, ...]
     channels: int
+    shorter_sides: tuple[int, ...]  # each image's shorter side in pixels, as stored
+
+    def scaled_up(self, side: int, factor: int = 2) -> list[tuple[str, int]]:
+        """(name, shorter side) of the images a network taking `side` pixels sees scaled up
+        `factor` times or more, smallest first."""
+        small = [(n, s) for n, s in zip(self.names, self.shorter_sides, strict=True)]
+        return sorted((p for p in small if p[1] * factor <= side), key=lambda p: p[1])
 
     def images(self) -> Iterator[np.ndarray]:
         if self.path.is_dir():
@@ -44,24 +51,27 @@ def image_input(path: Path, channels: int) -> ImageInput:
     if channels not in _PIL_MODE:
         raise DataError(f"images of {channels} channels cannot be read from files (1 or 3)")
     if path.is_dir():
-        return ImageInput(path, _checked_files(path), channels)
+        names, sides = _checked_files(path)
+        return ImageInput(path, names, channels, sides)
     if path.suffix == ".npy" and path.is_file():
-        return ImageInput(path, _checked_batch(path, channels), channels)
+        names, sides = _checked_batch(path, channels)
+        return ImageInput(path, names, channels, sides)
     raise DataError(f"{path}: not a folder of {'/'.join(SUFFIXES)} images or a .npy file")
 
 
-def _checked_files(folder: Path) -> tuple[str, ...]:
+def _checked_files(folder: Path) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The image files' names in the folder and their shorter sides."""
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
     if not files:
         raise DataError(f"{folder} holds no image files ({', '.join(SUFFIXES)})")
-    for file in files:
-        _check_file(file)
-    return tuple(str(p.relative_to(folder)) for p in files)
+    sides = tuple(_check_file(file) for file in files)
+    return tuple(str(p.relative_to(folder)) for p in files), sides
 
 
-def _check_file(file: Path) -> None:
-    """A readable image of at most MAX_PIXELS, judged by the size its header declares, before
-    anything is decoded (a 100 KB PNG can declare 30000 x 30000 pixels: a decompression bomb)."""
+def _check_file(file: Path) -> int:
+    """The shorter side of a readable image of at most MAX_PIXELS, judged by the size its
+    header declares before anything is decoded (a 100 KB PNG can declare 30000 x 30000 pixels:
+    a decompression bomb)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused just below
@@ -70,6 +80,7 @@ def _check_file(file: Path) -> None:
                 if width * height > MAX_PIXELS:
                     raise DataError(_too_large(file, f"{width} x {height} pixels"))
                 image.verify()
+                return min(width, height)
     except Image.DecompressionBombError:
         raise DataError(_too_large(file, f"over {2 * Image.MAX_IMAGE_PIXELS} pixels")) from None
     except (UnidentifiedImageError, OSError, SyntaxError) as ex:
@@ -83,7 +94,7 @@ def _too_large(file: Path, declared: str) -> str:
     )
 
 
-def _checked_batch(path: Path, channels: int) -> tuple[str, ...]:
+def _checked_batch(path: Path, channels: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
     try:
         batch = np.load(path, mmap_mode="r")
     except (ValueError, OSError) as ex:
@@ -96,7 +107,8 @@ def _checked_batch(path: Path, channels: int) -> tuple[str, ...]:
             f"{' (x 1)' if channels == 1 else ''} x {channels} channels, as the data set's"
             " own images"
         )
-    return tuple(f"{path.name}[{i}]" for i in range(shape[0]))
+    names = tuple(f"{path.name}[{i}]" for i in range(shape[0]))
+    return names, (min(shape[1], shape[2]),) * shape[0]
 
 
 def _with_channel_axis(image: np.ndarray) -> np.ndarray:

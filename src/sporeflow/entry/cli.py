@@ -429,6 +429,8 @@ def predict(args: argparse.Namespace) -> int:
         print(f"sporeflow predict: {ex}", file=sys.stderr)
         return 2
     found = predicting.predict(cfg, source, images, progress=sys.stderr.isatty())
+    if found.caveat:
+        print(f"[sporeflow] {found.caveat}", file=sys.stderr)
     replaced = " (it replaced the file there)" if out.exists() else ""
     write_text_atomic(out, predicting.csv_text(found))
     print(

@@ -30,6 +30,7 @@ class Prediction:
     names: tuple[str, ...]
     probabilities: np.ndarray
     class_names: tuple[str, ...] | None = None  # the data set's names of the labels, if any
+    caveat: str = ""  # what the user should know before trusting them (images scaled up)
 
     @property
     def labels(self) -> np.ndarray:
@@ -68,7 +69,26 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))
     names = dataset.class_names()
-    return Prediction(images.names, np.concatenate(found), tuple(names) if names else None)
+    caveat = scaled_up_caveat(images, dataset.native_size or dataset.image_size)
+    return Prediction(
+        images.names, np.concatenate(found), tuple(names) if names else None, caveat
+    )
+
+
+def scaled_up_caveat(images: ImageInput, side: int) -> str:
+    """A line naming the images scaled up 2x or more to the `side` pixels the data set's own
+    images have as stored: what the network predicts from a few pixels blown up is a guess."""
+    small = images.scaled_up(side)
+    if not small:
+        return ""
+    name, least = small[0]
+    return (
+        f"{len(small)} of {len(images.names)} images are less than half the {side} x {side} "
+        f"pixels of the images the network learned from and were scaled up to them (the "
+        f"smallest, {name}, {side / least:.0f}x from {least} pixel{'s' * (least > 1)} on its "
+        "shorter side): "
+        "their predictions rest on little"
+    )
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -216,6 +216,33 @@ def test_a_viewer_creates_nothing_and_a_recorded_digest_is_never_rewritten(
     assert client.create_registered_model(f"{team}-model").name == f"{team}-model"  # the admin
 
 
+def test_a_viewer_s_training_job_is_refused_before_work_or_its_records_counted_as_refused(
+    team_server, tmp_path, monkeypatch
+):
+    """A viewer's `train.py` against the team's experiment stops in preflight (exit 2, one
+    line naming the user, the experiment and MLflow's permission); into an experiment that
+    does not exist yet it gets past preflight, and the server's 403 on each record is a
+    refusal (counted, kept, exit 1), not a store away (which would end 0)."""
+    from sporeflow.tracking.store import Rejected, Store, store_refusal
+
+    url = team_server[0]
+    team, later = f"team-{tmp_path.name}", f"later-{tmp_path.name}"
+    for key, value in login(TRAINER, TRAINER_PASSWORD).items():
+        monkeypatch.setenv(key, value)
+    MlflowClient(url).create_experiment(team)
+    assert store_refusal(url, team) is None
+    for key, value in login(VIEWER, VIEWER_PASSWORD).items():
+        monkeypatch.setenv(key, value)
+    assert store_refusal(url, team) == (
+        f"tracking.uri={url}: user '{VIEWER}' may read but not write runs in experiment "
+        f"'{team}' (permission READ): train under a trainer's login (MLFLOW_TRACKING_USERNAME), "
+        "or ask the server's admin to make this user a trainer"
+    )
+    assert store_refusal(url, later) is None  # not made yet: the server refuses its creation
+    with pytest.raises(Rejected, match="may read but not create"):
+        Store(url, later).connect()
+
+
 def test_a_server_beyond_loopback_or_a_password_on_its_command_line_is_refused(postgres, tmp_path):
     """`--host 0.0.0.0` turns logins on and needs the admin's password first (no --insecure);
     a database password on `--db` is refused (`ps` shows it): exit 2, one line, no server."""

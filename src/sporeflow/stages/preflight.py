@@ -52,7 +52,7 @@ def check_store(tracking: DictConfig) -> None:
     that answers must take this machine's login: no journal can make a wrong password right.
     (An HTTP server that is down is not refused: its records wait in the journal,
     docs/troubleshooting.md.)"""
-    refusal = store_refusal(tracking.uri) if tracking.enabled else None
+    refusal = store_refusal(tracking.uri, tracking.experiment_name) if tracking.enabled else None
     if refusal:
         raise ConfigError(refusal)
 

@@ -14,6 +14,7 @@ artifacts in `<launch dir>/mlartifacts` (absolute), so `mlflow ui` started there
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -41,6 +42,12 @@ MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
 BATCH_LIMIT = 1000  # metrics per log_batch call (MLflow's limit)
 PARAM_BATCH_LIMIT = 100
 BUSY_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a busy sqlite store
+# A store's answers that no retry changes: a bad value, a changed param, and a login that may
+# not write (401/403: a viewer's job on a team server); the record is kept and counted.
+REFUSALS = (
+    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE", "PERMISSION_DENIED",
+    "UNAUTHENTICATED",
+)
 HTTP_TIMEOUT_S = "10"  # one request to a tracking server; the writer retries on its own
 
 
@@ -135,7 +142,7 @@ def _is_rejection(ex: BaseException) -> bool:
     if isinstance(ex, (TypeError, AttributeError, KeyError, FileNotFoundError)):
         return True
     code = getattr(ex, "error_code", "")
-    return code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE") and not _is_busy(ex)
+    return code in REFUSALS and not _is_busy(ex)
 
 
 def server_problem(uri: str, timeout: float = 3.0) -> str | None:
@@ -150,7 +157,7 @@ def server_problem(uri: str, timeout: float = 3.0) -> str | None:
         return str(getattr(ex, "reason", ex))
 
 
-def store_refusal(configured: str | None) -> str | None:
+def store_refusal(configured: str | None, experiment: str | None = None) -> str | None:
     """Why a store cannot be used, in one line naming the key and the URI without its password:
     a database that does not connect or take the credentials, or a server that answers but
     refuses this machine's login (no journal makes either right). None otherwise; a server
@@ -164,36 +171,78 @@ def store_refusal(configured: str | None) -> str | None:
         problem = database_problem(uri)
         return f"{key}={redacted(uri)}: cannot connect: {problem}" if problem else None
     if uri.startswith(("http://", "https://")):
-        problem = login_problem(uri)
+        problem = login_problem(uri) or (experiment and write_problem(uri, experiment))
         return f"{key}={redacted(uri)}: {problem}" if problem else None
     return None
+
+
+def _server_json(uri: str, path: str, timeout: float) -> dict:
+    """GET `path` of the server with this machine's MLflow login (env first, then
+    ~/.mlflow/credentials), as JSON; urllib's HTTPError or OSError when it does not answer 200."""
+    import base64
+    import urllib.request
+
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    creds = read_mlflow_creds()
+    request = urllib.request.Request(f"{uri.rstrip('/')}{path}")
+    if creds.username:
+        token = base64.b64encode(f"{creds.username}:{creds.password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.loads(answer.read() or b"{}")
 
 
 def login_problem(uri: str, timeout: float = 5.0) -> str | None:
     """Why a server that answers refuses this machine's requests (HTTP 401 or 403), saying
     where MLflow takes the login from; None when it takes them or does not answer at all."""
-    import base64
     import urllib.error
-    import urllib.request
+
+    from mlflow.utils.credentials import read_mlflow_creds
 
     if server_problem(uri, timeout):
         return None
-    from mlflow.utils.credentials import read_mlflow_creds  # env first, then ~/.mlflow/credentials
-
-    creds = read_mlflow_creds()
-    request = urllib.request.Request(
-        f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1"
-    )
-    if creds.username:
-        token = base64.b64encode(f"{creds.username}:{creds.password or ''}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout):
-            return None
+        _server_json(uri, "/api/2.0/mlflow/experiments/search?max_results=1", timeout)
     except urllib.error.HTTPError as ex:
-        return _login_refusal(ex.code, creds.username)
-    except OSError:
+        return _login_refusal(ex.code, read_mlflow_creds().username)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def write_problem(uri: str, experiment: str, timeout: float = 5.0) -> str | None:
+    """Why this machine's login may read but not write runs into `experiment` on a server
+    with logins (MLflow's effective permission on it lacks can_update), before any work. None
+    when it may, when the server has no logins, or when the experiment does not exist yet (a
+    login that may not create it is refused by the server when the run starts, and its
+    records are counted as refused)."""
+    import urllib.error
+    import urllib.parse
+
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    user = read_mlflow_creds().username
+    if not user:
         return None
+    query = urllib.parse.urlencode({"experiment_name": experiment})
+    try:
+        found = _server_json(uri, f"/api/2.0/mlflow/experiments/get-by-name?{query}", timeout)
+        experiment_id = found["experiment"]["experiment_id"]
+        query = urllib.parse.urlencode(
+            {"username": user, "resource_type": "experiment", "resource_id": experiment_id}
+        )
+        permission = _server_json(uri, f"/api/3.0/mlflow/users/permissions/get?{query}", timeout)
+    except (urllib.error.HTTPError, OSError, ValueError, KeyError):
+        return None  # no such experiment yet, or a server without logins
+    name = permission.get("permission", "")
+    if name in ("READ", "USE", "DENY", "NO_PERMISSIONS"):  # MLflow's, without can_update
+        return (
+            f"user {user!r} may read but not write runs in experiment {experiment!r} "
+            f"(permission {name}): train under a trainer's login (MLFLOW_TRACKING_USERNAME), "
+            "or ask the server's admin to make this user a trainer"
+        )
+    return None
 
 
 def _login_refusal(status: int, username: str | None) -> str | None:

@@ -261,8 +261,14 @@ def test_jobs_that_log_one_data_set_at_once_each_get_it_and_none_is_refused(tmp_
             time.sleep(0.3)
 
     event.listen(engine, "after_cursor_execute", widen)
-    record = {"name": "digits-train", "files": [str(data)], "selection": "all",
-              "location": str(data), "rows": 45, "context": "training"}
+    record = {
+        "name": "digits-train",
+        "files": [str(data)],
+        "selection": "all",
+        "location": str(data),
+        "rows": 45,
+        "context": "training",
+    }
     start, failures = threading.Barrier(len(stores)), []
 
     def log(i):

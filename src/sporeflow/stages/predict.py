@@ -70,9 +70,7 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
             bar.update(len(found[-1]))
     names = dataset.class_names()
     caveat = scaled_up_caveat(images, dataset.native_size or dataset.image_size)
-    return Prediction(
-        images.names, np.concatenate(found), tuple(names) if names else None, caveat
-    )
+    return Prediction(images.names, np.concatenate(found), tuple(names) if names else None, caveat)
 
 
 def scaled_up_caveat(images: ImageInput, side: int) -> str:

@@ -45,7 +45,10 @@ BUSY_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a busy
 # A store's answers that no retry changes: a bad value, a changed param, and a login that may
 # not write (401/403: a viewer's job on a team server); the record is kept and counted.
 REFUSALS = (
-    "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE", "PERMISSION_DENIED",
+    "INVALID_PARAMETER_VALUE",
+    "BAD_REQUEST",
+    "INVALID_STATE",
+    "PERMISSION_DENIED",
     "UNAUTHENTICATED",
 )
 HTTP_TIMEOUT_S = "10"  # one request to a tracking server; the writer retries on its own

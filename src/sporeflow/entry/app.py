@@ -210,6 +210,8 @@ def run_task(cfg: DictConfig) -> float:
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun
     ctx = run_context()
+    if ctx.sweep is not None and not worker:
+        quiet_console()
     if worker or ctx.sweep is not None:  # a sweep's process must end its parent run
         signals.install()
     else:  # until the checks pass, an interrupt leaves nothing behind
@@ -233,6 +235,14 @@ def run_task(cfg: DictConfig) -> float:
         elif ctx.sweep is None:  # nothing was made yet: nothing is left behind
             remove_unused_run_dir(ctx.run_dir)
         raise
+
+
+def quiet_console() -> None:
+    """A sweep job's progress lines (INFO) go to its log file only (`<job dir>/train.log`): the
+    console keeps Hydra's line naming the job, warnings, and the job's one-line result."""
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:  # not a FileHandler (a subclass)
+            handler.setLevel(logging.WARNING)
 
 
 def run_started(cfg: DictConfig, ctx: RunContext) -> bool:

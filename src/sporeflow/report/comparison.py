@@ -61,6 +61,15 @@ def paired_lines(paired: dict, budget: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def one_line_summary(results: dict[str, dict]) -> str:
+    """Stage 2's accuracy and its gains, for a sweep job's one console line (its table is in
+    the job's comparison.txt, and the sweep compares the jobs at its end)."""
+    line = f"stage2 acc={results['stage2'].get('acc', float('nan')):.4f}, gain {gain(results):+.4f}"
+    if BUDGET in results:
+        line += f", at equal cost {gain_at_cost(results):+.4f}"
+    return line
+
+
 def summary_table(results: dict[str, dict]) -> str:
     lines = [f"  {'stage':14s} {'acc':>8s} {'loss':>8s}"]
     for stage, metrics in results.items():

@@ -1,17 +1,17 @@
-"""Choose the CPU instruction set oneDNN may use, before MindSpore is imported.
+"""Choose the CPU instruction set oneDNN may use, before its first kernel runs.
 
 MindSpore 2.10's CPU wheel bundles oneDNN 3.10. On AVX-512 machines (seen on AMD EPYC) that
 oneDNN dispatches plain NCHW convolutions to a reference kernel: a LeNet-5 train step takes
 ~48 ms. Capped at AVX2 it picks a GEMM-based kernel: ~3.6 ms (bench/bench_cpu_isa.py).
-oneDNN reads ONEDNN_MAX_CPU_ISA once, when it first dispatches, so it must be in the
-environment before MindSpore loads; msrun workers inherit it from the launcher.
+oneDNN reads ONEDNN_MAX_CPU_ISA once, when it first dispatches (not when MindSpore is
+imported), so it must be in the environment before the first graph runs; msrun workers
+inherit it from the launcher.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 
 from sporeflow.config.schema import CpuIsa
 
@@ -56,20 +56,26 @@ def apply(choice: str) -> str | None:
     """Set ONEDNN_MAX_CPU_ISA for this process and its children; returns the value in force.
 
     With `auto`, a value the user exported wins; an explicit choice replaces it (`native`
-    removes it, so oneDNN picks by itself).
+    removes it, so oneDNN picks by itself). Importing MindSpore does not read it (set after
+    the import it still caps: bench/bench_cpu_isa.py); a later job of the same process that
+    asks for another value is told that the first one stays.
     """
-    if choice == "auto" and ENV_VAR in os.environ:
-        return os.environ[ENV_VAR]
-    value = resolve(choice)
-    if "mindspore" in sys.modules and os.environ.get(ENV_VAR) != value:
+    value = os.environ[ENV_VAR] if choice == "auto" and ENV_VAR in os.environ else resolve(choice)
+    if _first_applied and _first_applied[0] != value:
         log.warning(
-            "MindSpore was imported before runtime.cpu_isa was applied; "
-            "%s=%s may not take effect in this process",
+            "runtime.cpu_isa=%s asks for %s=%s, but oneDNN read its cap once in this process "
+            "(%s, an earlier job's); a job in a new process gets it",
+            choice,
             ENV_VAR,
             value,
+            _first_applied[0] or "none",
         )
+    _first_applied[:] = _first_applied or [value]
     if value is None:
         os.environ.pop(ENV_VAR, None)
     else:
         os.environ[ENV_VAR] = value
     return value
+
+
+_first_applied: list[str | None] = []  # what this process's oneDNN reads when it first runs

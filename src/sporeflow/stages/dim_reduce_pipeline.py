@@ -45,6 +45,7 @@ from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.engine.cost import Cost
 from sporeflow.report.comparison import (
     comparison_plot,
+    one_line_summary,
     paired_lines,
     pipeline_metrics,
     summary_table,
@@ -421,8 +422,20 @@ class DimReducePipeline:
             trained = "\n".join(
                 f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
             )
-            where = (
-                f"dim_reduce pipeline ({self.home}); {self.tracker.describe(self.parent.run_id)}"
-            )
-            print(f"[sporeflow] {where}\n{table}\n{trained}", file=sys.stderr)
+            self._say(results, f"{table}\n{trained}")
         return metrics
+
+    def _say(self, results: dict[str, dict], table: str) -> None:
+        """The table on the console, or in a sweep's job one line naming the table's file:
+        the sweep compares its jobs at the end, and N tables would bury that."""
+        where = self.tracker.describe(self.parent.run_id)
+        if self.ctx.sweep is None:
+            print(f"[sporeflow] dim_reduce pipeline ({self.home}); {where}\n{table}", file=sys.stderr)
+            return
+        kept = self.home / "comparison.txt"
+        write_text_atomic(kept, table + "\n")
+        print(
+            f"[sporeflow] job {self.ctx.sweep.job}: {one_line_summary(results)}; table {kept}; "
+            f"{where}",
+            file=sys.stderr,
+        )

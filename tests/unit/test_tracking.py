@@ -137,16 +137,18 @@ def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_pa
         config(uri=uri, drain_timeout=1.0), tmp_path, journal_dir=tmp_path / "run"
     )
     with tracker:
-        write_a_run(tracker, tmp_path, steps=10)
+        write_a_run(tracker, tmp_path, steps=10)  # its first record looks at the server: said
+        said = capsys.readouterr().err.splitlines()
         problem = sibling(tracker.journal, PROBLEM)
         deadline = time.monotonic() + 60
         while not problem.exists():  # the writer's first try, within seconds
             assert time.monotonic() < deadline, "the writer never said why it cannot send"
             time.sleep(0.1)
         time.sleep(PROBLEM_LOOK_S)
-        tracker.start_run("late")  # the next record: the trainer says it, once
+        tracker.start_run("late")  # the writer's problem now: not said again
         tracker.start_run("later")
-        said, why = capsys.readouterr().err.splitlines(), problem.read_text()
+        assert capsys.readouterr().err == ""
+        why = problem.read_text()
     records = read_records(tracker.journal, 0)
     assert tracker.left == len(records) > 0
     assert why.startswith(f"connect to {uri}: ")
@@ -160,6 +162,21 @@ def test_an_unreachable_store_keeps_the_records_and_says_how_to_send_them(tmp_pa
         f"send them with: sporeflow sync {tmp_path / 'run'}"
     ) in err
     assert "try 1 failed" in sibling(tracker.journal, ".writer.log").read_text()
+
+
+def test_a_server_that_does_not_answer_is_said_at_the_first_record(tmp_path, capsys):
+    """At once, not when the writer (importing MLflow first) tries it seconds later."""
+    uri = f"http://127.0.0.1:{closed_port()}"
+    tracker = Tracker.from_config(
+        config(uri=uri, drain_timeout=0.1), tmp_path, journal_dir=tmp_path / "run"
+    )
+    with tracker:
+        tracker.start_run("first")
+        (said,) = capsys.readouterr().err.splitlines()  # the writer process has just started
+    assert said.startswith(f"[sporeflow] tracking: connect to {uri}: ")
+    assert said.endswith(
+        f"its records wait in {tracker.journal} and are sent once the store answers"
+    )
 
 
 LEFT_OPEN = """

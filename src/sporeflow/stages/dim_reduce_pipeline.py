@@ -430,7 +430,9 @@ class DimReducePipeline:
         the sweep compares its jobs at the end, and N tables would bury that."""
         where = self.tracker.describe(self.parent.run_id)
         if self.ctx.sweep is None:
-            print(f"[sporeflow] dim_reduce pipeline ({self.home}); {where}\n{table}", file=sys.stderr)
+            print(
+                f"[sporeflow] dim_reduce pipeline ({self.home}); {where}\n{table}", file=sys.stderr
+            )
             return
         kept = self.home / "comparison.txt"
         write_text_atomic(kept, table + "\n")

@@ -56,6 +56,7 @@ from sporeflow.tracking.store import (
     flatten,
     process_tags,
     resolve_uri,
+    server_problem,
 )
 
 __all__ = ["Tracker", "TrackedRun", "flatten"]
@@ -65,6 +66,7 @@ T = TypeVar("T")
 DRAIN_TIMEOUT_S = 30.0
 CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 PROBLEM_LOOK_S = 1.0  # how often a record's append looks for the writer's problem file
+AWAY_LOOK_S = 1.0  # how long the first record waits for a tracking server's health check
 
 
 class Tracker:
@@ -144,7 +146,17 @@ class Tracker:
             )
             if self._shared is not None:
                 self._shared.register(self._journal.path)
+            self._say_server_away()
         return self._journal
+
+    def _say_server_away(self) -> None:
+        """A tracking server that does not answer now, said at once (a refused connection is
+        known in milliseconds; the writer would learn it seconds later, after importing MLflow)."""
+        if not self.uri.startswith(("http://", "https://")):
+            return
+        problem = server_problem(self.uri, timeout=AWAY_LOOK_S)
+        if problem:
+            self._say(f"connect to {redact_text(self.uri)}: {problem}")
 
     def _append(self, op: Op, **fields: Any) -> int:
         journal = self._open_journal()
@@ -173,6 +185,12 @@ class Tracker:
         try:
             problem = sibling(self._journal.path, PROBLEM).read_text().strip()
         except OSError:
+            return
+        self._say(problem)
+
+    def _say(self, problem: str) -> None:
+        """The store's problem as one console line, once per process."""
+        if self._problem_said or self._journal is None:
             return
         self._problem_said = True
         tqdm.write(  # on a line of its own above a progress bar, not glued to its line

@@ -62,7 +62,9 @@ def main() -> None:
         ms_step = measure(isa, steps, batch)
         print(f"  {isa:16s} {ms_step:8.2f} ms/step  {base / ms_step:5.2f}x faster than native")
     late = measure("AVX2", steps, batch, after_import=True)
-    print(f"  {'AVX2 after import':16s} {late:8.2f} ms/step  {base / late:5.2f}x faster than native")
+    print(
+        f"  {'AVX2 after import':16s} {late:8.2f} ms/step  {base / late:5.2f}x faster than native"
+    )
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ the store has its records, but no job pays a writer's start (MLflow's import) of
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 
 from helpers.train import CONF, TRAIN
 from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
+from sporeflow.entry.python_api import root_logger_kept
 
 # a network and data set small enough that a whole pipeline takes seconds (random labels:
 # these runs check mechanics, not learning)
@@ -149,21 +149,6 @@ def train_cli(
             signal.signal(sig, handler)
         GlobalHydra.instance().clear()
     return code, err.getvalue()
-
-
-@contextlib.contextmanager
-def root_logger_kept():
-    """The root logger's handlers and level as they were before, and the handlers added inside
-    (Hydra's console and job-log handlers) closed."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        for added in set(root.handlers) - set(handlers):
-            added.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
 
 
 def run_train_here(

@@ -34,6 +34,7 @@ LAYER_OF_FOLDER = {
 }
 # layer -> the layers it may import (its own included); from the top down
 MAY_IMPORT = {
+    "root": {"entry", "core"},  # `sporeflow.run` ...: the Python API, re-exported lazily
     "plugins": {"entry", "launch", "config", "storage", "core"},
     "entry": {
         "entry",

@@ -144,8 +144,30 @@ def raise_requeued() -> None:
     raise Requeued(asked, int(_requeue["before"]) + 1)
 
 
+_embedded: list[bool] = []  # inside `embedded()`: a caller's Python process, not a command's
+
+
+@contextlib.contextmanager
+def embedded() -> Iterator[None]:
+    """A job run inside someone else's process (a notebook, a script: the Python API): no
+    exit at once on start-up (`exit_at_once` would end their interpreter), handlers installed
+    only in the main thread, and their SIGINT/SIGTERM handlers put back when it ends."""
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in HANDLED} if main else {}
+    _embedded.append(True)
+    try:
+        yield
+    finally:
+        _embedded.pop()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        _received.clear()
+
+
 def install() -> None:
     """From now on SIGINT/SIGTERM raise Interrupted in the main thread."""
+    if _embedded and threading.current_thread() is not threading.main_thread():
+        return  # Python takes signal handlers from the main thread only
     for sig in HANDLED:
         signal.signal(sig, _raise)
     _python_sigint[:] = [_c_handler(signal.SIGINT)]
@@ -188,7 +210,10 @@ def exit_at_once(clean_up: Callable[[], None] = lambda: None) -> None:
     """Until `install()`: SIGINT/SIGTERM end the process at once, after `clean_up()`, with one
     line and 128 + the signal. For start-up, when no run exists yet: an exception raised
     inside a library that is loading (MindSpore turns it into an ImportError) would leave it
-    half-initialised, and the interpreter's shutdown then crashes (exit 134)."""
+    half-initialised, and the interpreter's shutdown then crashes (exit 134). Nothing inside
+    `embedded()`: the process is not the job's to end."""
+    if _embedded:
+        return
 
     def leave(signum, frame):
         try:

@@ -81,68 +81,48 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep_run(client, exp, which: str):
-    """The sweep parent run `which` names (a run id, or `latest`), or None."""
-    if which != "latest":
-        try:
-            return client.get_run(which)
-        except Exception:  # noqa: BLE001 - unknown id: the caller names it
-            return None
-    found = client.search_runs(
-        [exp.experiment_id],
-        "tags.stage = 'sweep'",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
-    return found[0] if found else None
-
-
 def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     """One row per job of one sweep, best first by its objective, swept keys as columns; as
     text, first one row per point (the jobs' settings but the seed) and the verdict last."""
     from sporeflow.report import sweep_report as report
     from sporeflow.tracking.tracker import Tracker
 
-    run = _sweep_run(client, exp, args.sweep)
-    if run is None or run.data.tags.get("stage") != "sweep":
+    tracker = Tracker(uri, args.experiment, read_only=True)
+    run = report.sweep_run(tracker, args.sweep)
+    if run is None:
         print(
             f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
             "(sweeps are `python train.py -m ...`; `latest` picks the newest)",
             file=sys.stderr,
         )
         return 2
-    tags = run.data.tags
-    keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
-    tracker = Tracker(uri, args.experiment)
-    jobs = report.sweep_jobs(tracker, run.info.run_id, keys)
-    key = report.objective_key(jobs, tags.get("sweep.objective", "auto"))
-    ranked = report.ranked(jobs, key)
-    header, rows = report.table_rows(ranked, keys)
+    found = report.summarize(tracker, run)
+    header, rows = report.table_rows(found.jobs, found.keys)
     if args.format == "text":
         print(
             f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
-            f"{len(jobs)} jobs, best first by {key}",
+            f"{len(found.jobs)} jobs, best first by {found.key}",
             file=sys.stderr,
         )
-    decision = report.sweep_decision(tracker, ranked, keys, key)
-    if args.format == "text" and decision is not None:  # one row per point, its jobs below
-        print(report.render(*decision.rows(key)))
+    if args.format == "text" and found.decision is not None:  # one row per point, jobs below
+        print(report.render(*found.decision.rows(found.key)))
     print(report.render(header, rows, args.format), end="")
-    if args.format == "text" and decision is not None:
-        print(decision.line(key))  # the same verdict the sweep ended with, from the same store
+    if args.format == "text" and found.decision is not None:
+        print(found.decision.line(found.key))  # the verdict the sweep ended with, same store
     return 0
 
 
 def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
-    from sporeflow.report.sweep_report import ui_links
+    from sporeflow.report.sweep_report import sweep_run, ui_links
+    from sporeflow.tracking.tracker import Tracker
 
     opened = _open_experiment(args)
     if opened is None:
         return 2
     uri, client, exp = opened
     base = f"http://127.0.0.1:{args.port}"
-    sweep = _sweep_run(client, exp, args.sweep)
+    sweep = sweep_run(Tracker(uri, args.experiment, read_only=True), args.sweep)
     jobs = (
         client.search_runs(
             [exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'", max_results=200

@@ -166,19 +166,39 @@ class Decision:
     def tied(self) -> list[Point]:
         return [v.point for v in self.others if not v.worse]
 
-    def rows(self, objective: str) -> tuple[list[str], list[list[str]]]:
-        """(header, rows): one row per point, the best first, then by accuracy: its seeds and
-        jobs, pooled accuracy and interval, its difference from the best (interval, Holm p)
-        and the verdict (`winner` or `leading` for the best, `worse` or `tie` for the rest)."""
-        header = ["point", "seeds", "jobs", objective, "95% CI", "vs best", "95% CI", "p Holm"]
+    def records(self) -> list[dict]:
+        """One dict per point, the best first, then by accuracy: its seeds and jobs, pooled
+        accuracy and 95% interval, its difference from the best with interval and Holm p, and
+        the verdict (`winner` or `leading` for the best, `worse` or `tie` for the rest)."""
         lead = "winner" if self.kind == "winner" else "leading"
-        rows = [_point_row(self.best) + ["-", "-", "-", lead]]
+        nan = math.nan
+        found = [_point_record(self.best) | dict(vs_best=nan, vs_best_low=nan, vs_best_high=nan)]
+        found[0] |= {"p_holm": nan, "verdict": lead}
         for v in sorted(self.others, key=lambda v: -v.point.accuracy):
             low, high = v.against_best.ci95
+            found.append(
+                _point_record(v.point)
+                | {"vs_best": -v.against_best.diff, "vs_best_low": -high, "vs_best_high": -low}
+                | {"p_holm": v.p_holm, "verdict": "worse" if v.worse else "tie"}
+            )
+        return found
+
+    def rows(self, objective: str) -> tuple[list[str], list[list[str]]]:
+        """(header, rows) of `records()` as text."""
+        header = ["point", "seeds", "jobs", objective, "95% CI", "vs best", "95% CI", "p Holm"]
+        rows = []
+        for r in self.records():
+            compared = not math.isnan(r["vs_best"])
             rows.append(
-                _point_row(v.point)
-                + [f"{-v.against_best.diff:+.4f}", f"{-high:+.4f}..{-low:+.4f}", f"{v.p_holm:.3g}"]
-                + ["worse" if v.worse else "tie"]
+                [r["point"], ",".join(map(str, r["seeds"])), ",".join(map(str, r["jobs"]))]
+                + [f"{r['value']:.4f}", f"{r['ci_low']:.4f}..{r['ci_high']:.4f}"]
+                + (
+                    [f"{r['vs_best']:+.4f}", f"{r['vs_best_low']:+.4f}..{r['vs_best_high']:+.4f}"]
+                    + [f"{r['p_holm']:.3g}"]
+                    if compared
+                    else ["-", "-", "-"]
+                )
+                + [r["verdict"]]
             )
         return [*header, "verdict"], rows
 
@@ -199,15 +219,14 @@ class Decision:
         )
 
 
-def _point_row(point: Point) -> list[str]:
+def _point_record(point: Point) -> dict:
     low, high = point.ci95
-    return [
-        point.label,
-        ",".join(map(str, point.seeds)),
-        ",".join(str(point.jobs[s]) for s in point.seeds),
-        f"{point.accuracy:.4f}",
-        f"{low:.4f}..{high:.4f}",
-    ]
+    seeds = point.seeds
+    jobs = [point.jobs[s] for s in seeds]
+    return {"point": point.label, "seeds": seeds, "jobs": jobs, "value": point.accuracy} | {
+        "ci_low": low,
+        "ci_high": high,
+    }
 
 
 def decide(points: list[Point]) -> Decision | None:

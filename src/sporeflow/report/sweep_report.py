@@ -13,6 +13,7 @@ import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,37 @@ def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job
             )
         )
     return sorted(jobs, key=lambda j: j.number)
+
+
+def sweep_run(tracker: Tracker, which: str) -> Any | None:
+    """The sweep parent run `which` names (its MLflow run id, or `latest`: the newest sweep of
+    the experiment); None when there is no such sweep."""
+    if which == "latest":
+        found = tracker.search_runs("tags.stage = 'sweep'", max_results=1)
+        return found[0] if found else None
+    run = tracker.get_run(which)
+    return run if run is not None and run.data.tags.get("stage") == "sweep" else None
+
+
+@dataclass
+class SweepSummary:
+    """A finished (or running) sweep as `sporeflow compare --sweep` shows it: its jobs best
+    first by the objective, and the decision between its points (None: no per-image outcomes)."""
+
+    run: Any
+    keys: list[str]
+    key: str
+    jobs: list[Job]
+    decision: Decision | None
+
+
+def summarize(tracker: Tracker, run: Any) -> SweepSummary:
+    tags = run.data.tags
+    keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
+    jobs = sweep_jobs(tracker, run.info.run_id, keys)
+    key = objective_key(jobs, tags.get("sweep.objective", "auto"))
+    best_first = ranked(jobs, key)
+    return SweepSummary(run, keys, key, best_first, sweep_decision(tracker, best_first, keys, key))
 
 
 def objective_key(jobs: list[Job], configured: str) -> str:

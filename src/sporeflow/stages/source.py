@@ -178,10 +178,10 @@ def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
     weights = final_weights(stage_dir)
     if not weights.is_file():
         raise ConfigError(f"{name}: no final weights at {weights} (the run did not finish?)")
-    return Source(name, weights, config, run_id or _marked_run_id(stage_dir, run_dir))
+    return Source(name, weights, config, run_id or marked_run_id(stage_dir, run_dir))
 
 
-def _marked_run_id(stage_dir: Path, run_dir: Path) -> str | None:
+def marked_run_id(stage_dir: Path, run_dir: Path) -> str | None:
     """The MLflow run id of the run that made `stage_dir` (or its job's run), from the run
     marker: a journal key there is looked up in what the run's writer applied."""
     key = (read_run_marker(stage_dir) or read_run_marker(run_dir)).get("mlflow_run_id")

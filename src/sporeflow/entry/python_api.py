@@ -1,0 +1,305 @@
+"""sporeflow from Python (notebooks, scripts): `run`, `sweep`, `results` and `load`.
+
+Each call is its command, in the calling process: `run` is `python train.py`, `sweep` is
+`python train.py -m`, `results` is `sporeflow compare --sweep`, `load(...).predict` is
+`sporeflow predict`. The same Hydra composition of the checkout's `conf/`, the same checks,
+run dirs, MLflow records and console lines; a bad override raises `ConfigError` carrying the
+line the command prints (where the command exits 2), a failed run raises what made it fail.
+What comes back is read from what the run recorded (its run dir and its MLflow run), so a
+result here and the MLflow UI never disagree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sporeflow.core import signals, telemetry
+from sporeflow.core.errors import ConfigError
+from sporeflow.entry import messages
+
+TRAIN = "train"
+DEFAULT_CONF = Path(__file__).resolve().parents[3] / "conf"  # the checkout's, beside train.py
+EXPERIMENT = "sporeflow"  # tracking.experiment_name's default
+NOT_STAGES = ("final", "curve", "cost", "system", "train", "eval")  # metric prefixes
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One finished job, as recorded. `metrics` are its MLflow run's final metrics
+    (`final/acc` for a plain run; a pipeline's `stage2/acc`, `gain`, ... on its parent run);
+    `stages` a pipeline's stages by name with their metrics (`stages["budget"]["acc"]`)."""
+
+    run_dir: Path
+    objective: float  # what train.py returns: `sweep.objective` of this job
+    run_id: str | None  # the MLflow run (a pipeline's parent); None: tracking off or not stored
+    uri: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    weights: Path | None = None  # the final weights (a pipeline's: stage 2's)
+
+    @property
+    def stages(self) -> dict[str, dict[str, float]]:
+        """A pipeline's stages (stage1, stage2, each baseline) with their final acc and loss;
+        empty for a plain run."""
+        if "stage2/acc" not in self.metrics:
+            return {}
+        found: dict[str, dict[str, float]] = {}
+        for key, value in self.metrics.items():
+            stage, _, name = key.partition("/")
+            if name in ("acc", "loss") and stage not in NOT_STAGES:
+                found.setdefault(stage, {})[name] = value
+        return found
+
+    @property
+    def gain(self) -> float | None:
+        """A pipeline's stage 2 minus its best baseline at equal epochs (None: a plain run)."""
+        return self.metrics.get("gain")
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    """A sweep as `sporeflow compare --sweep` shows it: `jobs` one row per job, best first by
+    `objective`; `points` one row per point (its jobs but the seed) with its pooled value, 95%
+    interval, difference from the best, Holm p and verdict; `decision` "winner" or "tie" (None:
+    no per-image outcomes to decide on), as the parent run's `sporeflow.decision` tag."""
+
+    run_id: str
+    uri: str
+    objective: str
+    jobs: Any  # pandas.DataFrame
+    points: Any  # pandas.DataFrame (empty without a decision)
+    decision: str | None
+    verdict: str  # the decision as the sweep's last console line says it
+
+
+def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> RunResult:
+    """`python train.py OVERRIDES` in this process, from the current folder (its outputs/,
+    its mlflow.db unless `tracking.uri` says otherwise). Raises ConfigError (the command's
+    refusal line) before any work, or what made the run fail; KeyboardInterrupt ends the run
+    KILLED as Ctrl-C does."""
+    from sporeflow.entry.app import run_task
+
+    with _hydra(config_dir, list(overrides)) as hydra:
+        if _declared_mode(hydra, overrides) == "MULTIRUN":
+            raise ConfigError(f"{' '.join(overrides)} makes a sweep: call sporeflow.sweep")
+        job = hydra.run(TRAIN, run_task, [*overrides, "hydra.mode=RUN"])
+    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(job.return_value))
+
+
+def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> SweepResults:
+    """`python train.py -m OVERRIDES` in this process (a grid, `hparams_search=...` Optuna, or
+    a race; Hydra's launcher runs the jobs: in this process, or joblib's or SLURM's), then its
+    table and decision as `results` reads them. Raises as `run` does; a failed job does not
+    stop the others (its row says FAILED)."""
+    from sporeflow.entry import sweep_run
+    from sporeflow.entry.app import refuse_resume_in_sweep, run_task
+
+    refuse_resume_in_sweep(list(overrides))
+    started = time.time()
+    with _hydra(config_dir, list(overrides), sweep=True) as hydra:
+        declared = _declared_mode(hydra, overrides)
+        try:
+            hydra.multirun(TRAIN, run_task, [*overrides] + ["hydra.mode=MULTIRUN"] * (not declared))
+        except BaseException as ex:
+            sweep_run.end_unfinished(ex)
+            raise
+        sweep_run.end_unfinished(None)
+        uri, experiment = _store_of(_composed(hydra, overrides), Path.cwd())
+    found = _find_sweep(uri, experiment, "latest")
+    if found.info.start_time / 1000 < started - 1:
+        raise ConfigError(f"the sweep left no parent run in {uri} (tracking.enabled=false?)")
+    return _sweep_results(uri, experiment, found)
+
+
+def results(
+    sweep: str = "latest", *, uri: str | None = None, experiment: str = EXPERIMENT
+) -> SweepResults:
+    """A sweep from any store (`uri`: default as train.py's, the current folder's mlflow.db
+    or MLFLOW_TRACKING_URI), by its parent run id or `latest`. Raises ConfigError naming what
+    is not there."""
+    from sporeflow.tracking.store import resolve_uri
+
+    where = resolve_uri(uri, Path.cwd())
+    return _sweep_results(where, experiment, _find_sweep(where, experiment, sweep))
+
+
+def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERIMENT) -> Trained:
+    """A trained network by what `eval.py source=` takes: a run or stage dir, an MLflow run id
+    (or the `sf-...` key a run dir holds), a `models:/name/version`; fetched and checked as
+    eval.py does. Raises ConfigError naming what is wrong."""
+    from sporeflow.stages.source import resolve
+    from sporeflow.tracking.store import resolve_uri
+    from sporeflow.tracking.tracker import Tracker
+
+    lookup = Tracker(resolve_uri(uri, Path.cwd()), experiment, read_only=True)
+    return Trained(resolve(str(source), lookup))
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A source's network with the config it was trained with (`source.config`)."""
+
+    source: Any  # stages.source.Source: name, weights, config, run_id
+
+    def predict(self, images: str | Path | np.ndarray) -> Any:
+        """Class probabilities for a folder of image files, a `.npy` batch, or a uint8 array
+        (N x H x W or N x H x W x C, as the data set keeps its images), through the data set's
+        eval transforms: a `stages.predict.Prediction` (`names`, `probabilities`, `labels`,
+        `class_names`, `caveat`). Raises ConfigError or DataError before any work."""
+        from sporeflow.stages import predict as predicting
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder, "images.npy") if isinstance(images, np.ndarray) else Path(images)
+            if isinstance(images, np.ndarray):
+                np.save(path, images)  # checked as a .npy file is: dtype, layout, channels
+            cfg, checked = predicting.checked_inputs(self.source, path)
+            found = predicting.predict(cfg, self.source, checked, progress=False)
+        if isinstance(images, np.ndarray):  # named by their index in the array
+            found = dataclasses.replace(found, names=tuple(map(str, range(len(found.names)))))
+        return found
+
+
+# -- composing and running as the command does ---------------------------------------------
+
+
+@contextlib.contextmanager
+def _hydra(config_dir: str | Path | None, overrides: list[str], sweep: bool = False) -> Iterator:
+    """Hydra as `@hydra.main` sets it up for train.py, for one call: its config search path,
+    version base and plugins; Hydra's global state, the root logger's handlers (Hydra points
+    them at the job's log file) and the signal handlers put back after; the command's usage
+    errors raised as ConfigError with its refusal line."""
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    from sporeflow.entry.hydra_setup import register_configs
+
+    conf = Path(config_dir) if config_dir is not None else DEFAULT_CONF
+    if not (conf / f"{TRAIN}.yaml").is_file():
+        raise ConfigError(f"config_dir={conf}: no {TRAIN}.yaml there (the checkout's conf/)")
+    telemetry.off_unless_chosen()
+    version.setbase("1.3")
+    register_configs()
+    GlobalHydra.instance().clear()
+    argv = [str(conf.parent / f"{TRAIN}.py"), *(["-m"] if sweep else []), *overrides]
+    with signals.embedded(), root_logger_kept():
+        try:
+            yield Hydra.create_main_hydra2(TRAIN, create_config_search_path(str(conf)))
+        except messages.usage_errors() as ex:
+            raise ConfigError(messages.refusal(ex, argv)) from None
+        finally:
+            GlobalHydra.instance().clear()
+
+
+@contextlib.contextmanager
+def root_logger_kept() -> Iterator[None]:
+    """The root logger's handlers and level as before; the handlers added inside (Hydra's
+    console and job-log handlers) closed."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for added in set(root.handlers) - set(handlers):
+            added.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _composed(hydra: Any, overrides: Sequence[str]) -> Any:
+    """The config `overrides` compose, sweep values left as given (Hydra's own look ahead)."""
+    from hydra.types import RunMode
+
+    return hydra.compose_config(
+        TRAIN,
+        list(overrides),
+        run_mode=RunMode.MULTIRUN,
+        with_log_configuration=False,
+        validate_sweep_overrides=False,
+    )
+
+
+def _declared_mode(hydra: Any, overrides: Sequence[str]) -> str | None:
+    """`hydra.mode` as the config declares it (an hparams_search preset: MULTIRUN), or None."""
+    mode = _composed(hydra, overrides).hydra.mode
+    return None if mode is None else str(getattr(mode, "name", mode))
+
+
+def _store_of(cfg: Any, launch_dir: Path) -> tuple[str, str]:
+    from sporeflow.tracking.store import resolve_uri
+
+    return resolve_uri(cfg.tracking.uri, launch_dir), str(cfg.tracking.experiment_name)
+
+
+def _job_result(run_dir: str, cfg: Any, objective: float) -> RunResult:
+    """What the job at `run_dir` recorded: its MLflow run and final weights."""
+    from sporeflow.stages.source import marked_run_id, resolve
+    from sporeflow.tracking.tracker import Tracker
+
+    uri, experiment = _store_of(cfg, Path.cwd())
+    folder = Path(run_dir)
+    run_id = marked_run_id(folder, folder)
+    tracker = Tracker(uri, experiment, read_only=True)
+    recorded = tracker.get_run(run_id) if run_id and cfg.tracking.enabled else None
+    try:
+        weights = resolve(str(folder), tracker).weights
+    except ConfigError:
+        weights = None  # a job that trained nothing of its own (copied from a finished one)
+    return RunResult(
+        folder,
+        objective,
+        recorded.info.run_id if recorded is not None else None,
+        uri,
+        dict(recorded.data.metrics) if recorded is not None else {},
+        weights,
+    )
+
+
+def _find_sweep(uri: str, experiment: str, which: str) -> Any:
+    from sporeflow.report.sweep_report import sweep_run
+    from sporeflow.tracking.tracker import Tracker
+
+    found = sweep_run(Tracker(uri, experiment, read_only=True), which)
+    if found is None:
+        raise ConfigError(
+            f"sweep={which}: no sweep run in experiment {experiment!r} of {uri} "
+            "(sweeps are `python train.py -m ...` or sporeflow.sweep; `latest` is the newest)"
+        )
+    return found
+
+
+def _sweep_results(uri: str, experiment: str, run: Any) -> SweepResults:
+    import pandas as pd
+
+    from sporeflow.report import sweep_report as report
+    from sporeflow.tracking.tracker import Tracker
+
+    found = report.summarize(Tracker(uri, experiment, read_only=True), run)
+    jobs = pd.DataFrame(
+        [
+            {"job": j.number, "status": j.status, "run_id": j.run_id, "seed": j.seed}
+            | {k: j.values.get(k) for k in found.keys}
+            | j.metrics
+            for j in found.jobs
+        ]
+    )
+    decision = found.decision
+    return SweepResults(
+        run.info.run_id,
+        uri,
+        found.key,
+        jobs,
+        pd.DataFrame(decision.records() if decision is not None else []),
+        decision.kind if decision is not None else None,
+        decision.line(found.key) if decision is not None else "",
+    )

@@ -113,3 +113,32 @@ def run_history(launch, run_id) -> dict:
     from helpers.store import client_of
 
     return {m.step: m.value for m in client_of(launch).get_metric_history(run_id, "eval/acc")}
+
+
+HOLDER = "helpers.resource_hooks.HoldsAFile"
+INTERRUPTER = "{_target_: helpers.resource_hooks.InterruptAt, step: 2}"
+
+
+@pytest.mark.parametrize(
+    "ends, lr, also, raised",
+    [
+        ("cleanly", "0.01", "", None),
+        ("TrainingDiverged", "1e12", "", "DivergedError"),
+        ("Interrupted", "0.01", f", {INTERRUPTER}", "Interrupted"),
+    ],
+)
+def test_after_train_releases_what_a_hook_holds_however_training_ends(
+    compose_cfg, launch, ends, lr, also, raised
+):
+    """MindSpore calls on_train_end only after a clean loop; a hook's after_train runs all the
+    same when training diverged or was interrupted, with `failure` saying why."""
+    held = launch / "held.txt"
+    hooks = f"callbacks.hooks=[{{_target_: {HOLDER}, path: '{held}'}}{also}]"
+    args = [*TINY, "epochs=2", f"optimizer.lr={lr}", hooks]
+    if raised is None:
+        run_job(compose_cfg, launch, args)
+    else:
+        with pytest.raises(BaseException) as caught:
+            run_job(compose_cfg, launch, args)
+        assert type(caught.value).__name__ == raised
+    assert held.read_text() == f"held\nreleased: {ends}\n"

@@ -1,6 +1,6 @@
 """Hooks: a stage's own extensions, with their own state (detectron2's `HookBase` shape on
 MindSpore's callback protocol). A hook is told before/after training, before/after each
-epoch and after each step; it reads the stage's `EventRecord` (what was measured) and may
+epoch and after each step (`after_train` also when training raised: `self.failure` says why); it reads the stage's `EventRecord` (what was measured) and may
 ask the stage to stop. `state_dict` / `load_state_dict` carry what it must remember across a
 resume: the stage saves every hook's state beside each epoch checkpoint and gives it back
 when the stage resumes from that checkpoint.
@@ -30,10 +30,13 @@ class HookBase(Callback):
     after the current step or epoch (the stage then exports what it has)."""
 
     record: EventRecord
+    failure: BaseException | None = None  # in after_train: what ended training, if it raised
 
     def bind(self, record: EventRecord) -> HookBase:
         self.record = record
         self._stop_requested = False
+        self._ended = False
+        self.failure = None
         return self
 
     def stop(self) -> None:
@@ -59,7 +62,23 @@ class HookBase(Callback):
         self.before_train()
 
     def on_train_end(self, run_context):
+        self._ended = True
         self.after_train()
+
+    def training_raised(self, failure: BaseException) -> None:
+        """The fit loop's word that training raised (diverged, interrupted, a bug), where
+        MindSpore calls no `on_train_end`: `after_train` runs all the same, with `self.failure`
+        set, so a hook releases what it holds. What it raises itself is logged, not raised over
+        the failure."""
+        if self._ended:
+            return
+        self._ended, self.failure = True, failure
+        try:
+            self.after_train()
+        except Exception:  # noqa: BLE001 - the failure that ended training is the one to report
+            log.exception(
+                "hook %s failed in after_train after training raised", type(self).__name__
+            )
 
     def on_train_epoch_begin(self, run_context):
         self.before_epoch(run_context.original_args().cur_epoch_num + 1)

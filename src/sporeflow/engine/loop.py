@@ -51,6 +51,12 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
                 dataset_sink_mode=False,
                 initial_epoch=start_epoch,
             )
+    except BaseException as failure:  # MindSpore calls no on_train_end then: the hooks' is here
+        for callback in callbacks:
+            raised = getattr(callback, "training_raised", None)
+            if callable(raised):
+                raised(failure)
+        raise
     finally:  # also when training raised: a progress bar ends its line before the error's
         for callback in callbacks:
             close = getattr(callback, "close", None)

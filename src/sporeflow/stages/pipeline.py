@@ -1,4 +1,5 @@
-"""What `python train.py` runs once the config is valid and this process is a worker.
+"""What `python train.py` runs once the config is valid and this process is a worker: the
+pipeline `boost.name` names, looked up in PIPELINES.
 
 boost=none:       one spec, `train`, in its own MLflow run.
 boost=dim_reduce: the dim-reduce pipeline (stages.dim_reduce_pipeline): stage 1, PCA,
@@ -9,11 +10,13 @@ Both go through one StageRunner (stages.runner), which owns each stage's life.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from omegaconf import DictConfig
 
 from sporeflow.config import objective
 from sporeflow.config.facts import is_dim_reduce
+from sporeflow.config.schema import BoostName
 from sporeflow.core.context import RunContext
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
@@ -37,9 +40,7 @@ def run_pipeline(cfg: DictConfig, ctx: RunContext) -> float:
         copied = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if copied is not None:
             return objective_value(cfg, copied)
-        if is_dim_reduce(cfg):
-            return objective_value(cfg, DimReducePipeline(runner).run())
-        return objective_value(cfg, run_plain(runner))
+        return objective_value(cfg, PIPELINES[pipeline_name(cfg)](runner))
 
 
 def run_plain(runner: StageRunner) -> dict:
@@ -57,6 +58,23 @@ def run_plain(runner: StageRunner) -> dict:
             file=sys.stderr,
         )
     return result.metrics
+
+
+def run_dim_reduce(runner: StageRunner) -> dict:
+    """A dim-reduce job: stage 1, PCA, stage 2 and the baselines under one parent run."""
+    return DimReducePipeline(runner).run()
+
+
+# `boost.name` -> what runs a job of it: a new kind of job is a function registered here
+PIPELINES: dict[str, Callable[[StageRunner], dict]] = {
+    BoostName.none.value: run_plain,
+    BoostName.dim_reduce.value: run_dim_reduce,
+}
+
+
+def pipeline_name(cfg: DictConfig) -> str:
+    name = cfg.boost.name
+    return str(getattr(name, "value", name))
 
 
 def objective_value(cfg: DictConfig, metrics: dict) -> float:

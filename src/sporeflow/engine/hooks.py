@@ -1,9 +1,10 @@
 """Hooks: a stage's own extensions, with their own state (detectron2's `HookBase` shape on
 MindSpore's callback protocol). A hook is told before/after training, before/after each
-epoch and after each step (`after_train` also when training raised: `self.failure` says why); it reads the stage's `EventRecord` (what was measured) and may
-ask the stage to stop. `state_dict` / `load_state_dict` carry what it must remember across a
-resume: the stage saves every hook's state beside each epoch checkpoint and gives it back
-when the stage resumes from that checkpoint.
+epoch and after each step (`after_train` also when training raised: `self.failure` says
+why); it reads the stage's `EventRecord` (what was measured) and may ask the stage to stop.
+`state_dict` / `load_state_dict` carry what it must remember across a resume: the stage saves
+every hook's state beside each epoch checkpoint and gives it back when the stage resumes from
+that checkpoint.
 
 A user adds one with a class and a yaml entry under `callbacks.hooks` (a `_target_` node):
 no edit of sporeflow. `EarlyStopping` below is the example.
@@ -75,7 +76,7 @@ class HookBase(Callback):
         self._ended, self.failure = True, failure
         try:
             self.after_train()
-        except Exception:  # noqa: BLE001 - the failure that ended training is the one to report
+        except Exception:
             log.exception(
                 "hook %s failed in after_train after training raised", type(self).__name__
             )

@@ -58,7 +58,7 @@ from sporeflow.stages.budget import Budget, budget_of
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
 from sporeflow.stages.pipeline_cost import log_costs
-from sporeflow.stages.results import (
+from sporeflow.stages.stage_result import (
     PREDICTIONS,
     StageResult,
     load_predictions,

@@ -22,9 +22,9 @@ from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
-from sporeflow.stages.hooks import StageHooks, stage_hooks
+from sporeflow.stages.stage_callbacks import StageHooks, stage_hooks
 from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.results import (
+from sporeflow.stages.stage_result import (
     StageResult,
     end_metrics,
     judged,

@@ -32,7 +32,7 @@ from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
 from sporeflow.runtime.mindspore_context import any_rank
 from sporeflow.stages import pruning
-from sporeflow.stages.writer import MlflowWriter
+from sporeflow.stages.record_writer import MlflowWriter
 from sporeflow.tracking.tracker import TrackedRun
 
 

@@ -61,9 +61,7 @@ def applies(runner) -> bool:
 
 def finished_run(runner, key: str):
     """The newest FINISHED top-level run with `key`, an original before a copy; None."""
-    found = runner.tracker.search_runs(
-        f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'", max_results=20
-    )
+    found = runner.tracker.finished_with_tag(KEY_TAG, key)
     originals = [r for r in found if COPIED_TAG not in r.data.tags]
     return (originals or found or [None])[0]
 

@@ -91,7 +91,7 @@ def budget_fingerprint(cfg: DictConfig, steps: int, provenance: dict[str, str]) 
 
 def finished_runs(tracker: Tracker, tag: str, fingerprint: str) -> list:
     """Finished runs of this experiment tagged `tag` = fingerprint, newest first."""
-    return tracker.search_runs(f"tags.{tag} = '{fingerprint}' and attributes.status = 'FINISHED'")
+    return tracker.finished_with_tag(tag, fingerprint)
 
 
 def final_metrics(run) -> dict:

@@ -473,6 +473,14 @@ class Tracker:
         cannot be read)."""
         return self.search_runs_if_read(filter_string, max_results) or []
 
+    def finished_with_tag(self, tag: str, value: str, max_results: int = 20) -> list:
+        """FINISHED runs of this experiment whose tag `tag` is `value`, newest first: the one
+        query behind reuse (a stage's fingerprint) and a sweep's finished jobs (a job's key).
+        The tag is quoted, so names with dots (`sweep.key`) mean what they say."""
+        return self.search_runs(
+            f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'", max_results
+        )
+
     def search_runs_if_read(self, filter_string: str, max_results: int = 20) -> list | None:
         """As search_runs, but None when the store did not answer (not: no such runs)."""
         return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), None)

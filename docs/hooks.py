@@ -5,11 +5,16 @@
   `<!-- reference: optuna-sweeper -->` / `<!-- reference: race-sweeper -->` the tables of the
   Optuna and race sweepers' settings;
 - `<!-- include: NAME -->` becomes the repository's NAME (CHANGELOG.md, CONTRIBUTING.md,
-  BENCHMARKS.md), so that those files stay where a repository keeps them and are pages too.
+  BENCHMARKS.md), so that those files stay where a repository keeps them and are pages too;
+- `<!-- notebook: NAME.ipynb -->` becomes that notebook of docs/ as the test suite last ran
+  it (tests/e2e/test_notebook.py writes its outputs): its text, code, printed output, values
+  (a DataFrame as its HTML table) and figures; the console lines a run prints (stderr) are
+  left out.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +24,7 @@ from sporeflow.config.reference import groups_markdown, schema_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 INCLUDE = re.compile(r"<!-- include: (?P<name>[\w.-]+) -->")
+NOTEBOOK = re.compile(r"<!-- notebook: (?P<name>[\w.-]+\.ipynb) -->")
 # links inside the included root files, rewritten to where their targets are on the site
 ROOT_LINKS = {
     "docs/": "",
@@ -36,8 +42,42 @@ def _include(match: re.Match) -> str:
     return text
 
 
+def _fenced(text: str, language: str = "") -> str:
+    return f"```{language}\n{text.rstrip()}\n```"
+
+
+def _output(output: dict) -> str | None:
+    """One cell output as markdown: printed text, a value (HTML where it has some), a figure."""
+    if output["output_type"] == "stream":
+        return _fenced("".join(output["text"]), "text") if output["name"] == "stdout" else None
+    data = output.get("data", {})
+    if "image/png" in data:
+        png = "".join(data["image/png"]).strip()
+        return f'<img alt="a figure of the notebook" src="data:image/png;base64,{png}">'
+    if "text/html" in data:
+        return "".join(data["text/html"])
+    if "text/plain" in data:
+        return _fenced("".join(data["text/plain"]), "text")
+    return None
+
+
+def notebook_markdown(path: Path) -> str:
+    """A notebook (nbformat 4 JSON) as markdown: its cells in order, each code cell followed
+    by what it showed."""
+    parts = []
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            parts.append(source)
+        elif cell["cell_type"] == "code":
+            parts.append(_fenced(source, "python"))
+            parts += [shown for shown in map(_output, cell.get("outputs", [])) if shown]
+    return "\n\n".join(parts) + "\n"
+
+
 def on_page_markdown(markdown: str, **_) -> str:
     markdown = INCLUDE.sub(_include, markdown)
+    markdown = NOTEBOOK.sub(lambda m: notebook_markdown(REPO / "docs" / m["name"]), markdown)
     markdown = markdown.replace("<!-- reference: schema -->", schema_markdown())
     for marker, conf in (
         ("optuna", SporeflowOptunaSweeperConf),

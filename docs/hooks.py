@@ -25,6 +25,7 @@ from sporeflow.config.reference import groups_markdown, schema_markdown
 REPO = Path(__file__).resolve().parents[1]
 INCLUDE = re.compile(r"<!-- include: (?P<name>[\w.-]+) -->")
 NOTEBOOK = re.compile(r"<!-- notebook: (?P<name>[\w.-]+\.ipynb) -->")
+LOG_LINE = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+\]\[")  # Hydra's log lines: a run's console
 # links inside the included root files, rewritten to where their targets are on the site
 ROOT_LINKS = {
     "docs/": "",
@@ -49,7 +50,9 @@ def _fenced(text: str, language: str = "") -> str:
 def _output(output: dict) -> str | None:
     """One cell output as markdown: printed text, a value (HTML where it has some), a figure."""
     if output["output_type"] == "stream":
-        return _fenced("".join(output["text"]), "text") if output["name"] == "stdout" else None
+        lines = "".join(output["text"]).splitlines(keepends=True)
+        text = "".join(line for line in lines if not LOG_LINE.match(line))
+        return _fenced(text, "text") if output["name"] == "stdout" and text.strip() else None
     data = output.get("data", {})
     if "image/png" in data:
         png = "".join(data["image/png"]).strip()

@@ -31,7 +31,10 @@ def test_the_tutorial_runs_top_to_bottom_and_shows_what_the_store_holds(tmp_path
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(
-        notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        notebook,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()  # raises CellExecutionError, naming the cell, if any cell raised
     code = [c for c in notebook.cells if c.cell_type == "code"]
@@ -39,7 +42,7 @@ def test_the_tutorial_runs_top_to_bottom_and_shows_what_the_store_holds(tmp_path
 
     acc, run_id = ast.literal_eval(result_of(code[0]))
     assert store.get_run(run_id).data.metrics["final/acc"] == acc
-    assert printed(code[1]).startswith("Config error: optimizer.lr=fast")
+    assert printed(code[1]).startswith("Config error: optimizer.lr='fast': must be a number")
     decision, verdict = printed(code[3]).splitlines()[:2]
     (sweep,) = store.search_runs(
         [store.get_experiment_by_name("sporeflow").experiment_id], "tags.stage = 'sweep'"

@@ -208,3 +208,45 @@ def test_the_site_pages_are_all_in_the_nav_and_no_option_table_is_written_by_han
     for page in PAGES:
         text = page.read_text()
         assert "| key | default |" not in text, f"{page.name}: a hand-written option table"
+
+
+def test_a_notebook_page_shows_text_code_printed_values_and_figures_not_the_console(tmp_path):
+    """docs/hooks.py's rendering of a notebook: what a reader of the page needs, without a
+    run's console (its log lines on stdout, everything on stderr)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    cells = [
+        {"cell_type": "markdown", "source": ["# Title\n", "words"]},
+        {
+            "cell_type": "code",
+            "source": ["x = 1\n", "x"],
+            "outputs": [
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": ["[2026-11-28 11:12:02,061][a][INFO] - a log line\n", "printed\n"],
+                },
+                {"output_type": "stream", "name": "stderr", "text": "[sporeflow] train: acc=...\n"},
+                {"output_type": "execute_result", "data": {"text/plain": ["1"]}},
+                {
+                    "output_type": "display_data",
+                    "data": {"image/png": "iVBORw0=\n", "text/plain": ["<Figure>"]},
+                },
+                {
+                    "output_type": "execute_result",
+                    "data": {"text/html": ["<table></table>"], "text/plain": ["t"]},
+                },
+            ],
+        },
+    ]
+    notebook = tmp_path / "n.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "nbformat": 4}))
+    assert hooks.notebook_markdown(notebook) == (
+        "# Title\nwords\n\n```python\nx = 1\nx\n```\n\n```text\nprinted\n```\n\n```text\n1\n```"
+        '\n\n<img alt="a figure of the notebook" src="data:image/png;base64,iVBORw0=">'
+        "\n\n<table></table>\n"
+    )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
 from sporeflow.storage.checkpoints import read_checkpoint

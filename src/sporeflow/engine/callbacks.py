@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 from mindspore.train import Callback
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from sporeflow.core import signals
 from sporeflow.engine.events import EventRecord

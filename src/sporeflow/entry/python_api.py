@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -192,13 +193,28 @@ def _hydra(config_dir: str | Path | None, overrides: list[str], sweep: bool = Fa
     register_configs()
     GlobalHydra.instance().clear()
     argv = [str(conf.parent / f"{TRAIN}.py"), *(["-m"] if sweep else []), *overrides]
-    with signals.embedded(), root_logger_kept():
+    with signals.embedded(), root_logger_kept(), _stderr_without_hydra_job_line(sweep):
         try:
             yield Hydra.create_main_hydra2(TRAIN, create_config_search_path(str(conf)))
         except messages.usage_errors() as ex:
             raise ConfigError(messages.refusal(ex, argv)) from None
         finally:
             GlobalHydra.instance().clear()
+
+
+@contextlib.contextmanager
+def _stderr_without_hydra_job_line(sweep: bool) -> Iterator[None]:
+    """A single run's failure without Hydra's "Error executing job with overrides" line, as
+    train.py prints it (a sweep keeps it: it names the failed job)."""
+    if sweep:
+        yield
+        return
+    before = sys.stderr
+    sys.stderr = messages.WithoutHydraJobLine(before)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = before
 
 
 @contextlib.contextmanager

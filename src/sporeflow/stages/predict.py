@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from sporeflow.config.components import build_dataset
 from sporeflow.config.schema import ParallelConfig, RuntimeConfig

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from sporeflow.core import signals
 from sporeflow.core.errors import SporeflowError

@@ -58,13 +58,6 @@ from sporeflow.stages.budget import Budget, budget_of
 from sporeflow.stages.evaluation import network_with
 from sporeflow.stages.outputs import record_data
 from sporeflow.stages.pipeline_cost import log_costs
-from sporeflow.stages.stage_result import (
-    PREDICTIONS,
-    StageResult,
-    load_predictions,
-    load_result,
-    save_result,
-)
 from sporeflow.stages.runner import StageRunner
 from sporeflow.stages.runs import guarded
 from sporeflow.stages.spec import (
@@ -74,6 +67,13 @@ from sporeflow.stages.spec import (
     budget_spec,
     stage1_spec,
     stage2_spec,
+)
+from sporeflow.stages.stage_result import (
+    PREDICTIONS,
+    StageResult,
+    load_predictions,
+    load_result,
+    save_result,
 )
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,

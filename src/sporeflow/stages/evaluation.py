@@ -15,8 +15,8 @@ from sporeflow.config.facts import checkpoint_format
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.stages.build import eval_metrics
 from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.stage_result import StageResult, end_metrics, judged, save_predictions
 from sporeflow.stages.spec import StageSpec
+from sporeflow.stages.stage_result import StageResult, end_metrics, judged, save_predictions
 from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
 from sporeflow.tracking.tracker import TrackedRun
 

@@ -20,9 +20,9 @@ from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages import finished_jobs, reuse, training
 from sporeflow.stages import provenance as made_with
 from sporeflow.stages.evaluation import evaluate_weights
-from sporeflow.stages.stage_result import StageResult
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.spec import StageSpec
+from sporeflow.stages.stage_result import StageResult
 from sporeflow.storage.run_marker import read_run_marker, write_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker
 

@@ -22,8 +22,9 @@ from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
-from sporeflow.stages.stage_callbacks import StageHooks, stage_hooks
 from sporeflow.stages.outputs import record_data, record_model
+from sporeflow.stages.spec import StageSpec
+from sporeflow.stages.stage_callbacks import StageHooks, stage_hooks
 from sporeflow.stages.stage_result import (
     StageResult,
     end_metrics,
@@ -31,7 +32,6 @@ from sporeflow.stages.stage_result import (
     save_predictions,
     with_passes,
 )
-from sporeflow.stages.spec import StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     checkpoint_files,

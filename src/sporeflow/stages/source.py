@@ -28,7 +28,7 @@ from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
 from sporeflow.storage.run_marker import read_run_marker
-from sporeflow.tracking.journal import AppliedState, is_run_key
+from sporeflow.tracking.journal import applied_run_id, is_run_key
 from sporeflow.tracking.tracker import Tracker, flatten
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # an MLflow run id
@@ -187,6 +187,4 @@ def marked_run_id(stage_dir: Path, run_dir: Path) -> str | None:
     key = (read_run_marker(stage_dir) or read_run_marker(run_dir)).get("mlflow_run_id")
     if not isinstance(key, str) or RUN_ID.match(key):
         return key if isinstance(key, str) else None
-    journals = sorted((run_dir / "tracking").glob("*.jsonl"))
-    found = (AppliedState.load(journal).runs.get(key) for journal in journals)
-    return next((run_id for run_id in found if run_id), None)
+    return applied_run_id(run_dir, key)

@@ -207,6 +207,14 @@ class AppliedState:
         write_text_atomic(sibling(journal, ".applied.json"), json.dumps(asdict(self)))
 
 
+def applied_run_id(run_dir: Path, key: str) -> str | None:
+    """The MLflow id the store gave run `key`, as the writers of `run_dir`'s journals applied
+    it (None: not applied yet, or no such journal)."""
+    journals = sorted((Path(run_dir) / DIR_NAME).glob(f"*{SUFFIX}"))
+    found = (AppliedState.load(journal).runs.get(key) for journal in journals)
+    return next((run_id for run_id in found if run_id), None)
+
+
 def last_seq(journal: Path) -> int:
     """The seq of the journal's last whole record (0: only its header, or none)."""
     records = read_records(journal)

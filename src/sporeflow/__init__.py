@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "load", "results", "run", "sweep"]
+__all__ = ["ConfigError", "compose", "load", "results", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,7 +22,7 @@ def __getattr__(name: str) -> Any:
         from sporeflow.core.errors import ConfigError
 
         return ConfigError
-    if name in ("load", "results", "run", "sweep"):
+    if name in ("compose", "load", "results", "run", "sweep"):
         from sporeflow.entry import python_api
 
         return getattr(python_api, name)

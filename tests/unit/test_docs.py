@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
@@ -22,7 +21,7 @@ from sporeflow.config import reference
 from sporeflow.config.schema import EVAL_KEYS, RunConfig
 from sporeflow.config.validation import validate
 from sporeflow.entry.cli import parser
-from sporeflow.entry.hydra_setup import register_configs
+from sporeflow.entry.python_api import compose
 
 PAGES = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 # what a documented command writes for "put yours here", and what the test puts there
@@ -112,13 +111,10 @@ def _one_job(overrides: list[str]) -> list[str]:
 )
 def test_a_documented_train_command_composes_and_validates(page, command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    register_configs()
     for args in concrete(command, tmp_path):
         overrides = _one_job(_overrides(args[2:]))
         app = Path(args[1]).stem  # train or eval
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name=app, overrides=overrides, return_hydra_config=True)
+        cfg = compose(overrides, app=app, validate=False, with_hydra=True)
         own = {"hydra", *EVAL_KEYS}  # eval.py's own keys are not a run config's
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in own])
         if any(o.startswith("model._target_=my_pkg.") for o in overrides):

@@ -62,6 +62,11 @@ def test_a_bad_override_raises_the_line_train_py_prints_and_nothing_runs(tmp_pat
         sporeflow.run([*QUICK, "boost.stage2_epochs=3"])
     assert str(refused.value) == printed.strip()
     assert not (tmp_path / "outputs").exists()
+    with pytest.raises(sporeflow.ConfigError) as composed:
+        sporeflow.compose([*QUICK, "boost.stage2_epochs=3"])
+    assert str(composed.value) == printed.strip()
+    plain = sporeflow.compose([*TINY, "debug=dim_reduce"])  # validated: the stages' config
+    assert plain.boost.name.value == "dim_reduce" and plain.dataset.image_size == 8
     with pytest.raises(sporeflow.ConfigError, match="several values run a sweep, which needs"):
         sporeflow.run([*QUICK, "optimizer.lr=0.01,0.05"])
 

@@ -9,26 +9,17 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from mindspore import Tensor
 from omegaconf.errors import ReadonlyConfigError
 
 from helpers.inprocess import TINY, TINY_PIPELINE, run_job
 from helpers.store import by_stage, runs_of
-from helpers.train import CONF
-from sporeflow.entry.hydra_setup import register_configs
+from sporeflow.entry.python_api import compose
 from sporeflow.stages import reuse
 
 
 def compose_job(overrides):
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return compose(config_name="train", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose(overrides, validate=False)
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,15 @@ import os
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import open_dict
 from statsmodels.stats.contingency_tables import mcnemar
 
 from helpers.inprocess import TINY, context
 from helpers.store import client_of, runs_of
-from helpers.train import CONF
 from sporeflow.config.validation import validate
 from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob
-from sporeflow.entry.hydra_setup import register_configs
+from sporeflow.entry.python_api import compose
 from sporeflow.entry.sweep_jobs import JOB_FILE
 from sporeflow.entry.sweep_run import SweepRun
 
@@ -29,13 +26,7 @@ LRS = ("0.05", "0.2")
 
 def composed(launch, overrides, task, job=None, sweep_dir="multirun"):
     """What Hydra hands the callback: the config with its hydra node, as in a multirun."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose(overrides, validate=False, with_hydra=True)
     with open_dict(cfg):
         cfg.hydra.runtime.cwd = str(launch)
         cfg.hydra.sweep.dir = str(launch / sweep_dir)

@@ -82,6 +82,33 @@ class SweepResults:
     verdict: str  # the decision as the sweep's last console line says it
 
 
+def compose(
+    overrides: Sequence[str] = (),
+    *,
+    app: str = TRAIN,
+    config_dir: str | Path | None = None,
+    validate: bool = True,
+    with_hydra: bool = False,
+) -> Any:
+    """The config `python train.py OVERRIDES` (or eval.py: `app="eval"`) would run with, and
+    nothing run: with `validate`, checked and resolved as train.py checks it (the plain
+    config its stages read; this imports MindSpore to check the components); `with_hydra`
+    keeps Hydra's own node (`cfg.hydra`). Raises ConfigError with the command's line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from sporeflow.config.validation import validate as checked
+
+    conf = _conf_dir(config_dir)
+    argv = [str(conf.parent / f"{app}.py"), *overrides]
+    try:
+        with _hydra_state(), initialize_config_dir(str(conf), version_base="1.3"):
+            cfg = hydra_compose(app, list(overrides), return_hydra_config=with_hydra)
+        return checked(cfg) if validate else cfg
+    except messages.usage_errors() as ex:
+        raise ConfigError(messages.refusal(ex, argv)) from None
+
+
 def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> RunResult:
     """`python train.py OVERRIDES` in this process, from the current folder (its outputs/,
     its mlflow.db unless `tracking.uri` says otherwise). Raises ConfigError (the command's
@@ -181,25 +208,39 @@ def _hydra(config_dir: str | Path | None, overrides: list[str], sweep: bool = Fa
     from hydra import version
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
+
+    conf = _conf_dir(config_dir)
+    telemetry.off_unless_chosen()
+    version.setbase("1.3")
+    argv = [str(conf.parent / f"{TRAIN}.py"), *(["-m"] if sweep else []), *overrides]
+    with signals.embedded(), root_logger_kept(), _stderr_without_hydra_job_line(sweep):
+        with _hydra_state():
+            try:
+                yield Hydra.create_main_hydra2(TRAIN, create_config_search_path(str(conf)))
+            except messages.usage_errors() as ex:
+                raise ConfigError(messages.refusal(ex, argv)) from None
+
+
+def _conf_dir(config_dir: str | Path | None) -> Path:
+    conf = Path(config_dir) if config_dir is not None else DEFAULT_CONF
+    if not (conf / f"{TRAIN}.yaml").is_file():
+        raise ConfigError(f"config_dir={conf}: no {TRAIN}.yaml there (the checkout's conf/)")
+    return conf
+
+
+@contextlib.contextmanager
+def _hydra_state() -> Iterator[None]:
+    """sporeflow's schemas registered and Hydra's global state fresh, and cleared after."""
     from hydra.core.global_hydra import GlobalHydra
 
     from sporeflow.entry.hydra_setup import register_configs
 
-    conf = Path(config_dir) if config_dir is not None else DEFAULT_CONF
-    if not (conf / f"{TRAIN}.yaml").is_file():
-        raise ConfigError(f"config_dir={conf}: no {TRAIN}.yaml there (the checkout's conf/)")
-    telemetry.off_unless_chosen()
-    version.setbase("1.3")
     register_configs()
     GlobalHydra.instance().clear()
-    argv = [str(conf.parent / f"{TRAIN}.py"), *(["-m"] if sweep else []), *overrides]
-    with signals.embedded(), root_logger_kept(), _stderr_without_hydra_job_line(sweep):
-        try:
-            yield Hydra.create_main_hydra2(TRAIN, create_config_search_path(str(conf)))
-        except messages.usage_errors() as ex:
-            raise ConfigError(messages.refusal(ex, argv)) from None
-        finally:
-            GlobalHydra.instance().clear()
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
 
 
 @contextlib.contextmanager

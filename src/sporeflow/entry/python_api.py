@@ -116,9 +116,7 @@ def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) 
     KILLED as Ctrl-C does."""
     from sporeflow.entry.app import run_task
 
-    with _hydra(config_dir, list(overrides)) as hydra:
-        if _declared_mode(hydra, overrides) == "MULTIRUN":
-            raise ConfigError(f"{' '.join(overrides)} makes a sweep: call sporeflow.sweep")
+    with _hydra(config_dir, list(overrides)) as hydra:  # one run, whatever a preset declares
         job = hydra.run(TRAIN, run_task, [*overrides, "hydra.mode=RUN"])
     return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(job.return_value))
 
@@ -134,9 +132,8 @@ def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None
     refuse_resume_in_sweep(list(overrides))
     started = time.time()
     with _hydra(config_dir, list(overrides), sweep=True) as hydra:
-        declared = _declared_mode(hydra, overrides)
-        try:
-            hydra.multirun(TRAIN, run_task, [*overrides] + ["hydra.mode=MULTIRUN"] * (not declared))
+        try:  # as Hydra's own `-m`: the mode set whatever a preset declares
+            hydra.multirun(TRAIN, run_task, [*overrides, "hydra.mode=MULTIRUN"])
         except BaseException as ex:
             sweep_run.end_unfinished(ex)
             raise
@@ -185,15 +182,16 @@ class Trained:
         `class_names`, `caveat`). Raises ConfigError or DataError before any work."""
         from sporeflow.stages import predict as predicting
 
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder, "images.npy") if isinstance(images, np.ndarray) else Path(images)
-            if isinstance(images, np.ndarray):
-                np.save(path, images)  # checked as a .npy file is: dtype, layout, channels
+        def predicted(path: Path) -> Any:
             cfg, checked = predicting.checked_inputs(self.source, path)
-            found = predicting.predict(cfg, self.source, checked, progress=False)
-        if isinstance(images, np.ndarray):  # named by their index in the array
-            found = dataclasses.replace(found, names=tuple(map(str, range(len(found.names)))))
-        return found
+            return predicting.predict(cfg, self.source, checked, progress=False)
+
+        if not isinstance(images, np.ndarray):
+            return predicted(Path(images))
+        with tempfile.TemporaryDirectory() as folder:  # checked as a .npy file is
+            np.save(Path(folder, "images.npy"), images)
+            found = predicted(Path(folder, "images.npy"))
+        return dataclasses.replace(found, names=tuple(map(str, range(len(found.names)))))
 
 
 # -- composing and running as the command does ---------------------------------------------
@@ -284,12 +282,6 @@ def _composed(hydra: Any, overrides: Sequence[str]) -> Any:
         with_log_configuration=False,
         validate_sweep_overrides=False,
     )
-
-
-def _declared_mode(hydra: Any, overrides: Sequence[str]) -> str | None:
-    """`hydra.mode` as the config declares it (an hparams_search preset: MULTIRUN), or None."""
-    mode = _composed(hydra, overrides).hydra.mode
-    return None if mode is None else str(getattr(mode, "name", mode))
 
 
 def _store_of(cfg: Any, launch_dir: Path) -> tuple[str, str]:

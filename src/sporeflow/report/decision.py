@@ -171,9 +171,8 @@ class Decision:
         accuracy and 95% interval, its difference from the best with interval and Holm p, and
         the verdict (`winner` or `leading` for the best, `worse` or `tie` for the rest)."""
         lead = "winner" if self.kind == "winner" else "leading"
-        nan = math.nan
-        found = [_point_record(self.best) | dict(vs_best=nan, vs_best_low=nan, vs_best_high=nan)]
-        found[0] |= {"p_holm": nan, "verdict": lead}
+        unpaired = dict.fromkeys(("vs_best", "vs_best_low", "vs_best_high", "p_holm"), math.nan)
+        found = [_point_record(self.best) | unpaired | {"verdict": lead}]
         for v in sorted(self.others, key=lambda v: -v.point.accuracy):
             low, high = v.against_best.ci95
             found.append(
@@ -223,7 +222,11 @@ def _point_record(point: Point) -> dict:
     low, high = point.ci95
     seeds = point.seeds
     jobs = [point.jobs[s] for s in seeds]
-    return {"point": point.label, "seeds": seeds, "jobs": jobs, "value": point.accuracy} | {
+    return {
+        "point": point.label,
+        "seeds": seeds,
+        "jobs": jobs,
+        "value": point.accuracy,
         "ci_low": low,
         "ci_high": high,
     }

@@ -74,9 +74,11 @@ def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[flo
     with run dir `<launch_dir>/<run>`."""
     from sporeflow.stages.pipeline import run_pipeline
 
+    from sporeflow.stages.job_plan import plan_job
+
     cfg = validate(compose(list(overrides)))
     with shared_writer_named():
-        return run_pipeline(cfg, context(launch_dir, overrides, run)), cfg
+        return run_pipeline(plan_job(cfg, context(launch_dir, overrides, run))), cfg
 
 
 def _entry(app: str = "train"):

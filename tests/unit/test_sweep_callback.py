@@ -48,6 +48,7 @@ def without_hydra(config):
 def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str], sweep_dir="multirun"):
     """on_multirun_start, then each job (on_job_start -> the job in process -> on_job_end),
     then on_multirun_end; returns the callback."""
+    from sporeflow.stages.job_plan import plan_job
     from sporeflow.stages.pipeline import run_pipeline
 
     callback = SweepRun()
@@ -59,7 +60,7 @@ def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str], sweep_dir="m
         ctx = context(launch, overrides, run=f"{sweep_dir}/{number}")
         ctx.sweep = SweepJob.from_environ()
         try:
-            value = run_pipeline(validate(without_hydra(config)), ctx)
+            value = run_pipeline(plan_job(validate(without_hydra(config)), ctx))
             result = JobReturn(status=JobStatus.COMPLETED, _return_value=value)
         except Exception as ex:  # noqa: BLE001 - what Hydra's run_job catches
             result = JobReturn(status=JobStatus.FAILED, _return_value=ex)

@@ -33,6 +33,7 @@ from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
+from sporeflow.stages.job_plan import JobPlan, plan_job
 from sporeflow.storage.checkpoints import is_checkpoint
 from sporeflow.storage.run_marker import node0_run_dir, read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
@@ -129,19 +130,20 @@ def _say_unused(cfg: DictConfig, overrides: list[str]) -> None:
         print(f"[sporeflow] note: {line}", file=sys.stderr)
 
 
-def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
+def _run_as_worker(plan: JobPlan) -> float:
     """One rank of an msrun job: the launcher checked the inputs and claimed the run dir;
     rank 0 leaves the result where the launcher reads it; every rank ends with msrun.end_worker."""
     from mindspore.communication import get_rank
 
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
+    cfg, ctx = plan.cfg, plan.ctx
     msrun.record_worker_pid(ctx, cfg.parallel.workers)
     armed = os.environ.get(msrun.REQUEUE_ENV)
     if armed is not None:  # its launcher passes SLURM's warning on as a file
         signals.requeue_on_file(msrun.requeue_file(ctx.run_dir), int(armed))
     try:
-        value = run_pipeline(cfg, ctx)
+        value = run_pipeline(plan)
         result: dict = {}
     except TrialPruned as ex:  # every rank stopped at the same step: a clean end for msrun
         value, result = float("nan"), {"pruned": str(ex)}
@@ -149,14 +151,15 @@ def _run_as_worker(cfg: DictConfig, ctx: RunContext) -> float:
         value, result = float("nan"), {"requeued": ex.requeues}
     if get_rank() == 0:
         msrun.write_result(ctx, value, **result)
-    msrun.end_worker(ctx, get_rank(), cfg.parallel.node_rank)
+    msrun.end_worker(ctx, get_rank(), plan.run.parallel.node_rank)
     return value
 
 
-def _run_as_launcher(cfg: DictConfig, ctx: RunContext) -> float:
+def _run_as_launcher(plan: JobPlan) -> float:
     """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
     from sporeflow.stages import runs
 
+    cfg, ctx = plan.cfg, plan.ctx
     return msrun.launch(
         cfg,
         ctx,
@@ -165,15 +168,15 @@ def _run_as_launcher(cfg: DictConfig, ctx: RunContext) -> float:
     )
 
 
-def _run_stand_alone(cfg: DictConfig, ctx: RunContext) -> float:
+def _run_stand_alone(plan: JobPlan) -> float:
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
-    return run_pipeline(cfg, ctx)
+    return run_pipeline(plan)
 
 
-def _role_of(cfg: DictConfig) -> Callable[[DictConfig, RunContext], float]:
+def _role_of(plan: JobPlan) -> Callable[[JobPlan], float]:
     """The process the user started: the launcher of a parallel job, or the whole run."""
-    return _run_as_launcher if msrun.needs_launch(cfg) else _run_stand_alone
+    return _run_as_launcher if msrun.needs_launch(plan.cfg) else _run_stand_alone
 
 
 def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
@@ -195,12 +198,12 @@ def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
     return continued
 
 
-def _checked_and_claimed(cfg: DictConfig, ctx: RunContext) -> None:
+def _checked_and_claimed(plan: JobPlan) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
     from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
 
-    check_inputs(cfg, ctx)
-    claim_run_dir(ctx.run_dir)
+    check_inputs(plan)
+    claim_run_dir(plan.ctx.run_dir)
 
 
 def run_task(cfg: DictConfig) -> float:
@@ -218,13 +221,15 @@ def run_task(cfg: DictConfig) -> float:
         signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
         plain = _validated(cfg)
-        if not worker:
+        if not worker:  # a worker's launcher passed the requeue's resume= on
             plain = _after_requeue(plain, ctx)
-            _checked_and_claimed(plain, ctx)
+        plan = plan_job(plain, ctx)  # every fact below is read from the plan
+        if not worker:
+            _checked_and_claimed(plan)
             _say_unused(plain, ctx.overrides)
         signals.install()
-        role = _run_as_worker if worker else _role_of(plain)
-        return role(plain, ctx)
+        role = _run_as_worker if worker else _role_of(plan)
+        return role(plan)
     except messages.usage_errors():
         if ctx.sweep is None:  # a sweep job's dir keeps its outcome (sporeflow_job.json)
             remove_unused_run_dir(ctx.run_dir)  # only if nothing but Hydra's files is in it

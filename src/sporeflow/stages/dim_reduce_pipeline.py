@@ -82,12 +82,7 @@ from sporeflow.storage.checkpoints import (
     save_atomic,
 )
 from sporeflow.storage.files import sha256_file, write_text_atomic
-from sporeflow.storage.run_marker import (
-    PIPELINE,
-    find_resume_dir,
-    node0_run_dir,
-    read_run_marker,
-)
+from sporeflow.storage.run_marker import PIPELINE, read_run_marker
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +109,9 @@ class DimReducePipeline:
         self.pca_cost_seconds = 0.0  # what the basis stage 2 used took to compute
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
-        node = self.cfg.parallel.node_rank
-        resume_dir = find_resume_dir(self.cfg.resume, self.ctx.launch_dir, node)
-        self.continued = resume_dir is not None  # a requeue or resume= continues its run dir
-        self.home = resume_dir or self.ctx.run_dir
-        self.node0_home = node0_run_dir(self.home, node)  # rank 0's results and markers
+        self.continued = runner.plan.resume is not None  # a requeue or resume= continues it
+        self.home = runner.plan.home
+        self.node0_home = runner.plan.node0_home  # rank 0's results and markers
 
     def run(self) -> dict[str, float]:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sporeflow.config.facts import is_dim_reduce
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +53,9 @@ def keyed(runner) -> bool:
 def applies(runner) -> bool:
     """Whether this job may be copied: a keyed job of a grid or a race (not an Optuna trial:
     core.context.SweepJob.copies) with `sweep.skip_finished` on."""
-    cfg = runner.cfg
-    skip = bool(OmegaConf.select(cfg, "sweep.skip_finished", default=True))
-    return skip and keyed(runner) and runner.ctx.sweep.copies and not cfg.resume
+    plan = runner.plan
+    skip = plan.run.sweep.skip_finished
+    return skip and keyed(runner) and runner.ctx.sweep.copies and plan.resume is None
 
 
 def finished_run(runner, key: str):
@@ -74,7 +73,7 @@ def copy_finished(runner) -> dict | None:
     original = finished_run(runner, runner.job_key())
     if original is None:
         return None
-    stage = "pipeline" if is_dim_reduce(runner.cfg) else "train"
+    stage = "pipeline" if runner.plan.dim_reduce else "train"
     run = runner.open_job_run(stage, runner.ctx.run_dir)  # tagged with the key
     run.set_tags({COPIED_TAG: original.info.run_id})
     metrics = dict(original.data.metrics)

@@ -11,15 +11,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from sporeflow.config.components import build_dataset
-from sporeflow.config.facts import worker_batch_size
-from sporeflow.core.context import RunContext
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages import finished_jobs, reuse, training
 from sporeflow.stages import provenance as made_with
 from sporeflow.stages.evaluation import evaluate_weights
+from sporeflow.stages.job_plan import JobPlan
 from sporeflow.stages.runs import guarded, record_config, start_job_run
 from sporeflow.stages.spec import StageSpec
 from sporeflow.stages.stage_result import StageResult
@@ -32,14 +29,15 @@ log = logging.getLogger(__name__)
 class StageRunner:
     """Runs the stages of one job (one process's share of it) against one tracker."""
 
-    def __init__(self, cfg: DictConfig, ctx: RunContext, tracker: Tracker, worker: Worker):
-        self.cfg, self.ctx, self.tracker, self.worker = cfg, ctx, tracker, worker
+    def __init__(self, plan: JobPlan, tracker: Tracker, worker: Worker):
+        self.plan, self.tracker, self.worker = plan, tracker, worker
+        self.cfg, self.ctx = plan.cfg, plan.ctx  # what most stages read
         self._data: dict[int, object] = {}  # batch size -> the job's data set
         self._job_key: str | None = None
 
     def data(self, batch_size: int | None = None):
         """The job's data set at a batch size (default: this worker's share), built once."""
-        batch = worker_batch_size(self.cfg) if batch_size is None else batch_size
+        batch = self.plan.worker_batch if batch_size is None else batch_size
         if batch not in self._data:
             self._data[batch] = build_dataset(self.cfg, batch_size=batch)
         return self._data[batch]

@@ -56,8 +56,8 @@ test-e2e: install
 test-all: install
 	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
-# mypy checks the layers below config (they import no Hydra): the ones most code stands on
-TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking
+# mypy checks the layers most code stands on, and stages (they read the typed job plan)
+TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking src/sporeflow/stages
 
 lint: install
 	$(RUN) -m ruff check .

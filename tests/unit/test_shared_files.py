@@ -43,7 +43,7 @@ def stage1(tmp_path_factory):
         run.log_artifact(stage / "checkpoints" / "final.ckpt", "checkpoints", checksum=True)
         reuse.share(run, stage, stage / "snapshots")
         run.end("FINISHED")
-    return tracker, tracker.get_run(tracker.applied().runs[run.run_id]), stage
+    return tracker, tracker.reads.get_run(tracker.applied().runs[run.run_id]), stage
 
 
 @contextmanager
@@ -67,7 +67,7 @@ def test_a_shared_run_carries_the_sha256_its_maker_took_and_fetches_whole(stage1
     for name in ("checkpoints/final.ckpt", "predictions.npy", "snapshots/snap_1.npy"):
         expected = hashlib.sha256((made / name).read_bytes()).hexdigest()  # hashlib: reference
         assert run.data.tags[checksum_tag(name)] == expected == sha256_file(made / name)
-    fetched = reuse.fetch(tracker, run, tmp_path)
+    fetched = reuse.fetch(tracker.reads, run, tmp_path)
     assert fetched is not None
     for name in ("checkpoints/final.ckpt", "predictions.npy", "snapshots/snap_2.npy"):
         assert (fetched / name).read_bytes() == (made / name).read_bytes()
@@ -79,7 +79,7 @@ def test_weights_replaced_in_the_artifact_store_are_not_reused(stage1, tmp_path,
     tracker, run, _ = stage1
     with tampered(run, "checkpoints/final.ckpt", b"someone else's weights"):
         with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
-            assert reuse.fetch(tracker, run, tmp_path) is None
+            assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert run.info.run_id in caplog.text and "checkpoints/final.ckpt" in caplog.text
     assert not (tmp_path / reuse.FETCHED_DIR / run.info.run_id).exists(), "no copy kept"
 
@@ -88,7 +88,7 @@ def test_a_file_without_a_recorded_sha256_is_not_reused(stage1, tmp_path, caplog
     tracker, run, _ = stage1
     with tampered(run, "checkpoints/extra.ckpt", b"slipped in beside the weights"):
         with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
-            assert reuse.fetch(tracker, run, tmp_path) is None
+            assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert "checkpoints/extra.ckpt has no SHA-256" in caplog.text
 
 
@@ -102,6 +102,6 @@ def test_a_manifest_naming_a_file_outside_its_folder_is_refused(stage1, tmp_path
     manifest = json.dumps({"snap_1.npy": 5, name: 7}).encode()
     with tampered(run, f"snapshots/{reuse.MANIFEST}", manifest):
         with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
-            assert reuse.fetch(tracker, run, tmp_path) is None
+            assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert repr(name) in caplog.text
     assert outside.stat().st_mtime_ns == before, "no file time set outside the folder"

@@ -241,14 +241,13 @@ def test_eval_curve_numbers_evaluations_by_their_epoch(launch):
         compose_job, launch, [*TINY, "epochs=4", "callbacks.eval_every_n_epochs=2"], run="every2"
     )
     run = next(r for r in runs_of(launch) if r.data.tags.get("run_dir") == str(launch / "every2"))
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import StoreReads
 
-    tracker = Tracker.from_config(compose_job(TINY).tracking, launch, read_only=True)
-    with tracker:
-        assert [epoch for epoch, _ in reuse.eval_curve(tracker, run)] == [2, 4]
-        # a run recorded before the steps-per-epoch tag: the same from its epochs and last step
-        del run.data.tags["batch.steps_per_epoch"]
-        assert [epoch for epoch, _ in reuse.eval_curve(tracker, run)] == [2, 4]
+    reads = StoreReads.at(None, "sporeflow", launch)
+    assert [epoch for epoch, _ in reuse.eval_curve(reads, run)] == [2, 4]
+    # a run recorded before the steps-per-epoch tag: the same from its epochs and last step
+    del run.data.tags["batch.steps_per_epoch"]
+    assert [epoch for epoch, _ in reuse.eval_curve(reads, run)] == [2, 4]
 
 
 def test_sporeflow_compare_lists_each_pipeline_and_each_configuration(

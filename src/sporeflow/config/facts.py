@@ -18,6 +18,14 @@ def is_dim_reduce(cfg: Any) -> bool:
     return BoostName.names_dim_reduce(getattr(getattr(cfg, "boost", None), "name", None))
 
 
+def container(cfg: Any) -> dict[str, Any]:
+    """A config node as plain dicts and lists, interpolations resolved and enums by name:
+    what records, digests and a packaged model take."""
+    plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(plain, dict), "a config node, not a list"
+    return plain  # type: ignore[return-value]  # DictConfig keys are str in sporeflow's configs
+
+
 def checkpoint_format(cfg: Any) -> str:
     """The suffix (and MindSpore `format=`) of the checkpoints a run writes; `ckpt` for a
     config logged before the option existed (a source evaluated or fine-tuned from)."""

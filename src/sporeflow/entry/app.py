@@ -20,11 +20,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig
 
 from sporeflow.config.components import build_model
 from sporeflow.config.strategies import check_parallel_plan
-from sporeflow.config.unused import unused_settings
 from sporeflow.config.validation import validate
 from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
@@ -35,7 +34,7 @@ from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa
 from sporeflow.stages.job_plan import JobPlan, plan_job
 from sporeflow.storage.checkpoints import is_checkpoint
-from sporeflow.storage.run_marker import node0_run_dir, read_run_marker, resume_off
+from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
 log = logging.getLogger("sporeflow")
@@ -124,9 +123,16 @@ def _validated(cfg: DictConfig) -> DictConfig:
     return plain
 
 
-def _say_unused(cfg: DictConfig, overrides: list[str]) -> None:
-    """Once the command is accepted (a refusal is all a refused command prints)."""
-    for line in unused_settings(cfg, overrides):
+def _say_accepted(plan: JobPlan) -> None:
+    """Once the command is accepted (a refusal is all a refused command prints): a requeued
+    job's continuation, and the settings it will not use."""
+    if plan.requeues:
+        print(
+            f"[sporeflow] SLURM requeued this job ({plan.requeues} time(s)): it continues "
+            f"{plan.ctx.run_dir}",
+            file=sys.stderr,
+        )
+    for line in plan.unused:
         print(f"[sporeflow] note: {line}", file=sys.stderr)
 
 
@@ -179,25 +185,6 @@ def _role_of(plan: JobPlan) -> Callable[[JobPlan], float]:
     return _run_as_launcher if msrun.needs_launch(plan.cfg) else _run_stand_alone
 
 
-def _after_requeue(cfg: DictConfig, ctx: RunContext) -> DictConfig:
-    """A job SLURM requeued (launch.slurm.restart_count) whose run dir has its run continues
-    it (resume=<its run dir>); on several nodes each node continues its own run dir when node
-    0's has the run (rank 0 on node 0 marks every run)."""
-    restarts = slurm.restart_count()
-    node0 = node0_run_dir(ctx.run_dir, cfg.parallel.node_rank)
-    marked = bool(read_run_marker(node0).get("mlflow_run_id"))
-    if not (restarts and marked) or not resume_off(cfg.resume):
-        return cfg
-    print(
-        f"[sporeflow] SLURM requeued this job ({restarts} time(s)): it continues {ctx.run_dir}",
-        file=sys.stderr,
-    )
-    continued = cfg.copy()
-    with read_write(continued):
-        continued.resume = str(ctx.run_dir)
-    return continued
-
-
 def _checked_and_claimed(plan: JobPlan) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
     from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
@@ -220,13 +207,11 @@ def run_task(cfg: DictConfig) -> float:
     else:  # until the checks pass, an interrupt leaves nothing behind
         signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
-        plain = _validated(cfg)
-        if not worker:  # a worker's launcher passed the requeue's resume= on
-            plain = _after_requeue(plain, ctx)
-        plan = plan_job(plain, ctx)  # every fact below is read from the plan
+        # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
+        plan = plan_job(_validated(cfg), ctx, 0 if worker else slurm.restart_count())
         if not worker:
             _checked_and_claimed(plan)
-            _say_unused(plain, ctx.overrides)
+            _say_accepted(plan)
         signals.install()
         role = _run_as_worker if worker else _role_of(plan)
         return role(plan)

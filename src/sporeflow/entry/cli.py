@@ -85,10 +85,10 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     """One row per job of one sweep, best first by its objective, swept keys as columns; as
     text, first one row per point (the jobs' settings but the seed) and the verdict last."""
     from sporeflow.report import sweep_report as report
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import StoreReads
 
-    tracker = Tracker(uri, args.experiment, read_only=True)
-    run = report.sweep_run(tracker, args.sweep)
+    reads = StoreReads.at(uri, args.experiment)
+    run = report.sweep_run(reads, args.sweep)
     if run is None:
         print(
             f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
@@ -96,7 +96,7 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    found = report.summarize(tracker, run)
+    found = report.summarize(reads, run)
     header, rows = report.table_rows(found.jobs, found.keys)
     if args.format == "text":
         print(
@@ -115,14 +115,14 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
     from sporeflow.report.sweep_report import sweep_run, ui_links
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import StoreReads
 
     opened = _open_experiment(args)
     if opened is None:
         return 2
     uri, client, exp = opened
     base = f"http://127.0.0.1:{args.port}"
-    sweep = sweep_run(Tracker(uri, args.experiment, read_only=True), args.sweep)
+    sweep = sweep_run(StoreReads.at(uri, args.experiment), args.sweep)
     jobs = (
         client.search_runs(
             [exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'", max_results=200
@@ -395,15 +395,13 @@ def predict(args: argparse.Namespace) -> int:
     from sporeflow.stages import predict as predicting
     from sporeflow.stages.source import resolve
     from sporeflow.storage.files import write_text_atomic
-    from sporeflow.tracking.store import resolve_uri
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import StoreReads
 
     out = Path(args.out)
     try:
         if not out.parent.is_dir():
             raise DataError(f"--out {out}: folder {out.parent} does not exist")
-        lookup = Tracker(resolve_uri(args.uri, Path.cwd()), args.experiment, read_only=True)
-        source = resolve(args.source, lookup)
+        source = resolve(args.source, StoreReads.at(args.uri, args.experiment))
         cfg, images = predicting.checked_inputs(source, Path(args.images))
     except (ConfigError, DataError) as ex:
         print(f"sporeflow predict: {ex}", file=sys.stderr)

@@ -24,6 +24,7 @@ from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cac
 from sporeflow.stages.eval_run import evaluate_source, loaded_network
 from sporeflow.stages.runs import base_name, guarded, record_config
 from sporeflow.stages.source import Source, resolve
+from sporeflow.tracking.store_reads import StoreReads
 from sporeflow.tracking.tracker import Tracker
 
 OWN_NODES = ("tracking", "parallel", "runtime")
@@ -34,7 +35,9 @@ def run_eval(cfg: DictConfig) -> float:
     top-1 accuracy."""
     ctx = run_context()
     signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
-    lookup = Tracker.from_config(cfg.tracking, ctx.launch_dir, read_only=True)
+    lookup = StoreReads.at(
+        cfg.tracking.uri, cfg.tracking.experiment_name, ctx.launch_dir, cfg.tracking.enabled
+    )
     try:
         source = resolve(str(cfg.source), lookup)
         base = source.config

@@ -20,13 +20,16 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
 from sporeflow.core import signals, telemetry
 from sporeflow.core.errors import ConfigError
 from sporeflow.entry import messages
+
+if TYPE_CHECKING:  # the store's reads import MLflow at first use, not with sporeflow
+    from sporeflow.tracking.store_reads import StoreReads
 
 TRAIN = "train"
 DEFAULT_CONF = Path(__file__).resolve().parents[3] / "conf"  # the checkout's, beside train.py
@@ -138,23 +141,42 @@ def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None
             sweep_run.end_unfinished(ex)
             raise
         sweep_run.end_unfinished(None)
-        uri, experiment = _store_of(_composed(hydra, overrides), Path.cwd())
-    found = _find_sweep(uri, experiment, "latest")
+        reads = _store_of(_composed(hydra, overrides), Path.cwd())
+    found = _find_sweep(reads, "latest")
     if found.info.start_time / 1000 < started - 1:
-        raise ConfigError(f"the sweep left no parent run in {uri} (tracking.enabled=false?)")
-    return _sweep_results(uri, experiment, found)
+        raise ConfigError(f"the sweep left no parent run in {reads.uri} (tracking.enabled=false?)")
+    return _sweep_results(reads, found)
+
+
+@overload
+def results(
+    sweep: str = "latest", *, uri: str | None = None, experiment: str = EXPERIMENT
+) -> SweepResults: ...
+
+
+@overload
+def results(
+    *, run: str | Path, uri: str | None = None, experiment: str = EXPERIMENT
+) -> RunResult: ...
 
 
 def results(
-    sweep: str = "latest", *, uri: str | None = None, experiment: str = EXPERIMENT
-) -> SweepResults:
-    """A sweep from any store (`uri`: default as train.py's, the current folder's mlflow.db
-    or MLFLOW_TRACKING_URI), by its parent run id or `latest`. Raises ConfigError naming what
-    is not there."""
-    from sporeflow.tracking.store import resolve_uri
+    sweep: str = "latest",
+    *,
+    run: str | Path | None = None,
+    uri: str | None = None,
+    experiment: str = EXPERIMENT,
+) -> SweepResults | RunResult:
+    """What a finished sweep or run recorded, from any store (`uri`: default as train.py's,
+    the current folder's mlflow.db or MLFLOW_TRACKING_URI). A sweep by its parent run id or
+    `latest` (SweepResults); with `run=`, one job by its MLflow run id, the `sf-...` key its
+    run dir holds, or its run dir (RunResult). Raises ConfigError naming what is not there."""
+    from sporeflow.tracking.store_reads import StoreReads
 
-    where = resolve_uri(uri, Path.cwd())
-    return _sweep_results(where, experiment, _find_sweep(where, experiment, sweep))
+    reads = StoreReads.at(uri, experiment)
+    if run is not None:
+        return _recorded_run(reads, str(run))
+    return _sweep_results(reads, _find_sweep(reads, sweep))
 
 
 def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERIMENT) -> Trained:
@@ -162,11 +184,9 @@ def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERI
     (or the `sf-...` key a run dir holds), a `models:/name/version`; fetched and checked as
     eval.py does. Raises ConfigError naming what is wrong."""
     from sporeflow.stages.source import resolve
-    from sporeflow.tracking.store import resolve_uri
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import StoreReads
 
-    lookup = Tracker(resolve_uri(uri, Path.cwd()), experiment, read_only=True)
-    return Trained(resolve(str(source), lookup))
+    return Trained(resolve(str(source), StoreReads.at(uri, experiment)))
 
 
 @dataclass(frozen=True)
@@ -284,56 +304,87 @@ def _composed(hydra: Any, overrides: Sequence[str]) -> Any:
     )
 
 
-def _store_of(cfg: Any, launch_dir: Path) -> tuple[str, str]:
-    from sporeflow.tracking.store import resolve_uri
+def _store_of(cfg: Any, launch_dir: Path) -> StoreReads:
+    """The store a job of `cfg` records in, as train.py resolves it from `launch_dir`."""
+    from sporeflow.tracking.store_reads import StoreReads
 
-    return resolve_uri(cfg.tracking.uri, launch_dir), str(cfg.tracking.experiment_name)
+    tracking = cfg.tracking
+    return StoreReads.at(tracking.uri, str(tracking.experiment_name), launch_dir, tracking.enabled)
+
+
+def _final_weights(reads: StoreReads, ref: str) -> Path | None:
+    """A job's final weights (a pipeline's: stage 2's), as eval.py's source= finds them."""
+    from sporeflow.stages.source import resolve
+
+    try:
+        return resolve(ref, reads).weights
+    except ConfigError:
+        return None  # a job that trained nothing of its own (copied from a finished one)
 
 
 def _job_result(run_dir: str, cfg: Any, objective: float) -> RunResult:
     """What the job at `run_dir` recorded: its MLflow run and final weights."""
-    from sporeflow.stages.source import marked_run_id, resolve
-    from sporeflow.tracking.tracker import Tracker
+    from sporeflow.tracking.store_reads import marked_run_id
 
-    uri, experiment = _store_of(cfg, Path.cwd())
+    reads = _store_of(cfg, Path.cwd())
     folder = Path(run_dir)
     run_id = marked_run_id(folder, folder)
-    tracker = Tracker(uri, experiment, read_only=True)
-    recorded = tracker.get_run(run_id) if run_id and cfg.tracking.enabled else None
-    try:
-        weights = resolve(str(folder), tracker).weights
-    except ConfigError:
-        weights = None  # a job that trained nothing of its own (copied from a finished one)
+    recorded = reads.get_run(run_id) if run_id else None
     return RunResult(
         folder,
         objective,
         recorded.info.run_id if recorded is not None else None,
-        uri,
+        reads.uri,
         dict(recorded.data.metrics) if recorded is not None else {},
-        weights,
+        _final_weights(reads, str(folder)),
     )
 
 
-def _find_sweep(uri: str, experiment: str, which: str) -> Any:
-    from sporeflow.report.sweep_report import sweep_run
-    from sporeflow.tracking.tracker import Tracker
+def _recorded_run(reads: StoreReads, ref: str) -> RunResult:
+    """A job's top-level run by its id, key or run dir, read back as `run` returns it: its
+    objective is the metric its `sweep.objective` names."""
+    from sporeflow.config import objective
+    from sporeflow.tracking.store_reads import marked_run_id
 
-    found = sweep_run(Tracker(uri, experiment, read_only=True), which)
+    folder = Path(ref).expanduser()
+    run_id = marked_run_id(folder, folder) if folder.is_dir() else ref
+    recorded = reads.get_run(run_id) if run_id else None
+    if recorded is None:
+        raise ConfigError(
+            f"run={ref}: no such run in experiment {reads.experiment_name!r} of {reads.uri} "
+            "(an MLflow run id, the sf-... key in a run dir's sporeflow_run.json, or the run dir)"
+        )
+    metrics = dict(recorded.data.metrics)
+    chosen = recorded.data.params.get("sweep.objective", "auto")
+    key = objective.metric_key(chosen, recorded.data.tags.get("stage") == "pipeline")
+    return RunResult(
+        Path(recorded.data.tags.get("run_dir", "")),
+        float(metrics.get(key, float("nan"))),
+        recorded.info.run_id,
+        reads.uri,
+        metrics,
+        _final_weights(reads, recorded.info.run_id),
+    )
+
+
+def _find_sweep(reads: StoreReads, which: str) -> Any:
+    from sporeflow.report.sweep_report import sweep_run
+
+    found = sweep_run(reads, which)
     if found is None:
         raise ConfigError(
-            f"sweep={which}: no sweep run in experiment {experiment!r} of {uri} "
+            f"sweep={which}: no sweep run in experiment {reads.experiment_name!r} of {reads.uri} "
             "(sweeps are `python train.py -m ...` or sporeflow.sweep; `latest` is the newest)"
         )
     return found
 
 
-def _sweep_results(uri: str, experiment: str, run: Any) -> SweepResults:
+def _sweep_results(reads: StoreReads, run: Any) -> SweepResults:
     import pandas as pd
 
     from sporeflow.report import sweep_report as report
-    from sporeflow.tracking.tracker import Tracker
 
-    found = report.summarize(Tracker(uri, experiment, read_only=True), run)
+    found = report.summarize(reads, run)
     jobs = pd.DataFrame(
         [
             {"job": j.number, "status": j.status, "run_id": j.run_id, "seed": j.seed}
@@ -345,7 +396,7 @@ def _sweep_results(uri: str, experiment: str, run: Any) -> SweepResults:
     decision = found.decision
     return SweepResults(
         run.info.run_id,
-        uri,
+        reads.uri,
         found.key,
         jobs,
         pd.DataFrame(decision.records() if decision is not None else []),

@@ -148,7 +148,7 @@ class SweepRun(Callback):
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
         study = study_tags(config)
-        found = study_parent(tracker, study) if study else None
+        found = study_parent(tracker.reads, study) if study else None
         if found is not None:  # an Optuna study's sweep continues (another process, a restart)
             self._continue(tracker, found)
             _ACTIVE.append(self)
@@ -167,7 +167,7 @@ class SweepRun(Callback):
         self.sweep.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id
         if study and self.run_id is not None and not is_key(self.run_id):
             # two processes may have created a parent for the study at once: the first stays
-            first = study_parent(tracker, study)
+            first = study_parent(tracker.reads, study)
             if first is not None and first.info.run_id != self.run_id:
                 tracker.delete_run(self.run_id)
                 self._continue(tracker, first)
@@ -248,7 +248,7 @@ class SweepRun(Callback):
 
     def _end(self, tracker: Tracker, error: BaseException | None) -> None:
         if is_key(self.run_id):  # created while the store was out of reach: has it now?
-            found = tracker.get_run(self.run_id)
+            found = tracker.reads.get_run(self.run_id)
             self.sweep.run_id = found.info.run_id if found is not None else self.run_id
         parent = tracker.run(self.run_id)
         interrupted = isinstance(error, (KeyboardInterrupt, Interrupted))

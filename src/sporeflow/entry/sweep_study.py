@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.config import search_space
 from sporeflow.core.context import TRIAL_ID_ENV, TrialLink
 from sporeflow.core.uris import database_lock, redacted
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.store_reads import StoreReads
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -48,11 +48,11 @@ def study_lock(config: DictConfig) -> AbstractContextManager:
     return database_lock(url, f"sporeflow sweep parent of study {sweeper.study_name}")
 
 
-def study_parent(tracker: Tracker, study: dict) -> Any:
+def study_parent(reads: StoreReads, study: dict) -> Any:
     """The study's parent run: the first created (start time, then id), so processes that
     created one each at the same moment agree on it; None when there is none yet."""
     quoted = {k: v.replace("'", "\\'") for k, v in study.items()}
-    runs = tracker.search_runs(
+    runs = reads.search_runs(
         "tags.stage = 'sweep' and "
         + " and ".join(f"tags.`{k}` = '{v}'" for k, v in quoted.items()),
         max_results=100,

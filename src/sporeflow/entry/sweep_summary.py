@@ -60,13 +60,13 @@ def end_job_runs(tracker: Tracker, sweep_run_id: str, outcome: dict) -> None:
     KILLED."""
     try:
         sync(Path(outcome["dir"]))
-        top = tracker.search_runs(
+        top = tracker.reads.search_runs(
             f"tags.`sweep.run_id` = '{sweep_run_id}' and tags.`sweep.job` = '{outcome['job']}'"
         )
         children = [
             child
             for run in top
-            for child in tracker.search_runs(f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+            for child in tracker.reads.search_runs(f"tags.mlflow.parentRunId = '{run.info.run_id}'")
         ]
         for run in top + children:
             if run.info.status == "FINISHED":
@@ -86,12 +86,12 @@ class Summary:
 
     def lines(self, failed: list[dict], count: Counter) -> list[str]:
         sweep = self.sweep
-        jobs = report.sweep_jobs(self.tracker, sweep.run_id, sweep.keys)
+        jobs = report.sweep_jobs(self.tracker.reads, sweep.run_id, sweep.keys)
         key = report.objective_key(jobs, sweep.objective)
         ranked = report.ranked(jobs, key)
         header, rows = report.table_rows(ranked, sweep.keys)
         self._tables(header, rows)
-        decision = report.sweep_decision(self.tracker, ranked, sweep.keys, key)
+        decision = report.sweep_decision(self.tracker.reads, ranked, sweep.keys, key)
         best = leading_job(ranked, key, decision)
         plots = self._plots(ranked, key, best)
         self.parent.log_metrics(
@@ -132,7 +132,9 @@ class Summary:
         sweep_dir, keys = self.sweep.sweep_dir, self.sweep.keys
         plots = [report.gain_plot(ranked, keys, key, sweep_dir / "gain_vs_params.png")]
         if best is not None:
-            plots.append(report.curves_plot(self.tracker, best, sweep_dir / "best_job_curves.png"))
+            plots.append(
+                report.curves_plot(self.tracker.reads, best, sweep_dir / "best_job_curves.png")
+            )
         plots = [p for p in plots if p is not None]
         for plot in plots:
             self.parent.log_artifact(plot)

@@ -21,7 +21,7 @@ from sporeflow.config import objective
 from sporeflow.core.context import short_value
 from sporeflow.report.comparison import save_figure
 from sporeflow.report.decision import Decision, Point, decide
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def swept_values(overrides: str, params: dict, keys: list[str]) -> dict:
     return {k: given.get(k, params.get(k, "")) for k in keys}
 
 
-def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job]:
-    runs = tracker.search_runs(f"tags.`sweep.run_id` = '{sweep_run_id}'", max_results=5000)
+def sweep_jobs(reads: StoreReads, sweep_run_id: str, keys: list[str]) -> list[Job]:
+    runs = reads.search_runs(f"tags.`sweep.run_id` = '{sweep_run_id}'", max_results=5000)
     jobs = []
     for run in runs:
         tags = run.data.tags
@@ -86,13 +86,13 @@ def sweep_jobs(tracker: Tracker, sweep_run_id: str, keys: list[str]) -> list[Job
     return sorted(jobs, key=lambda j: j.number)
 
 
-def sweep_run(tracker: Tracker, which: str) -> Any | None:
+def sweep_run(reads: StoreReads, which: str) -> Any | None:
     """The sweep parent run `which` names (its MLflow run id, or `latest`: the newest sweep of
     the experiment); None when there is no such sweep."""
     if which == "latest":
-        found = tracker.search_runs("tags.stage = 'sweep'", max_results=1)
+        found = reads.search_runs("tags.stage = 'sweep'", max_results=1)
         return found[0] if found else None
-    run = tracker.get_run(which)
+    run = reads.get_run(which)
     return run if run is not None and run.data.tags.get("stage") == "sweep" else None
 
 
@@ -108,13 +108,13 @@ class SweepSummary:
     decision: Decision | None
 
 
-def summarize(tracker: Tracker, run: Any) -> SweepSummary:
+def summarize(reads: StoreReads, run: Any) -> SweepSummary:
     tags = run.data.tags
     keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
-    jobs = sweep_jobs(tracker, run.info.run_id, keys)
+    jobs = sweep_jobs(reads, run.info.run_id, keys)
     key = objective_key(jobs, tags.get("sweep.objective", "auto"))
     best_first = ranked(jobs, key)
-    return SweepSummary(run, keys, key, best_first, sweep_decision(tracker, best_first, keys, key))
+    return SweepSummary(run, keys, key, best_first, sweep_decision(reads, best_first, keys, key))
 
 
 def objective_key(jobs: list[Job], configured: str) -> str:
@@ -147,18 +147,20 @@ def decided_stage(key: str, pipeline: bool) -> str | None:
     return "stage2" if key in ("gain", AT_COST) else key.partition("/")[0]
 
 
-def job_outcomes(tracker: Tracker, job: Job, stage: str) -> np.ndarray | None:
+def job_outcomes(reads: StoreReads, job: Job, stage: str) -> np.ndarray | None:
     """Right/wrong per test image of the job's `stage`, from its run's artifacts (a pipeline
     keeps every stage's under predictions/<stage>/); None when the store has none."""
     wanted = "predictions" if job.pipeline else "predictions.npy"
     with tempfile.TemporaryDirectory() as tmp:
-        if not tracker.download(job.run_id, [wanted], Path(tmp)):
+        if not reads.download(job.run_id, [wanted], Path(tmp)):
             return None
         path = Path(tmp) / (f"predictions/{stage}/predictions.npy" if job.pipeline else wanted)
         return np.load(path, allow_pickle=False) if path.is_file() else None
 
 
-def sweep_decision(tracker: Tracker, jobs: list[Job], keys: list[str], key: str) -> Decision | None:
+def sweep_decision(
+    reads: StoreReads, jobs: list[Job], keys: list[str], key: str
+) -> Decision | None:
     """The decision between the sweep's points (its finished jobs grouped by their settings but
     the seed); None when the objective has no per-image outcomes."""
     points: dict[str, Point] = {}
@@ -166,9 +168,9 @@ def sweep_decision(tracker: Tracker, jobs: list[Job], keys: list[str], key: str)
         stage = decided_stage(key, job.pipeline)
         if job.status != "FINISHED" or stage is None or key not in job.metrics:
             continue
-        found = job_outcomes(tracker, job, stage)
+        found = job_outcomes(reads, job, stage)
         if found is not None and key == AT_COST:
-            budget = job_outcomes(tracker, job, "budget")
+            budget = job_outcomes(reads, job, "budget")
             found = None if budget is None else found.astype(np.int8) - budget.astype(np.int8)
         if found is None:
             continue
@@ -271,7 +273,7 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
         return None
 
 
-def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
+def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
     """The best job's per-epoch eval accuracy: stage 1, then stage 2 and each baseline from
     where stage 1 ended (the `curve/<stage>` metrics of its pipeline run)."""
     order = ["stage1", "stage2", "baseline", "annealed", "snapshot_mean"]
@@ -279,7 +281,7 @@ def curves_plot(tracker: Tracker, job: Job, path: Path) -> Path | None:
         (k[len(CURVE_PREFIX) :] for k in job.metrics if k.startswith(CURVE_PREFIX)),
         key=lambda s: (order.index(s) if s in order else len(order), s),
     )
-    curves = {s: tracker.metric_history(job.run_id, CURVE_PREFIX + s) for s in stages}
+    curves = {s: reads.metric_history(job.run_id, CURVE_PREFIX + s) for s in stages}
     curves = {s: c for s, c in curves.items() if c}
     if not curves:
         return None

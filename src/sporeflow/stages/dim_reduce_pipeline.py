@@ -162,15 +162,15 @@ class DimReducePipeline:
         if reuse_off and self.worker.is_main:
             log.warning(reuse_off)
         self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
-        start = fine_tune.start_of(self.cfg, self.tracker)  # train.init_from
+        start = fine_tune.start_of(self.cfg, self.tracker.reads)  # train.init_from
         if start is not None:  # the source's weights shape stage 1: part of its fingerprint
             self.provenance["init_weights"] = sha256_file(start.weights)[:12]
         stage1 = self._keep(self._stage1(start))
         barrier(self.worker)  # rank 0 has written every snapshot
         snapshots = self._snapshots(stage1)
         basis, basis_path = self._basis(stage1, snapshots)
-        start = self._stage2_start(stage1, snapshots)
-        spec = stage2_spec(self.cfg, self.home, start, basis, basis_path, len(snapshots))
+        stage2_from = self._stage2_start(stage1, snapshots)
+        spec = stage2_spec(self.cfg, self.home, stage2_from, basis, basis_path, len(snapshots))
         self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
         for name in (b.value for b in self.boost.baselines):
             if name == "budget":
@@ -234,7 +234,7 @@ class DimReducePipeline:
             reuse.final_metrics(run),
             final_weights(run_dir, self.worker.rank),
             float("nan"),
-            reuse.eval_curve(self.tracker, run),
+            reuse.eval_curve(self.tracker.reads, run),
             f"reused from run {run_id}",
             load_predictions(run_dir),
             stage_dir=run_dir,
@@ -250,10 +250,10 @@ class DimReducePipeline:
     def _named_stage1(self, spec: StageSpec) -> StageResult:
         """`boost.stage1_run`: that run, or an error naming what is missing."""
         key = f"boost.stage1_run={self.boost.stage1_run}"
-        run = self.tracker.get_run(self.boost.stage1_run)
+        run = self.tracker.reads.get_run(self.boost.stage1_run)
         if run is None:
             raise DimReduceError(f"{key}: no such MLflow run in {self.tracker.uri}")
-        run_dir, problem = reuse.checked_dir(self.tracker, run, self.ctx.launch_dir)
+        run_dir, problem = reuse.checked_dir(self.tracker.reads, run, self.ctx.launch_dir)
         if problem:
             raise DimReduceError(f"{key}: {problem} ({run_dir})")
         found = self._usable_stage1(run, run_dir)
@@ -271,16 +271,16 @@ class DimReducePipeline:
         return self._layout
 
     def _snapshots(self, stage1: StageResult) -> list[Path]:
-        snapshots = list_snapshots(stage1.stage_dir / "snapshots")
+        snapshots = list_snapshots(stage1.files / "snapshots")
         if self.boost.pca_mat_path is None:
             check_count(len(snapshots), self.boost.n_component)
         if snapshots[0].suffix == ".npy":
-            check_npy_layout(stage1.stage_dir / "snapshots", self.layout())
+            check_npy_layout(stage1.files / "snapshots", self.layout())
         return snapshots
 
     def _basis(self, stage1: StageResult, snapshots: list[Path]):
         """One worker per node computes (or finds) the basis; the node's others read it."""
-        pca_dir = stage1.stage_dir / "pca"
+        pca_dir = stage1.files / "pca"
         existed = set(pca_dir.glob("*.npy")) if self.worker.is_node_main else set()
 
         def compute():

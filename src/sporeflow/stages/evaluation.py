@@ -38,6 +38,8 @@ def evaluate_weights(
 ) -> StageResult:
     """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s test
     split; final weights, predictions and the model kept like a trained stage's."""
+    if spec.init_weights is None:
+        raise ValueError(f"{spec.name}: an evaluated stage needs the weights it starts from")
     network = network_with(cfg, spec.init_weights, weights)
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)

@@ -16,23 +16,23 @@ from sporeflow.core.errors import ConfigError
 from sporeflow.stages.source import Source, resolve
 from sporeflow.stages.spec import FineTuneStart
 from sporeflow.storage.checkpoints import load_checkpoint_file, restore_matching
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
 KEY = "train.init_from"
 
 
-def init_source(cfg: DictConfig, tracker: Tracker) -> Source | None:
+def init_source(cfg: DictConfig, reads: StoreReads) -> Source | None:
     """The run `train.init_from` names (None when unset); ConfigError naming the key."""
     if not cfg.train.init_from:
         return None
-    return resolve(str(cfg.train.init_from), tracker, key=KEY)
+    return resolve(str(cfg.train.init_from), reads, key=KEY)
 
 
-def start_of(cfg: DictConfig, tracker: Tracker) -> FineTuneStart | None:
+def start_of(cfg: DictConfig, reads: StoreReads) -> FineTuneStart | None:
     """What a first stage's spec needs of train.init_from (None when unset): the weights, and
     tags naming the source (its MLflow run id when known) on the stage's run."""
-    source = init_source(cfg, tracker)
+    source = init_source(cfg, reads)
     if source is None:
         return None
     tags = {"sporeflow.init_from": source.name, "sporeflow.init_weights": str(source.weights)}

@@ -23,8 +23,7 @@ import logging
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
+from sporeflow.config.facts import container
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,7 @@ COPIED_DIR = "copied"  # in the job's run dir: the original's predictions, sent 
 def job_key(cfg, provenance: dict[str, str]) -> str:
     """What makes a job's results: its config (but NOT_IN_KEY and the progress bar) and its
     provenance, as 16 hex digits."""
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    key = {k: v for k, v in container.items() if k not in NOT_IN_KEY}
+    key = {k: v for k, v in container(cfg).items() if k not in NOT_IN_KEY}
     key.get("callbacks", {}).pop("progress_bar", None)
     blob = json.dumps({"config": key, "made_with": provenance}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -60,7 +58,7 @@ def applies(runner) -> bool:
 
 def finished_run(runner, key: str):
     """The newest FINISHED top-level run with `key`, an original before a copy; None."""
-    found = runner.tracker.finished_with_tag(KEY_TAG, key)
+    found = runner.tracker.reads.finished_with_tag(KEY_TAG, key)
     originals = [r for r in found if COPIED_TAG not in r.data.tags]
     return (originals or found or [None])[0]
 
@@ -95,7 +93,7 @@ def _predictions(runner, run_id: str) -> list[tuple[Path, str | None]]:
     folder it goes to)."""
     where = Path(runner.ctx.run_dir) / COPIED_DIR
     where.mkdir(parents=True, exist_ok=True)
-    runner.tracker.download(run_id, ["predictions", "predictions.npy"], where)
+    runner.tracker.reads.download(run_id, ["predictions", "predictions.npy"], where)
     return [
         (path, str(path.parent.relative_to(where)) if path.parent != where else None)
         for path in sorted(where.rglob("*.npy"))

@@ -13,14 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from sporeflow.config import objective
 from sporeflow.config.facts import first_local_rank, global_batch_size, worker_batch_size
 from sporeflow.config.schema import BoostName, RunConfig
+from sporeflow.config.unused import unused_settings
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
-from sporeflow.storage.run_marker import find_resume_dir, is_pipeline_dir, node0_run_dir
+from sporeflow.storage.run_marker import (
+    find_resume_dir,
+    is_pipeline_dir,
+    node0_run_dir,
+    read_run_marker,
+    resume_off,
+)
 from sporeflow.tracking.store import resolve_uri
 
 
@@ -47,6 +54,8 @@ class JobPlan:
     global_batch: int  # the batch of one optimizer update across the job's workers
     first_local_rank: int  # the rank of this node's first worker
     objective: str  # `sweep.objective` made explicit ("auto" -> "stage2/acc" or "acc")
+    unused: tuple[str, ...] = ()  # the command's settings this job will not use, one line each
+    requeues: int = 0  # > 0: SLURM requeued the job and it continues its own run dir
 
     @property
     def dim_reduce(self) -> bool:
@@ -65,9 +74,15 @@ class JobPlan:
         return node0_run_dir(self.ctx.run_dir, self.run.parallel.node_rank)
 
 
-def plan_job(cfg: DictConfig, ctx: RunContext) -> JobPlan:
-    """The plan of a validated config (config.validation.validate) run in `ctx`. Raises
-    ConfigError for a `resume=` that names no run dir, or a run dir of the other kind of job."""
+def plan_job(cfg: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPlan:
+    """The plan of a validated config (config.validation.validate) run in `ctx`; `requeues`:
+    how often SLURM requeued this job (launch.slurm.restart_count). Raises ConfigError for a
+    `resume=` that names no run dir, or a run dir of the other kind of job."""
+    continues = _continues_after_requeue(cfg, ctx) if requeues else False
+    if continues:  # resume=<its run dir>: what the launcher passes its workers too
+        cfg = cfg.copy()
+        with read_write(cfg):
+            cfg.resume = str(ctx.run_dir)
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig), "plan_job takes a validated config"
     pipeline = str(getattr(run.boost.name, "value", run.boost.name))
@@ -82,7 +97,17 @@ def plan_job(cfg: DictConfig, ctx: RunContext) -> JobPlan:
         global_batch=global_batch_size(cfg),
         first_local_rank=first_local_rank(cfg),
         objective=objective.name(run.sweep.objective, BoostName.names_dim_reduce(pipeline)),
+        unused=tuple(unused_settings(cfg, ctx.overrides)),
+        requeues=requeues if continues else 0,
     )
+
+
+def _continues_after_requeue(cfg: DictConfig, ctx: RunContext) -> bool:
+    """Whether a job SLURM requeued continues its run dir: it has its run (on several nodes
+    each node continues its own dir when node 0's has the run: rank 0 on node 0 marks every
+    run) and no resume= of its own."""
+    node0 = node0_run_dir(ctx.run_dir, cfg.parallel.node_rank)
+    return resume_off(cfg.resume) and bool(read_run_marker(node0).get("mlflow_run_id"))
 
 
 def _resume_plan(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from sporeflow.config.facts import container
 from sporeflow.config.schema import ParallelMode
 from sporeflow.serving.package import EXAMPLE, package_model
 from sporeflow.tracking.tracker import TrackedRun
@@ -48,7 +49,7 @@ def record_model(
     images, _ = next(eval_data.create_tuple_iterator(num_epochs=1))
     packaged = package_model(
         network,
-        OmegaConf.to_container(cfg.model, resolve=True),
+        container(cfg.model),
         weights,
         images.asnumpy(),
         cfg.dataset.num_classes,

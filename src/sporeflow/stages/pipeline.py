@@ -46,7 +46,9 @@ def run_plain(runner: StageRunner) -> dict:
     """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run)."""
     plan = runner.plan
     resumed = plan.resume is not None
-    start = None if resumed else fine_tune.start_of(plan.cfg, runner.tracker)  # resume: its own
+    start = (
+        None if resumed else fine_tune.start_of(plan.cfg, runner.tracker.reads)
+    )  # resume: its own
     spec = plain_spec(plan.cfg, plan.home, start)
     result = runner.run(spec, resume=resumed)
     if runner.worker.is_main:
@@ -69,4 +71,3 @@ PIPELINES: dict[str, Callable[[StageRunner], dict]] = {
     BoostName.none.value: run_plain,
     BoostName.dim_reduce.value: run_dim_reduce,
 }
-

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from sporeflow.config.components import build_dataset
+from sporeflow.config.facts import container
 from sporeflow.config.schema import ParallelConfig, RuntimeConfig
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
@@ -46,7 +47,7 @@ def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput
             "or data; give the run dir it came from, or evaluate it with python eval.py "
             f"source={source.name} model=... dataset=..."
         )
-    cfg = OmegaConf.create(OmegaConf.to_container(source.config))
+    cfg = OmegaConf.create(container(source.config))
     cfg.parallel = OmegaConf.structured(ParallelConfig)
     cfg.runtime = OmegaConf.structured(RuntimeConfig)
     cfg.resume = False

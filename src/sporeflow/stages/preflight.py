@@ -21,7 +21,7 @@ from sporeflow.storage.checkpoints import (
     newest_complete_checkpoint,
 )
 from sporeflow.tracking.store import store_refusal
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.store_reads import StoreReads
 
 
 def check_inputs(plan: JobPlan) -> None:
@@ -45,8 +45,11 @@ def check_fine_tune(plan: JobPlan) -> None:
     """train.init_from names a finished run with weights that fit; train.freeze's prefixes."""
     if not plan.run.train.init_from and not plan.run.train.freeze:
         return
-    lookup = Tracker.from_config(plan.cfg.tracking, plan.ctx.launch_dir, read_only=True)
-    fine_tune.check(plan.cfg, build_model(plan.cfg), fine_tune.init_source(plan.cfg, lookup))
+    tracking = plan.run.tracking
+    reads = StoreReads.at(
+        plan.store_uri, tracking.experiment_name, plan.ctx.launch_dir, tracking.enabled
+    )
+    fine_tune.check(plan.cfg, build_model(plan.cfg), fine_tune.init_source(plan.cfg, reads))
 
 
 def check_store(plan: JobPlan) -> None:
@@ -95,7 +98,7 @@ def check_basis(cfg: DictConfig) -> None:
     try:  # the header alone: the array is never loaded, a pickle never unpickled
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
-            shape, _, dtype = np.lib.format._read_array_header(f, version)  # noqa: SLF001 - numpy's own reader
+            shape, _, dtype = np.lib.format._read_array_header(f, version)  # type: ignore[attr-defined]  # noqa: SLF001 - numpy's own reader
     except (ValueError, OSError) as ex:
         raise ConfigError(f"{key}: not a .npy array ({ex})") from None
     if dtype.hasobject:

@@ -26,12 +26,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sporeflow.config.facts import global_batch_size
+from sporeflow.config.facts import container, global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.storage.files import sha256_file
 from sporeflow.storage.locks import exclusive
+from sporeflow.tracking.store_reads import StoreReads
 from sporeflow.tracking.tracker import CHECKSUM_TAG, TrackedRun, Tracker, checksum_tag
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,9 @@ def _digest(key: dict) -> str:
 
 def stage1_config(cfg: DictConfig) -> str:
     """The part of the config that shapes a stage-1 run's weights and snapshots."""
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    key = {k: container[k] for k in STAGE1_KEYS}
-    key["snapshot"] = container["boost"]["snapshot"]
+    plain = container(cfg)
+    key = {k: plain[k] for k in STAGE1_KEYS}
+    key["snapshot"] = plain["boost"]["snapshot"]
     key["global_batch"] = global_batch_size(cfg)  # dataset.batch_size may be per worker
     return _digest(key)
 
@@ -89,9 +90,9 @@ def budget_fingerprint(cfg: DictConfig, steps: int, provenance: dict[str, str]) 
     return baseline_fingerprint(cfg, "budget", provenance, steps)
 
 
-def finished_runs(tracker: Tracker, tag: str, fingerprint: str) -> list:
+def finished_runs(reads: StoreReads, tag: str, fingerprint: str) -> list:
     """Finished runs of this experiment tagged `tag` = fingerprint, newest first."""
-    return tracker.finished_with_tag(tag, fingerprint)
+    return reads.finished_with_tag(tag, fingerprint)
 
 
 def final_metrics(run) -> dict:
@@ -103,16 +104,16 @@ def cost_metrics(run) -> dict:
     return {k: v for k, v in run.data.metrics.items() if k.startswith("cost/")}
 
 
-def eval_curve(tracker: Tracker, run) -> list[tuple[int, dict]]:
+def eval_curve(reads: StoreReads, run) -> list[tuple[int, dict]]:
     """A finished run's eval accuracy by epoch as [(epoch, {"acc": value})]: each evaluation's
     step over the run's steps per epoch, so `callbacks.eval_every_n_epochs=2` gives epochs 2,
     4, ... (its tag `batch.steps_per_epoch`; for runs without it, the last evaluation's step
     over the run's `epochs`: a stage always evaluates after its last epoch)."""
-    history = tracker.metric_history(run.info.run_id, "eval/acc")
+    history = reads.metric_history(run.info.run_id, "eval/acc")
     if not history:
         return []
     per_epoch = _steps_per_epoch(run, history[-1][0])
-    passes = dict(tracker.metric_history(run.info.run_id, "cost/passes"))
+    passes = dict(reads.metric_history(run.info.run_id, "cost/passes"))
     return [
         (step // per_epoch, {"acc": value, **({"passes": passes[step]} if step in passes else {})})
         for step, value in history
@@ -127,12 +128,12 @@ def _steps_per_epoch(run, last_step: int) -> int:
     return max(1, last_step // epochs) if epochs > 0 else max(1, last_step)
 
 
-def usable_runs(tracker: Tracker, tag: str, fingerprint: str, launch_dir: Path) -> Iterator:
+def usable_runs(reads: StoreReads, tag: str, fingerprint: str, launch_dir: Path) -> Iterator:
     """(run, its dir on this disk) of each finished run tagged `tag` = fingerprint, newest
     first; on a store other machines reach a run whose files are elsewhere is fetched. A run
     whose files here are not the ones it recorded is left out, said in a warning."""
-    for run in finished_runs(tracker, tag, fingerprint):
-        run_dir, problem = checked_dir(tracker, run, launch_dir)
+    for run in finished_runs(reads, tag, fingerprint):
+        run_dir, problem = checked_dir(reads, run, launch_dir)
         if problem:
             log.warning(
                 "not reusing run %s (%s): %s; it is trained again",
@@ -144,20 +145,20 @@ def usable_runs(tracker: Tracker, tag: str, fingerprint: str, launch_dir: Path) 
         yield run, run_dir
 
 
-def local_or_fetched(tracker: Tracker, run, launch_dir: Path) -> Path:
+def local_or_fetched(reads: StoreReads, run, launch_dir: Path) -> Path:
     """A reusable run's dir: where it ran when that is on this disk, else (a store other
     machines reach) a copy of its files from the store; the run's own dir if neither."""
     run_dir = Path(run.data.tags.get("run_dir", ""))
-    if (run_dir / "predictions.npy").is_file() or not tracker.shared:
+    if (run_dir / "predictions.npy").is_file() or not reads.shared:
         return run_dir
-    return fetch(tracker, run, launch_dir) or run_dir
+    return fetch(reads, run, launch_dir) or run_dir
 
 
-def checked_dir(tracker: Tracker, run, launch_dir: Path) -> tuple[Path, str | None]:
+def checked_dir(reads: StoreReads, run, launch_dir: Path) -> tuple[Path, str | None]:
     """local_or_fetched, and why its files may not be used (None when they may): every file
     its run recorded a SHA-256 for must match it here too, wherever the dir came from (a
     fetched copy was checked as it arrived)."""
-    run_dir = local_or_fetched(tracker, run, launch_dir)
+    run_dir = local_or_fetched(reads, run, launch_dir)
     return run_dir, unverified_here(run_dir, run.data.tags)
 
 
@@ -174,7 +175,9 @@ def unverified_here(run_dir: Path, tags: dict[str, str]) -> str | None:
 
 
 @contextmanager
-def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker: Tracker, tag: str):
+def turn(
+    launch_dir: Path, worker: Worker, fingerprint: str, what: str, reads: StoreReads, tag: str
+):
     """While held, no other job of this launch dir can finish a run with this fingerprint:
     rank 0 holds the lock (the other ranks wait at a barrier), so every rank's lookup inside
     sees the same store. On a store other machines reach, it also waits while another machine
@@ -193,7 +196,7 @@ def turn(launch_dir: Path, worker: Worker, fingerprint: str, what: str, tracker:
         )
 
     with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting):
-        wait_for_other_machines(tracker, tag, fingerprint, what)
+        wait_for_other_machines(reads, tag, fingerprint, what)
         barrier(worker)
         yield
 
@@ -213,18 +216,18 @@ UNREAD_PATIENCE = 12  # failed looks in a row (x poll_s) a wait survives before 
 
 
 def wait_for_other_machines(
-    tracker: Tracker, tag: str, fingerprint: str, what: str, poll_s: float = 5.0
+    reads: StoreReads, tag: str, fingerprint: str, what: str, poll_s: float = 5.0
 ) -> None:
     """On a shared store: while a run tagged `tag` = fingerprint is RUNNING and alive (it logged
     something within STALE_S), another machine is training it: wait, then reuse it. Two
     machines that look in the same few seconds (before either run exists) each train theirs.
     A look the store does not answer while another machine's run was seen keeps the wait (for
     UNREAD_PATIENCE looks in a row): taking it for "nobody trains it" trained it twice."""
-    if not tracker.shared:
+    if not reads.shared:
         return
     announced, unread = False, 0
     while True:
-        running = tracker.search_runs_if_read(
+        running = reads.search_runs_if_read(
             f"tags.{tag} = '{fingerprint}' and attributes.status = 'RUNNING'"
         )
         if running is None:  # the store did not answer (a reset connection on a loaded server)
@@ -234,7 +237,7 @@ def wait_for_other_machines(
             time.sleep(poll_s)
             continue
         unread = 0
-        live = [r for r in running if time.time() - tracker.last_activity(r) < STALE_S]
+        live = [r for r in running if time.time() - reads.last_activity(r) < STALE_S]
         if not live:
             return
         if not announced:
@@ -267,15 +270,15 @@ def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> No
     run.log_text(json.dumps({p.name: p.stat().st_mtime_ns for p in files}), f"snapshots/{MANIFEST}")
 
 
-def fetch(tracker: Tracker, run, launch_dir: Path) -> Path | None:
+def fetch(reads: StoreReads, run, launch_dir: Path) -> Path | None:
     """Another machine's run dir for reuse (see fetched), or None, said in a warning."""
-    folder, problem = fetched(tracker, run, launch_dir)
+    folder, problem = fetched(reads, run, launch_dir)
     if problem:
-        log.warning("not reusing run %s from %s: %s", run.info.run_id, tracker.uri, problem)
+        log.warning("not reusing run %s from %s: %s", run.info.run_id, reads.uri, problem)
     return folder
 
 
-def fetched(tracker: Tracker, run, launch_dir: Path) -> tuple[Path | None, str | None]:
+def fetched(reads: StoreReads, run, launch_dir: Path) -> tuple[Path | None, str | None]:
     """A run's files from the store's artifacts: a local copy laid out as its run dir (made
     once per launch dir; concurrent jobs each download, the first copy stays), or (None, why)
     when the store has none of its files or they are not the files the run made."""
@@ -287,7 +290,7 @@ def fetched(tracker: Tracker, run, launch_dir: Path) -> tuple[Path | None, str |
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
     try:
-        if not tracker.download(run_id, SHARED, part):
+        if not reads.download(run_id, SHARED, part):
             return None, f"the store has none of its files ({', '.join(SHARED)})"
         problem = unverified(part, run.data.tags) or restore_snapshot_times(part)
         if problem:
@@ -297,7 +300,7 @@ def fetched(tracker: Tracker, run, launch_dir: Path) -> tuple[Path | None, str |
             part.rename(dst)
         except OSError:  # another job's copy got there first
             pass
-        log.info("run %s's files copied from %s into %s", run_id, tracker.uri, dst)
+        log.info("run %s's files copied from %s into %s", run_id, reads.uri, dst)
         return (dst, None) if (dst / ".complete").is_file() else (None, f"{dst} was not made")
     finally:
         shutil.rmtree(part, ignore_errors=True)

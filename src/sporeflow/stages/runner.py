@@ -18,7 +18,7 @@ from sporeflow.stages import provenance as made_with
 from sporeflow.stages.evaluation import evaluate_weights
 from sporeflow.stages.job_plan import JobPlan
 from sporeflow.stages.runs import guarded, record_config, start_job_run
-from sporeflow.stages.spec import StageSpec
+from sporeflow.stages.spec import ReuseKey, StageSpec
 from sporeflow.stages.stage_result import StageResult
 from sporeflow.storage.run_marker import read_run_marker, write_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -129,15 +129,13 @@ class StageRunner:
         """Under the fingerprint's turn: a finished run with the spec's fingerprint that
         `usable(run, its dir)` accepts, else `train()`; a trained run is shared with other
         machines (reuse.share) before the turn passes."""
+        key = spec.reuse
+        assert key is not None, f"{spec.name} is not a reusable stage"
+        reads = self.tracker.reads
         with reuse.turn(
-            self.ctx.launch_dir,
-            self.worker,
-            spec.fingerprint,
-            spec.name,
-            self.tracker,
-            spec.reuse_tag,
+            self.ctx.launch_dir, self.worker, key.fingerprint, spec.name, reads, key.tag
         ):
-            found = self.find_reusable(spec, usable) if allowed else None
+            found = self.find_reusable(spec, key, usable) if allowed else None
             if found is not None:
                 return found
             result = train()
@@ -146,26 +144,24 @@ class StageRunner:
                 reuse.published(self.tracker, spec.name)
             return result
 
-    def find_reusable(self, spec: StageSpec, usable) -> StageResult | None:
+    def find_reusable(self, spec: StageSpec, key: ReuseKey, usable) -> StageResult | None:
         """The newest finished run with the spec's fingerprint that `usable` accepts, or None.
         Several nodes never reuse: a run's files live on one node's disk."""
         if self.worker.multi_node:
             return None
-        runs = reuse.usable_runs(
-            self.tracker, spec.reuse_tag, spec.fingerprint, self.ctx.launch_dir
-        )
+        runs = reuse.usable_runs(self.tracker.reads, key.tag, key.fingerprint, self.ctx.launch_dir)
         for run, run_dir in runs:
             result = usable(run, run_dir)
             if result is not None:
                 log.info("reusing %s from MLflow run %s (%s)", spec.name, run.info.run_id, run_dir)
                 return result
-        self._say_why_not_reused(spec)
+        self._say_why_not_reused(spec, key)
         return None
 
-    def _say_why_not_reused(self, spec: StageSpec) -> None:
+    def _say_why_not_reused(self, spec: StageSpec, key: ReuseKey) -> None:
         """A finished run with the same config but other code, MindSpore or data is not reused:
         the newest such run is named with what differs."""
-        same_config = reuse.finished_runs(self.tracker, spec.config_tag, spec.config_digest)
+        same_config = reuse.finished_runs(self.tracker.reads, key.config_tag, key.config_digest)
         if same_config:
             why = made_with.differences(same_config[0], spec.provenance)
             log.info(
@@ -177,5 +173,5 @@ class StageRunner:
 
     def share(self, result: StageResult, spec: StageSpec) -> None:
         """A reusable run on a store other machines reach: its files go with it (reuse.share)."""
-        if self.worker.is_main and self.tracker.shared and result.run_id is not None:
+        if self.worker.is_main and self.tracker.reads.shared and result.run_id is not None:
             reuse.share(self.tracker.run(result.run_id), spec.stage_dir, spec.snapshot_dir)

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config.facts import is_dim_reduce
+from sporeflow.config.facts import container, is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
 from sporeflow.core.signals import Requeued
@@ -61,8 +61,8 @@ def record_config(
     """Params (the config flattened; `changed` holds the flat keys where this stage differs
     from the config, e.g. stage 2's epochs), tags, and the composed YAML + Hydra files as
     artifacts."""
-    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    run.log_params({**flatten(container), **(changed or {})})
+    plain = container(cfg)
+    run.log_params({**flatten(plain), **(changed or {})})
     run.set_tags(
         {
             "stage": stage,
@@ -74,7 +74,7 @@ def record_config(
             "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
         }
     )
-    run.log_text(OmegaConf.to_yaml(container), "config/config.yaml")
+    run.log_text(OmegaConf.to_yaml(plain), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
     if ctx.hydra_dir is not None:  # as text: log_text takes URI passwords out
         for path in sorted(ctx.hydra_dir.glob("*.yaml")):
@@ -114,7 +114,7 @@ def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
     """Create the MLflow store and experiment before workers start, so a worker killed mid-way
     can never leave a half-migrated database behind (and rank 0 does not pay the migration).
     A store that cannot be reached now is left to the journal's writer to retry."""
-    store = Tracker.from_config(cfg.tracking, ctx.launch_dir).store()
+    store = Tracker.from_config(cfg.tracking, ctx.launch_dir).reads.store()
     try:
         store.connect()
     except StoreError as ex:
@@ -137,6 +137,6 @@ def mark_ended(cfg: DictConfig, ctx: RunContext, status: str) -> None:
     wait_for_writers(ctx.run_dir, tracker.drain_timeout)
     sync(ctx.run_dir)
     with tracker:
-        found = tracker.get_run(run_ref)
+        found = tracker.reads.get_run(run_ref)
         if status == "FAILED" or (found is not None and found.info.status == "RUNNING"):
             tracker.resume_run(found.info.run_id if found is not None else run_ref).end(status)

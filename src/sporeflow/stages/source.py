@@ -27,11 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
-from sporeflow.storage.run_marker import read_run_marker
-from sporeflow.tracking.journal import applied_run_id, is_run_key
-from sporeflow.tracking.tracker import Tracker, flatten
+from sporeflow.tracking.store import flatten
+from sporeflow.tracking.store_reads import RUN_ID, StoreReads, marked_run_id, names_a_run
 
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # an MLflow run id
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
 LOGGED_CONFIG = "config/config.yaml"  # stages.runs.record_config
@@ -49,7 +47,7 @@ class Source:
     run_id: str | None = None
 
 
-def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
+def resolve(name: str, reads: StoreReads, key: str = "source") -> Source:
     """The source `name` (a run or stage dir, an MLflow run id or a `models:/` URI);
     ConfigError naming `key` when it is none of them, has no final weights, or its files are
     neither on this disk nor in the store as the run made them."""
@@ -60,10 +58,10 @@ def resolve(name: str, tracker: Tracker, key: str = "source") -> Source:
             return _from_dir(name, path.resolve(), None)
         if path.is_file() and is_checkpoint(path):
             return _from_checkpoint(name, path.resolve())
-        if RUN_ID.match(name) or is_run_key(name):
-            return _from_run_id(name, name, tracker)
+        if names_a_run(name):
+            return _from_run_id(name, name, reads)
         if model:
-            return _from_model_version(name, model, tracker)
+            return _from_model_version(name, model, reads)
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
     looks_like_a_path = name.startswith((".", "~")) or "/" in name
@@ -90,68 +88,68 @@ def _from_checkpoint(name: str, path: Path) -> Source:
     return Source(name, path, config, None)
 
 
-def _from_model_version(name: str, model: re.Match, tracker: Tracker) -> Source:
+def _from_model_version(name: str, model: re.Match, reads: StoreReads) -> Source:
     ref = model["version"] or model["alias"]
-    run_id = tracker.model_version_run_id(model["name"], ref)
+    run_id = reads.model_version_run_id(model["name"], ref)
     if run_id is None:
-        raise ConfigError(f"{name}: no such registered model version in {tracker.uri}")
+        raise ConfigError(f"{name}: no such registered model version in {reads.uri}")
     if not run_id:
         raise ConfigError(
             f"{name}: this version names no run (registered from a path or a model logged "
             "outside a run), so its config and weights are unknown to sporeflow; give the run "
             "that trained it (its run dir or run id)"
         )
-    return _from_run_id(name, run_id, tracker)
+    return _from_run_id(name, run_id, reads)
 
 
-def _from_run_id(name: str, run_id: str, tracker: Tracker) -> Source:
-    run = tracker.get_run(run_id)
-    if run is None and is_run_key(run_id):
+def _from_run_id(name: str, run_id: str, reads: StoreReads) -> Source:
+    run = reads.get_run(run_id)
+    if run is None and not RUN_ID.match(run_id):  # a journal key
         raise ConfigError(
-            f"{name}: no run with this key in {tracker.uri} (if its records still wait in its "
+            f"{name}: no run with this key in {reads.uri} (if its records still wait in its "
             "run dir's journal: sporeflow sync <run dir>; or give the run dir itself)"
         )
     if run is None:
-        raise ConfigError(f"{name}: no such MLflow run in {tracker.uri}")
+        raise ConfigError(f"{name}: no such MLflow run in {reads.uri}")
     if run.data.tags.get("stage") == "pipeline":  # a dim-reduce pipeline: its stage 2
-        run = _stage2_of(name, run, tracker)
+        run = _stage2_of(name, run, reads)
     run_dir = run.data.tags.get("run_dir")
     if run_dir and Path(run_dir).is_dir():
         return _from_dir(name, Path(run_dir), run.info.run_id)
-    return _fetched(name, run, tracker)
+    return _fetched(name, run, reads)
 
 
-def _stage2_of(name: str, pipeline, tracker: Tracker):
-    found = tracker.search_runs(
+def _stage2_of(name: str, pipeline, reads: StoreReads):
+    found = reads.search_runs(
         f"tags.`mlflow.parentRunId` = '{pipeline.info.run_id}' and tags.stage = 'stage2'", 1
     )
     if not found:
-        raise ConfigError(f"{name}: a dim-reduce pipeline without a stage-2 run in {tracker.uri}")
+        raise ConfigError(f"{name}: a dim-reduce pipeline without a stage-2 run in {reads.uri}")
     return found[0]
 
 
-def _fetched(name: str, run, tracker: Tracker) -> Source:
+def _fetched(name: str, run, reads: StoreReads) -> Source:
     """A run whose dir is not on this disk, from the store's artifacts, checked (module doc)."""
     run_id = run.info.run_id
-    folder, problem = fetched(tracker, run, Path.cwd())
+    folder, problem = fetched(reads, run, Path.cwd())
     if folder is None:
         raise ConfigError(
-            f"{name}: run {run_id}'s dir is not on this machine, and in {tracker.uri} {problem}"
+            f"{name}: run {run_id}'s dir is not on this machine, and in {reads.uri} {problem}"
         )
     weights = final_weights(folder)
     config_file = folder / LOGGED_CONFIG
-    if not config_file.is_file() and not tracker.download(run_id, ["config"], folder):
-        raise ConfigError(f"{name}: run {run_id} logged no {LOGGED_CONFIG} in {tracker.uri}")
+    if not config_file.is_file() and not reads.download(run_id, ["config"], folder):
+        raise ConfigError(f"{name}: run {run_id} logged no {LOGGED_CONFIG} in {reads.uri}")
     config = OmegaConf.load(config_file)
     assert isinstance(config, DictConfig)
     differs = _differs_from_params(config, run.data.params)
     if differs:
         raise ConfigError(
-            f"{name}: the {LOGGED_CONFIG} fetched from {tracker.uri} is not the config run "
+            f"{name}: the {LOGGED_CONFIG} fetched from {reads.uri} is not the config run "
             f"{run_id} recorded ({differs}); not used"
         )
     if not weights.is_file():
-        raise ConfigError(f"{name}: run {run_id} logged no final weights in {tracker.uri}")
+        raise ConfigError(f"{name}: run {run_id} logged no final weights in {reads.uri}")
     return Source(name, weights, config, run_id)
 
 
@@ -179,12 +177,3 @@ def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
     if not weights.is_file():
         raise ConfigError(f"{name}: no final weights at {weights} (the run did not finish?)")
     return Source(name, weights, config, run_id or marked_run_id(stage_dir, run_dir))
-
-
-def marked_run_id(stage_dir: Path, run_dir: Path) -> str | None:
-    """The MLflow run id of the run that made `stage_dir` (or its job's run), from the run
-    marker: a journal key there is looked up in what the run's writer applied."""
-    key = (read_run_marker(stage_dir) or read_run_marker(run_dir)).get("mlflow_run_id")
-    if not isinstance(key, str) or RUN_ID.match(key):
-        return key if isinstance(key, str) else None
-    return applied_run_id(run_dir, key)

@@ -23,6 +23,23 @@ CONFIG_TAG = "{}_config"  # beside a fingerprint tag: its config part alone (why
 
 
 @dataclass(frozen=True)
+class ReuseKey:
+    """Under which tag a reusable stage's fingerprint is stored, the fingerprint (its config
+    and provenance) and its config part alone (to say why a same-config run is not reused)."""
+
+    tag: str  # STAGE1_TAG or BASELINE_TAG
+    fingerprint: str
+    config_digest: str
+
+    @property
+    def config_tag(self) -> str:
+        return CONFIG_TAG.format(self.tag.removesuffix("_fingerprint"))
+
+    def tags(self) -> dict[str, str]:
+        return {self.tag: self.fingerprint, self.config_tag: self.config_digest}
+
+
+@dataclass(frozen=True)
 class StageSpec:
     """One stage of a job: its MLflow run is named `name`, its files live in `stage_dir`."""
 
@@ -34,22 +51,16 @@ class StageSpec:
     fine_tune_from: Path | None = None  # weights loaded where they fit (train.init_from)
     basis: Any = None  # k x M PCA basis: train with DimReduceStep
     snapshot_dir: Path | None = None  # keep weight snapshots here (boost.snapshot)
-    reuse_tag: str | None = None  # the tag a reusable stage's fingerprint is stored under
-    fingerprint: str | None = None
-    config_digest: str | None = None  # the fingerprint's config part (the rest: provenance)
+    reuse: ReuseKey | None = None  # None: the stage is never reused (stage 2, a plain run)
     provenance: dict = field(default_factory=dict)  # code, MindSpore and data it is made with
     tags: dict = field(default_factory=dict)  # more tags on the stage's run
     max_steps: int | None = None  # stop after this many steps (a budget that is not epochs)
     schedule: dict | None = None  # replaces optimizer.schedule (the budget arm's decay)
 
-    @property
-    def reusable(self) -> bool:
-        return self.fingerprint is not None
-
     def params(self, cfg: DictConfig) -> dict:
         """What this stage's run records where it differs from the config: its own epochs and
         learning rate (stage 2 trains boost.epochs, the annealed baseline a lower rate)."""
-        changed = {}
+        changed: dict[str, Any] = {}
         if self.epochs != cfg.epochs:
             changed["epochs"] = self.epochs
         if self.lr is not None and self.lr != cfg.optimizer.lr:
@@ -60,22 +71,10 @@ class StageSpec:
             changed.update({f"optimizer.schedule.{k}": v for k, v in self.schedule.items()})
         return changed
 
-    @property
-    def config_tag(self) -> str | None:
-        return (
-            CONFIG_TAG.format(self.reuse_tag.removesuffix("_fingerprint"))
-            if self.reuse_tag
-            else None
-        )
-
     def run_tags(self) -> dict:
-        reuse_tags = {}
-        if self.reusable:
-            reuse_tags = {
-                self.reuse_tag: self.fingerprint,
-                self.config_tag: self.config_digest,
-                **made_with.tags(self.provenance),
-            }
+        reuse_tags: dict[str, Any] = {}
+        if self.reuse is not None:
+            reuse_tags = {**self.reuse.tags(), **made_with.tags(self.provenance)}
         return {"run_dir": str(self.stage_dir), **reuse_tags, **self.tags}
 
 
@@ -116,9 +115,9 @@ def stage1_spec(
         fine_tune_from=start.weights if start else None,
         tags=dict(start.tags) if start else {},
         snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
-        reuse_tag=STAGE1_TAG,
-        fingerprint=reuse.stage1_fingerprint(cfg, provenance),
-        config_digest=reuse.stage1_config(cfg),
+        reuse=ReuseKey(
+            STAGE1_TAG, reuse.stage1_fingerprint(cfg, provenance), reuse.stage1_config(cfg)
+        ),
         provenance=provenance,
     )
 
@@ -147,7 +146,11 @@ def baseline_spec(
     """A baseline stage 2 must beat: plain continuation (`baseline`), the same at a lower rate
     (`annealed`), or the snapshots' mean evaluated without training (`snapshot_mean`)."""
     budget = cfg.boost.baseline_epochs or cfg.boost.epochs
-    fingerprint = reuse.baseline_fingerprint(cfg, name, provenance)
+    key = ReuseKey(
+        BASELINE_TAG,
+        reuse.baseline_fingerprint(cfg, name, provenance),
+        reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
+    )
     lr = cfg.optimizer.lr * cfg.boost.anneal_factor if name == "annealed" else None
     return StageSpec(
         name,
@@ -155,9 +158,7 @@ def baseline_spec(
         0 if name == "snapshot_mean" else budget,
         lr=lr,
         init_weights=stage1_weights,
-        reuse_tag=BASELINE_TAG,
-        fingerprint=fingerprint,
-        config_digest=reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
+        reuse=key,
         provenance=provenance,
     )
 
@@ -184,9 +185,11 @@ def budget_spec(
         Path(run_dir) / "budget",
         budget.epochs,
         init_weights=stage1_weights,
-        reuse_tag=BASELINE_TAG,
-        fingerprint=reuse.budget_fingerprint(cfg, budget.steps, provenance),
-        config_digest=reuse.baseline_config(cfg, reuse.stage1_config(cfg), "budget", budget.steps),
+        reuse=ReuseKey(
+            BASELINE_TAG,
+            reuse.budget_fingerprint(cfg, budget.steps, provenance),
+            reuse.baseline_config(cfg, reuse.stage1_config(cfg), "budget", budget.steps),
+        ),
         provenance=provenance,
         tags=budget.tags(),
         max_steps=budget.steps,

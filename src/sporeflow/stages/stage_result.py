@@ -34,6 +34,13 @@ class StageResult:
     reused_from: str | None = None  # the MLflow run it was reused from, when not trained here
     cost: dict = field(default_factory=dict)  # what it spent, as its run records it (engine.cost)
 
+    @property
+    def files(self) -> Path:
+        """Its dir, for a stage whose files are read next (stage 1's snapshots and basis)."""
+        if self.stage_dir is None:
+            raise ValueError(f"{self.name}: a result without its stage dir")
+        return self.stage_dir
+
 
 def with_passes(history: list, passes_by_epoch: dict[int, float]) -> list:
     """A stage's evaluations [(epoch, {metric: value})] with each one's cumulative cost in

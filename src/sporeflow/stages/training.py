@@ -224,7 +224,8 @@ def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: 
     """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
     per-image predictions of the exported weights, and (rank 0) the packaged model on the run."""
     parts, fmt = stage.parts, checkpoint_format(stage.cfg)
-    with (parts.ema_swap if ema_ranked else nullcontext)():
+    swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
+    with swapped():
         weights = save_atomic(parts.network, stage.ckpt_dir / f"final.{fmt}")
         outcome = judged(parts.model, stage.eval_data)
         if stage.worker.is_main:

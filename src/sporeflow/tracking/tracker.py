@@ -13,7 +13,8 @@ console line with the command that sends it. A job that finds a shared writer on
 own: the shared one follows its journal (a SLURM sweep's, on the submitting machine, follows
 its jobs on the nodes), and a sweep's job's end only makes the journal durable (the sweep's end
 waits once).
-Only rank 0 writes; other ranks construct a read-only Tracker.
+Only rank 0 writes; other ranks construct a read-only Tracker. Reads of the store are
+`tracker.reads` (tracking.store_reads), apart from the journal.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tqdm import tqdm
 
@@ -50,19 +51,17 @@ from sporeflow.tracking.journal import (
 from sporeflow.tracking.machine_samples import RunSamples, next_step
 from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer, writer_file
 from sporeflow.tracking.store import (
-    Store,
-    StoreError,
     default_artifact_root,
     flatten,
     process_tags,
     resolve_uri,
     server_problem,
 )
+from sporeflow.tracking.store_reads import StoreReads
 
 __all__ = ["Tracker", "TrackedRun", "flatten"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 DRAIN_TIMEOUT_S = 30.0
 CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 PROBLEM_LOOK_S = 1.0  # how often a record's append looks for the writer's problem file
@@ -94,8 +93,10 @@ class Tracker:
         self._shared: WriterRef | None = None  # the shared writer following this journal
         self._shared_looked = float("-inf")
         self._problem_said, self._problem_looked = False, float("-inf")
-        self._store: Store | None = None
-        self._unread: str | None = None  # why the store could not be read, once warned
+        # the store's read side; this process's runs are known by journal key until applied
+        self.reads = StoreReads(
+            uri, experiment_name, enabled, artifact_root, lambda: self.applied().runs
+        )
         self._names: dict[str, str] = {}  # run key -> name, for the end line
         self._samples = RunSamples()  # runs whose machine figures this process takes itself
         self.left: int = 0  # records still unsent after finish()
@@ -280,7 +281,7 @@ class Tracker:
         if not is_key(run.run_id):
             return run.run_id
         if self.enabled:
-            self.store().preload()
+            self.reads.store().preload()
         self.wait_applied(timeout)
         return self.applied().runs.get(run.run_id or "")
 
@@ -422,7 +423,7 @@ class Tracker:
         """Continue an existing run: its status goes back to RUNNING, metrics append to it."""
         run = self.run(run_id)
         if run.run_id is not None:
-            run.logged_until = self.last_steps(run_id)
+            run.logged_until = self.reads.last_steps(run_id)
             here = self._samples_here(system_metrics)
             self._append(
                 Op.resume,
@@ -443,110 +444,6 @@ class Tracker:
         """A tag of the experiment (a saved view of MLflow's UI, report.views)."""
         if self.writes:
             self._append(Op.experiment_tag, key=key, value=value)
-
-    # -- reads -------------------------------------------------------------------------------
-    def store(self) -> Store:
-        if self._store is None:
-            self._store = Store(self.uri, self.experiment_name, self.artifact_root)
-        return self._store
-
-    def _read(self, what: str, fn: Callable[[Store], T], missing: T) -> T:
-        """A read of the store; `missing` (with one warning) when tracking is off or the store
-        cannot be read: the caller then does the work itself instead of reusing."""
-        if not self.enabled:
-            return missing
-        try:
-            return fn(self.store())
-        except StoreError as ex:
-            if self._unread is None:
-                log.warning(
-                    "MLflow store %s cannot be read (%s): %s treated as not found",
-                    self.uri,
-                    ex,
-                    what,
-                )
-            self._unread = str(ex)
-            return missing
-
-    def search_runs(self, filter_string: str, max_results: int = 20) -> list:
-        """Runs of this experiment matching an MLflow filter, newest first (none when the store
-        cannot be read)."""
-        return self.search_runs_if_read(filter_string, max_results) or []
-
-    def finished_with_tag(self, tag: str, value: str, max_results: int = 20) -> list:
-        """FINISHED runs of this experiment whose tag `tag` is `value`, newest first: the one
-        query behind reuse (a stage's fingerprint) and a sweep's finished jobs (a job's key).
-        The tag is quoted, so names with dots (`sweep.key`) mean what they say."""
-        return self.search_runs(
-            f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'", max_results
-        )
-
-    def search_runs_if_read(self, filter_string: str, max_results: int = 20) -> list | None:
-        """As search_runs, but None when the store did not answer (not: no such runs)."""
-        return self._read("search_runs", lambda s: s.search_runs(filter_string, max_results), None)
-
-    @property
-    def shared(self) -> bool:
-        """Whether other machines may read this store (a server or a database, not a file on
-        this one): what a run leaves on local disk must then travel as artifacts."""
-        return self.enabled and not self.uri.startswith(("sqlite:", "file:", "/"))
-
-    def download(self, run_id: str, paths: list[str], dst: Path) -> bool:
-        """Copy the run's artifacts `paths` (files or folders; a missing one is skipped) under
-        `dst`; False when the store cannot be read or the run has none of them."""
-
-        def fetch(store: Store) -> bool:
-            present = set(store.list_artifacts(run_id))
-            wanted = [p for p in paths if p in present]
-            for path in wanted:
-                store.download_artifacts(run_id, path, dst)
-            return bool(wanted)
-
-        return self._read("download", fetch, False)
-
-    def last_activity(self, run: Any) -> float:
-        """When a run last showed life, in seconds since the epoch: its newest metric point's
-        time (a training run logs its loss every few steps), else its start."""
-
-        def newest(store: Store) -> float:
-            keys = [k for k in ("train/loss", "eval/acc") if k in run.data.metrics]
-            stamps = [p[2] for key in keys for p in store.metric_points(run.info.run_id, key)]
-            return max([run.info.start_time, *stamps]) / 1000.0
-
-        return self._read("last_activity", newest, run.info.start_time / 1000.0)
-
-    def get_run(self, run_id: str) -> Any:
-        """The MLflow Run (info, data.tags, data.metrics) or None if unknown/unreadable."""
-
-        def read(store: Store) -> Any:
-            found = self._mlflow_id(store, run_id)
-            return store.get_run(found) if found else None
-
-        return self._read("get_run", read, None)
-
-    def _mlflow_id(self, store: Store, run_id: str) -> str | None:
-        """A run's MLflow id from its id or its journal key (None: not in the store yet)."""
-        if not is_key(run_id):
-            return run_id
-        return self.applied().runs.get(run_id) or store.find_by_key(run_id)
-
-    def last_steps(self, run_id: str) -> dict[str, int]:
-        """Each metric of a run (by id or key) -> its last stored step ({} when unreadable)."""
-
-        def read(store: Store) -> dict[str, int]:
-            found = self._mlflow_id(store, run_id)
-            return store.last_steps(found) if found else {}
-
-        return self._read("last_steps", read, {})
-
-    def model_version_run_id(self, name: str, ref: str) -> str | None:
-        """The run id behind `models:/name/ref` (or `models:/name@ref`); None if unknown, ""
-        when the version names no run."""
-        return self._read("get_model_version", lambda s: s.model_version_run_id(name, ref), None)
-
-    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
-        """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
-        return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
 
 
 class RecordsRefused(SporeflowError):

@@ -36,6 +36,16 @@ def test_run_returns_what_its_mlflow_run_recorded_and_its_weights_predict(tmp_pa
     assert recorded.data.tags["run_dir"] == str(result.run_dir)
     assert result.weights == result.run_dir / "checkpoints" / "final.ckpt"
     assert result.stages == {} and result.gain is None  # a plain run
+    for ref in (result.run_id, result.run_dir):  # read back from the store, as a viewer would
+        again = sporeflow.results(run=ref)
+        assert (again.run_id, again.run_dir, again.weights) == (
+            result.run_id,
+            result.run_dir,
+            result.weights,
+        )
+        assert again.metrics == result.metrics and again.objective == result.objective
+    with pytest.raises(sporeflow.ConfigError, match=r"^run=0{32}: no such run in experiment"):
+        sporeflow.results(run="0" * 32)
 
     images = np.random.default_rng(0).integers(0, 256, (5, 8, 8), dtype=np.uint8)
     np.save(tmp_path / "batch.npy", images)

@@ -19,7 +19,9 @@ import pytest
 
 from sporeflow.stages import reuse
 from sporeflow.storage.files import sha256_file
-from sporeflow.tracking.tracker import Tracker, checksum_tag
+from sporeflow.tracking import run_files
+from sporeflow.tracking.run_files import checksum_tag
+from sporeflow.tracking.tracker import Tracker
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,7 @@ def test_a_shared_run_carries_the_sha256_its_maker_took_and_fetches_whole(stage1
     for name in ("checkpoints/final.ckpt", "predictions.npy", "snapshots/snap_2.npy"):
         assert (fetched / name).read_bytes() == (made / name).read_bytes()
     assert (fetched / "snapshots" / "snap_2.npy").stat().st_mtime_ns == 2 * 10**18
-    assert not (fetched / "snapshots" / reuse.MANIFEST).exists()
+    assert not (fetched / "snapshots" / run_files.MANIFEST).exists()
 
 
 def test_weights_replaced_in_the_artifact_store_are_not_reused(stage1, tmp_path, caplog):
@@ -81,7 +83,7 @@ def test_weights_replaced_in_the_artifact_store_are_not_reused(stage1, tmp_path,
         with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
             assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert run.info.run_id in caplog.text and "checkpoints/final.ckpt" in caplog.text
-    assert not (tmp_path / reuse.FETCHED_DIR / run.info.run_id).exists(), "no copy kept"
+    assert not (tmp_path / run_files.FETCHED_DIR / run.info.run_id).exists(), "no copy kept"
 
 
 def test_a_file_without_a_recorded_sha256_is_not_reused(stage1, tmp_path, caplog):
@@ -95,12 +97,14 @@ def test_a_file_without_a_recorded_sha256_is_not_reused(stage1, tmp_path, caplog
 @pytest.mark.parametrize("name", ["../../outside.txt", "/etc/hostname", "snap_9.npy"])
 def test_a_manifest_naming_a_file_outside_its_folder_is_refused(stage1, tmp_path, caplog, name):
     tracker, run, _ = stage1
-    outside = tmp_path / reuse.FETCHED_DIR / "outside.txt"  # where ../../ reaches from snapshots/
+    outside = (
+        tmp_path / run_files.FETCHED_DIR / "outside.txt"
+    )  # where ../../ reaches from snapshots/
     outside.parent.mkdir(parents=True)
     outside.write_text("x")
     before = outside.stat().st_mtime_ns
     manifest = json.dumps({"snap_1.npy": 5, name: 7}).encode()
-    with tampered(run, f"snapshots/{reuse.MANIFEST}", manifest):
+    with tampered(run, f"snapshots/{run_files.MANIFEST}", manifest):
         with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
             assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert repr(name) in caplog.text

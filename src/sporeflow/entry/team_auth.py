@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 TRAINER_ROLE = "sporeflow-trainer"  # EDIT on every experiment and registered model
-CHECKSUM_TAG = "sha256/"  # tracking.tracker.CHECKSUM_TAG; not imported: the server stays light
+CHECKSUM_TAG = "sha256/"  # tracking.run_files.CHECKSUM_TAG; not imported: the server stays light
 TAG_WRITES = ("/mlflow/runs/set-tag", "/mlflow/runs/log-batch", "/mlflow/runs/delete-tag")
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,18 +28,15 @@ from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
-from sporeflow.storage.files import sha256_file
 from sporeflow.storage.locks import exclusive
+from sporeflow.tracking.run_files import MANIFEST, unverified_here
 from sporeflow.tracking.store_reads import StoreReads
-from sporeflow.tracking.tracker import CHECKSUM_TAG, TrackedRun, Tracker, checksum_tag
+from sporeflow.tracking.tracker import TrackedRun, Tracker
 
 log = logging.getLogger(__name__)
 
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
-FETCHED_DIR = Path(".sporeflow") / "runs"  # other machines' runs, copied from the store
-SHARED = ["checkpoints", "snapshots", "pca", "predictions.npy"]  # a run dir's reusable files
-MANIFEST = "manifest.json"  # snapshot file -> mtime_ns (the PCA basis cache key includes it)
 MAX_SHARED_SNAPSHOTS_MB = 500  # larger snapshot sets stay on their disk: reuse is local then
 
 
@@ -162,18 +157,6 @@ def checked_dir(reads: StoreReads, run, launch_dir: Path) -> tuple[Path, str | N
     return run_dir, unverified_here(run_dir, run.data.tags)
 
 
-def unverified_here(run_dir: Path, tags: dict[str, str]) -> str | None:
-    """The first file of a run dir whose SHA-256 is not the one its run's tags recorded, said
-    in a few words; None when each recorded file that is here matches (a file not here is
-    the reuse's own concern: a stage without its weights is not usable anyway)."""
-    for tag in sorted(t for t in tags if t.startswith(CHECKSUM_TAG)):
-        name = tag[len(CHECKSUM_TAG) :]
-        path = Path(run_dir) / name
-        if path.is_file() and sha256_file(path) != tags[tag]:
-            return f"{name} is not the file its run made (SHA-256 differs from the recorded one)"
-    return None
-
-
 @contextmanager
 def turn(
     launch_dir: Path, worker: Worker, fingerprint: str, what: str, reads: StoreReads, tag: str
@@ -272,65 +255,7 @@ def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> No
 
 def fetch(reads: StoreReads, run, launch_dir: Path) -> Path | None:
     """Another machine's run dir for reuse (see fetched), or None, said in a warning."""
-    folder, problem = fetched(reads, run, launch_dir)
+    folder, problem = reads.fetched(run, launch_dir)
     if problem:
         log.warning("not reusing run %s from %s: %s", run.info.run_id, reads.uri, problem)
     return folder
-
-
-def fetched(reads: StoreReads, run, launch_dir: Path) -> tuple[Path | None, str | None]:
-    """A run's files from the store's artifacts: a local copy laid out as its run dir (made
-    once per launch dir; concurrent jobs each download, the first copy stays), or (None, why)
-    when the store has none of its files or they are not the files the run made."""
-    run_id = run.info.run_id
-    dst = Path(launch_dir) / FETCHED_DIR / run_id
-    if (dst / ".complete").is_file():
-        return dst, None
-    part = dst.with_name(f"{run_id}.part-{os.getpid()}")
-    shutil.rmtree(part, ignore_errors=True)
-    part.mkdir(parents=True)
-    try:
-        if not reads.download(run_id, SHARED, part):
-            return None, f"the store has none of its files ({', '.join(SHARED)})"
-        problem = unverified(part, run.data.tags) or restore_snapshot_times(part)
-        if problem:
-            return None, problem
-        (part / ".complete").touch()
-        try:
-            part.rename(dst)
-        except OSError:  # another job's copy got there first
-            pass
-        log.info("run %s's files copied from %s into %s", run_id, reads.uri, dst)
-        return (dst, None) if (dst / ".complete").is_file() else (None, f"{dst} was not made")
-    finally:
-        shutil.rmtree(part, ignore_errors=True)
-
-
-def unverified(folder: Path, tags: dict[str, str]) -> str | None:
-    """The first fetched file under `folder` whose SHA-256 is not the one its run's tags
-    recorded (or that has none), said in a few words; None when every file matches."""
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        name = path.relative_to(folder).as_posix()
-        if name == f"snapshots/{MANIFEST}":  # names and times only: checked by its reader
-            continue
-        expected = tags.get(checksum_tag(name))
-        if expected is None:
-            return f"{name} has no SHA-256 recorded with its run"
-        if sha256_file(path) != expected:
-            return f"{name} is not the file its run made (SHA-256 differs from the recorded one)"
-    return None
-
-
-def restore_snapshot_times(folder: Path) -> str | None:
-    """Give the fetched snapshots the file times the basis cache key was made with (the
-    manifest beside them), or say which manifest entry is not a file of that folder."""
-    manifest = folder / "snapshots" / MANIFEST
-    if not manifest.is_file():
-        return None
-    for name, mtime_ns in json.loads(manifest.read_text()).items():
-        target = manifest.parent / name
-        if Path(name).name != name or name in ("", ".", "..") or not target.is_file():
-            return f"snapshots/{MANIFEST} names {name!r}, not a file of its folder"
-        os.utime(target, ns=(int(mtime_ns), int(mtime_ns)))
-    manifest.unlink()
-    return None

@@ -10,7 +10,7 @@ pipeline made). The config is the run's own, as Hydra kept it (`.hydra/config.ya
 network, data and transforms the weights were trained with.
 
 A run whose dir is not on this disk (another machine's, or one cleaned up) is fetched from the
-store's artifacts into `<cwd>/.sporeflow/runs/<run id>/` (reuse.fetched: every file's SHA-256 must
+store's artifacts into `<cwd>/.sporeflow/runs/<run id>/` (StoreReads.fetched: every file's SHA-256 must
 be the one its run tagged), with the config the run logged; that config's model and dataset
 must equal the params the run recorded, so an artifact store written by someone else cannot
 choose the network or its input.
@@ -18,19 +18,21 @@ choose the network or its input.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.core.errors import CheckpointError, ConfigError
-from sporeflow.stages.reuse import fetched  # the copy and checks of cross-machine reuse
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
 from sporeflow.tracking.store import flatten
-from sporeflow.tracking.store_reads import RUN_ID, StoreReads, marked_run_id, names_a_run
+from sporeflow.tracking.store_reads import (
+    StoreReads,
+    marked_run_id,
+    names_a_model_version,
+    names_a_run,
+)
 
-MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
 LOGGED_CONFIG = "config/config.yaml"  # stages.runs.record_config
 CHECKED_NODES = ("model", "dataset")  # what builds the network and its input
@@ -52,20 +54,18 @@ def resolve(name: str, reads: StoreReads, key: str = "source") -> Source:
     ConfigError naming `key` when it is none of them, has no final weights, or its files are
     neither on this disk nor in the store as the run made them."""
     path = Path(name).expanduser()
-    model = MODEL_URI.match(name)
+    in_store = names_a_run(name) or names_a_model_version(name)
     try:
         if path.is_dir():
             return _from_dir(name, path.resolve(), None)
         if path.is_file() and is_checkpoint(path):
             return _from_checkpoint(name, path.resolve())
-        if names_a_run(name):
-            return _from_run_id(name, name, reads)
-        if model:
-            return _from_model_version(name, model, reads)
+        if in_store:
+            return _from_run(name, reads)
     except ConfigError as ex:
         raise ConfigError(f"{key}={ex}") from None
     looks_like_a_path = name.startswith((".", "~")) or "/" in name
-    if looks_like_a_path and not model and not path.exists():
+    if looks_like_a_path and not in_store and not path.exists():
         raise ConfigError(f"{key}={name}: no such file or folder ({path.absolute()})")
     raise ConfigError(
         f"{key}={name}: not a run dir, a stage dir, a .ckpt or .safetensors file, an MLflow "
@@ -88,50 +88,22 @@ def _from_checkpoint(name: str, path: Path) -> Source:
     return Source(name, path, config, None)
 
 
-def _from_model_version(name: str, model: re.Match, reads: StoreReads) -> Source:
-    ref = model["version"] or model["alias"]
-    run_id = reads.model_version_run_id(model["name"], ref)
-    if run_id is None:
-        raise ConfigError(f"{name}: no such registered model version in {reads.uri}")
-    if not run_id:
-        raise ConfigError(
-            f"{name}: this version names no run (registered from a path or a model logged "
-            "outside a run), so its config and weights are unknown to sporeflow; give the run "
-            "that trained it (its run dir or run id)"
-        )
-    return _from_run_id(name, run_id, reads)
-
-
-def _from_run_id(name: str, run_id: str, reads: StoreReads) -> Source:
-    run = reads.get_run(run_id)
-    if run is None and not RUN_ID.match(run_id):  # a journal key
-        raise ConfigError(
-            f"{name}: no run with this key in {reads.uri} (if its records still wait in its "
-            "run dir's journal: sporeflow sync <run dir>; or give the run dir itself)"
-        )
+def _from_run(name: str, reads: StoreReads) -> Source:
+    """A run the store has (a dim-reduce pipeline's: its stage 2), from its dir on this disk,
+    else from its artifacts."""
+    run, problem = reads.run_named(name)
     if run is None:
-        raise ConfigError(f"{name}: no such MLflow run in {reads.uri}")
-    if run.data.tags.get("stage") == "pipeline":  # a dim-reduce pipeline: its stage 2
-        run = _stage2_of(name, run, reads)
+        raise ConfigError(f"{name}: {problem}")
     run_dir = run.data.tags.get("run_dir")
     if run_dir and Path(run_dir).is_dir():
         return _from_dir(name, Path(run_dir), run.info.run_id)
     return _fetched(name, run, reads)
 
 
-def _stage2_of(name: str, pipeline, reads: StoreReads):
-    found = reads.search_runs(
-        f"tags.`mlflow.parentRunId` = '{pipeline.info.run_id}' and tags.stage = 'stage2'", 1
-    )
-    if not found:
-        raise ConfigError(f"{name}: a dim-reduce pipeline without a stage-2 run in {reads.uri}")
-    return found[0]
-
-
 def _fetched(name: str, run, reads: StoreReads) -> Source:
     """A run whose dir is not on this disk, from the store's artifacts, checked (module doc)."""
     run_id = run.info.run_id
-    folder, problem = fetched(reads, run, Path.cwd())
+    folder, problem = reads.fetched(run, Path.cwd())
     if folder is None:
         raise ConfigError(
             f"{name}: run {run_id}'s dir is not on this machine, and in {reads.uri} {problem}"

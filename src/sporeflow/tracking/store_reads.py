@@ -14,22 +14,30 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sporeflow.storage.run_marker import read_run_marker
+from sporeflow.tracking import run_files
 from sporeflow.tracking.journal import applied_run_id, is_key, is_run_key
 from sporeflow.tracking.store import Store, StoreError, default_artifact_root, resolve_uri
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # an MLflow run id
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
 
 
 def names_a_run(name: str) -> bool:
     """Whether `name` is a run's MLflow id or its journal key (`sf-...`)."""
     return bool(RUN_ID.match(name)) or is_run_key(name)
+
+
+def names_a_model_version(name: str) -> bool:
+    """Whether `name` is `models:/<name>/<version>` or `models:/<name>@<alias>`."""
+    return bool(MODEL_URI.match(name))
 
 
 def marked_run_id(stage_dir: Path, run_dir: Path) -> str | None:
@@ -176,3 +184,67 @@ class StoreReads:
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of one metric of a run, by step ([] when it cannot be read)."""
         return self._read("get_metric_history", lambda s: s.metric_history(run_id, key), [])
+
+    def fetched(self, run: Any, launch_dir: Path) -> tuple[Path | None, str | None]:
+        """A run's files from the store's artifacts: a local copy laid out as its run dir (made
+        once per launch dir; concurrent jobs each download, the first copy stays), or (None, why)
+        when the store has none of its files or they are not the files the run made."""
+        run_id = run.info.run_id
+        dst = Path(launch_dir) / run_files.FETCHED_DIR / run_id
+        if (dst / ".complete").is_file():
+            return dst, None
+        part = dst.with_name(f"{run_id}.part-{os.getpid()}")
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        try:
+            if not self.download(run_id, run_files.SHARED, part):
+                return None, f"the store has none of its files ({', '.join(run_files.SHARED)})"
+            problem = run_files.unverified(part, run.data.tags) or run_files.restore_snapshot_times(
+                part
+            )
+            if problem:
+                return None, problem
+            (part / ".complete").touch()
+            try:
+                part.rename(dst)
+            except OSError:  # another job's copy got there first
+                pass
+            log.info("run %s's files copied from %s into %s", run_id, self.uri, dst)
+            return (dst, None) if (dst / ".complete").is_file() else (None, f"{dst} was not made")
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
+
+    def run_named(self, name: str) -> tuple[Any | None, str | None]:
+        """The finished work `name` stands for: a run by its MLflow id or journal key, or the
+        run that made a registered model version (`models:/<name>/<version>`, `@<alias>`); a
+        dim-reduce pipeline's run stands for its stage 2 (the network it made). (None, why)
+        when the store has none, said with the store's URI."""
+        model = MODEL_URI.match(name)
+        run_id = name
+        if model:
+            made_by = self.model_version_run_id(model["name"], model["version"] or model["alias"])
+            if made_by is None:
+                return None, f"no such registered model version in {self.uri}"
+            run_id = made_by
+            if not run_id:
+                return None, (
+                    "this version names no run (registered from a path or a model logged "
+                    "outside a run), so its config and weights are unknown to sporeflow; give "
+                    "the run that trained it (its run dir or run id)"
+                )
+        run = self.get_run(run_id)
+        if run is None and is_run_key(run_id):
+            return None, (
+                f"no run with this key in {self.uri} (if its records still wait in its run "
+                "dir's journal: sporeflow sync <run dir>; or give the run dir itself)"
+            )
+        if run is None:
+            return None, f"no such MLflow run in {self.uri}"
+        if run.data.tags.get("stage") != "pipeline":
+            return run, None
+        found = self.search_runs(
+            f"tags.`mlflow.parentRunId` = '{run.info.run_id}' and tags.stage = 'stage2'", 1
+        )
+        if not found:
+            return None, f"a dim-reduce pipeline without a stage-2 run in {self.uri}"
+        return found[0], None

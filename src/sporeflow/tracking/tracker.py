@@ -49,6 +49,7 @@ from sporeflow.tracking.journal import (
     sibling,
 )
 from sporeflow.tracking.machine_samples import RunSamples, next_step
+from sporeflow.tracking.run_files import checksum_tag
 from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer, writer_file
 from sporeflow.tracking.store import (
     default_artifact_root,
@@ -63,7 +64,6 @@ __all__ = ["Tracker", "TrackedRun", "flatten"]
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 30.0
-CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 PROBLEM_LOOK_S = 1.0  # how often a record's append looks for the writer's problem file
 AWAY_LOOK_S = 1.0  # how long the first record waits for a tracking server's health check
 
@@ -580,9 +580,3 @@ def _tag_value(value: Any) -> Any:
     """A tag naming a run this process created (a journal key) goes as a reference the writer
     resolves to the run's MLflow id; every other value as text, URI passwords as ***."""
     return run_ref(value) if is_key(value) else redact_text(str(value))
-
-
-def checksum_tag(artifact_file: str) -> str:
-    """The tag holding the SHA-256 of a run's artifact `artifact_file` (e.g.
-    `sha256/checkpoints/final.ckpt`): in the tracking database, apart from the artifact store."""
-    return f"{CHECKSUM_TAG}{artifact_file}"

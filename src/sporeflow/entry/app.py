@@ -22,9 +22,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sporeflow.config.components import build_model
-from sporeflow.config.strategies import check_parallel_plan
-from sporeflow.config.validation import validate
 from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
@@ -111,16 +108,12 @@ def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     ).replace("  ", " ")
 
 
-def _validated(cfg: DictConfig) -> DictConfig:
-    """The ISA choice (before validation: checking `_target_`s imports MindSpore), then the
-    config and its parallel plan checked; returns the plain, resolved config."""
+def _isa_applied(cfg: DictConfig) -> None:
+    """The ISA choice, before validation: checking `_target_`s imports MindSpore."""
     isa = cpu_isa.apply(cfg.runtime.cpu_isa.value)
     # debug: a refused command prints its refusal and nothing else
     log.debug("oneDNN ISA cap: %s", isa or "none (oneDNN's own choice)")
     log.debug("checking the config against its components (this imports MindSpore)")
-    plain = validate(cfg)
-    check_parallel_plan(plain, lambda: build_model(plain))
-    return plain
 
 
 def _say_accepted(plan: JobPlan) -> None:
@@ -208,7 +201,8 @@ def run_task(cfg: DictConfig) -> float:
         signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
         # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
-        plan = plan_job(_validated(cfg), ctx, 0 if worker else slurm.restart_count())
+        _isa_applied(cfg)
+        plan = plan_job(cfg, ctx, 0 if worker else slurm.restart_count())
         if not worker:
             _checked_and_claimed(plan)
             _say_accepted(plan)

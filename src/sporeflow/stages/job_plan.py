@@ -16,28 +16,16 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from sporeflow.config import objective
+from sporeflow.config.components import build_model
 from sporeflow.config.facts import first_local_rank, global_batch_size, worker_batch_size
 from sporeflow.config.schema import BoostName, RunConfig
+from sporeflow.config.strategies import check_parallel_plan
 from sporeflow.config.unused import unused_settings
+from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
-from sporeflow.storage.run_marker import (
-    find_resume_dir,
-    is_pipeline_dir,
-    node0_run_dir,
-    read_run_marker,
-    resume_off,
-)
+from sporeflow.storage.run_marker import Continuation, continuation, node0_run_dir
 from sporeflow.tracking.store import resolve_uri
-
-
-@dataclass(frozen=True)
-class ResumePlan:
-    """The run dir a job continues (`resume=`, or the job's own after a SLURM requeue)."""
-
-    run_dir: Path  # this node's: its ranks' checkpoints, snapshots and PCA basis
-    node0_dir: Path  # node 0's: the run markers and stage results rank 0 writes
-    pipeline: bool  # the dir is a dim-reduce pipeline's (else a plain run's)
 
 
 @dataclass(frozen=True)
@@ -48,7 +36,7 @@ class JobPlan:
     run: RunConfig  # the same config typed by the schema: what code reads its settings from
     ctx: RunContext
     pipeline: str  # `boost.name`: the key of stages.pipeline.PIPELINES
-    resume: ResumePlan | None
+    resume: Continuation | None  # what the job continues (None: a new run)
     store_uri: str  # tracking.uri, else $MLFLOW_TRACKING_URI, else the launch dir's sqlite
     worker_batch: int  # the batch one worker feeds per step
     global_batch: int  # the batch of one optimizer update across the job's workers
@@ -74,65 +62,58 @@ class JobPlan:
         return node0_run_dir(self.ctx.run_dir, self.run.parallel.node_rank)
 
 
-def plan_job(cfg: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPlan:
-    """The plan of a validated config (config.validation.validate) run in `ctx`; `requeues`:
-    how often SLURM requeued this job (launch.slurm.restart_count). Raises ConfigError for a
-    `resume=` that names no run dir, or a run dir of the other kind of job."""
-    continues = _continues_after_requeue(cfg, ctx) if requeues else False
-    if continues:  # resume=<its run dir>: what the launcher passes its workers too
+def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPlan:
+    """The plan of a composed config run in `ctx`: validated (config.validation: every bad
+    key at once), its parallel plan checked, and resolved; `requeues`: how often SLURM
+    requeued this job (launch.slurm.restart_count). Raises ConfigError naming the key: a bad
+    setting, a `resume=` that names no run dir or a run dir of the other kind of job."""
+    cfg = validate(composed)
+    check_parallel_plan(cfg, lambda: build_model(cfg))
+    pipeline = str(getattr(cfg.boost.name, "value", cfg.boost.name))
+    resume = _continued(cfg, ctx, requeues, pipeline)
+    if resume is not None and resume.requeued:  # what the launcher passes its workers too
         cfg = cfg.copy()
         with read_write(cfg):
-            cfg.resume = str(ctx.run_dir)
+            cfg.resume = str(resume.run_dir)
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig), "plan_job takes a validated config"
-    pipeline = str(getattr(run.boost.name, "value", run.boost.name))
     return JobPlan(
         cfg=cfg,
         run=run,
         ctx=ctx,
         pipeline=pipeline,
-        resume=_resume_plan(cfg.resume, ctx, run.parallel.node_rank, pipeline),
+        resume=resume,
         store_uri=resolve_uri(run.tracking.uri, ctx.launch_dir),
         worker_batch=worker_batch_size(cfg),
         global_batch=global_batch_size(cfg),
         first_local_rank=first_local_rank(cfg),
         objective=objective.name(run.sweep.objective, BoostName.names_dim_reduce(pipeline)),
         unused=tuple(unused_settings(cfg, ctx.overrides)),
-        requeues=requeues if continues else 0,
+        requeues=requeues if resume is not None and resume.requeued else 0,
     )
 
 
-def _continues_after_requeue(cfg: DictConfig, ctx: RunContext) -> bool:
-    """Whether a job SLURM requeued continues its run dir: it has its run (on several nodes
-    each node continues its own dir when node 0's has the run: rank 0 on node 0 marks every
-    run) and no resume= of its own."""
-    node0 = node0_run_dir(ctx.run_dir, cfg.parallel.node_rank)
-    return resume_off(cfg.resume) and bool(read_run_marker(node0).get("mlflow_run_id"))
-
-
-def _resume_plan(
-    resume: bool | str, ctx: RunContext, node_rank: int, pipeline: str
-) -> ResumePlan | None:
-    """The run dir `resume=` names on this node, checked to be one this kind of job continues."""
+def _continued(
+    cfg: DictConfig, ctx: RunContext, requeues: int, pipeline: str
+) -> Continuation | None:
+    """What the job continues, checked to be a run dir this kind of job continues."""
+    resume, node_rank = cfg.resume, cfg.parallel.node_rank
     try:
-        run_dir = find_resume_dir(resume, ctx.launch_dir, node_rank)
+        found = continuation(resume, ctx.launch_dir, ctx.run_dir, node_rank, requeues > 0)
     except CheckpointError as ex:
         why = str(ex)  # find_resume_dir's own messages already name the key
         raise ConfigError(why if why.startswith("resume=") else f"resume={resume}: {why}") from None
-    if run_dir is None:
+    if found is None:
         return None
-    planned = ResumePlan(
-        run_dir, node0_run_dir(run_dir, node_rank), is_pipeline_dir(run_dir, node_rank)
-    )
     dim_reduce = BoostName.names_dim_reduce(pipeline)
-    if dim_reduce and not planned.pipeline:
+    if dim_reduce and not found.pipeline:
         raise ConfigError(
-            f"resume={resume}: {run_dir} is a plain run's dir; a boost=dim_reduce job continues "
-            "only a pipeline's"
+            f"resume={resume}: {found.run_dir} is a plain run's dir; a boost=dim_reduce job "
+            "continues only a pipeline's"
         )
-    if planned.pipeline and not dim_reduce:
+    if found.pipeline and not dim_reduce:
         raise ConfigError(
-            f"resume={resume}: {run_dir} is a dim-reduce pipeline's dir; continue it with its "
-            "own boost=dim_reduce"
+            f"resume={resume}: {found.run_dir} is a dim-reduce pipeline's dir; continue it "
+            "with its own boost=dim_reduce"
         )
-    return planned
+    return found

@@ -108,10 +108,10 @@ def _fetched(name: str, run, reads: StoreReads) -> Source:
         raise ConfigError(
             f"{name}: run {run_id}'s dir is not on this machine, and in {reads.uri} {problem}"
         )
-    weights = final_weights(folder)
     config_file = folder / LOGGED_CONFIG
     if not config_file.is_file() and not reads.download(run_id, ["config"], folder):
         raise ConfigError(f"{name}: run {run_id} logged no {LOGGED_CONFIG} in {reads.uri}")
+    weights = final_weights(folder)
     config = OmegaConf.load(config_file)
     assert isinstance(config, DictConfig)
     differs = _differs_from_params(config, run.data.params)

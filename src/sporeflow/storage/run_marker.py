@@ -6,6 +6,7 @@ resolver Hydra calls before anything else stay light."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,32 @@ def find_resume_dir(resume: bool | str, launch_dir: Path, node_rank: int = 0) ->
             f"resume={resume}: not a run dir (no checkpoints/ in it); {_WHERE_RUNS_ARE}"
         )
     return run_dir.resolve()
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """The run dir a job continues: the one `resume=` names, or its own after a requeue."""
+
+    run_dir: Path  # this node's: its ranks' checkpoints, snapshots and PCA basis
+    node0_dir: Path  # node 0's: the run markers and stage results rank 0 writes
+    pipeline: bool  # the dir is a dim-reduce pipeline's (else a plain run's)
+    requeued: bool  # chosen because SLURM requeued the job into its own run dir
+
+
+def continuation(
+    resume: bool | str, launch_dir: Path, run_dir: Path, node_rank: int = 0, requeued: bool = False
+) -> Continuation | None:
+    """What a job continues: the run dir `resume=` names (find_resume_dir; CheckpointError
+    when it names none), else after a SLURM requeue its own run dir once node 0's marks the
+    job's run (rank 0 on node 0 marks every run), else nothing (a new run)."""
+    found = find_resume_dir(resume, launch_dir, node_rank)
+    again = found is None and requeued
+    if again and read_run_marker(node0_run_dir(run_dir, node_rank)).get("mlflow_run_id"):
+        found = Path(run_dir).resolve()
+    if found is None:
+        return None
+    node0 = node0_run_dir(found, node_rank)
+    return Continuation(found, node0, read_run_marker(node0).get("stage") == PIPELINE, again)
 
 
 def is_pipeline_dir(run_dir: Path, node_rank: int = 0) -> bool:

@@ -3,6 +3,7 @@ however training ends, and one that interrupts training at a step as Ctrl-C woul
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -39,3 +40,27 @@ class InterruptAt(HookBase):
     def after_step(self, step: int) -> None:
         if step == self.step:
             raise Interrupted(signal.SIGINT)
+
+
+class LossSeen(HookBase):
+    """Writes to `path`, after training, the latest `train/loss` the record held at each step
+    end: where it runs among the stage's own hooks decides whether that is this step's."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = Path(path)
+        self.seen: list[float | None] = []
+
+    def after_step(self, step: int) -> None:
+        self.seen.append(self.record.latest("train/loss"))
+
+    def after_train(self) -> None:
+        self.path.write_text(json.dumps(self.seen))
+
+
+class LossSeenAtGuard(LossSeen):
+    place = "guard"  # before anything is measured at this step
+
+
+class LossSeenNowhere(LossSeen):
+    place = "somewhere"

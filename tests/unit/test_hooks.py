@@ -142,3 +142,44 @@ def test_after_train_releases_what_a_hook_holds_however_training_ends(
             run_job(compose_cfg, launch, args)
         assert type(caught.value).__name__ == raised
     assert held.read_text() == f"held\nreleased: {ends}\n"
+
+
+def test_a_hook_runs_after_the_phase_its_place_names(compose_cfg, launch):
+    """At `measure` (the default) a hook reads the loss of the step that just ran; at `guard`
+    it runs before the loss is measured, so it reads the step before's."""
+    seen = {}
+    for name in ("LossSeen", "LossSeenAtGuard"):
+        out = launch / f"{name}.json"
+        hooks = f"callbacks.hooks=[{{_target_: helpers.resource_hooks.{name}, path: '{out}'}}]"
+        run_job(compose_cfg, launch, [*TINY, "epochs=1", hooks], run=name)
+        seen[name] = json.loads(out.read_text())
+    at_measure, at_guard = seen["LossSeen"], seen["LossSeenAtGuard"]
+    assert len(at_measure) == len(at_guard) > 2 and None not in at_measure
+    assert at_guard[0] is None  # nothing measured yet at the first step
+    # the same losses one step later (each run trains the same seed on the same data)
+    assert at_guard[1:] == pytest.approx(at_measure[:-1], rel=1e-5)
+
+
+def test_a_hook_that_names_no_phase_is_refused_with_the_allowed_places(compose_cfg):
+    hooks = "callbacks.hooks=[{_target_: helpers.resource_hooks.LossSeenNowhere, path: x}]"
+    with pytest.raises(ConfigError) as caught:
+        validate(compose_cfg([hooks]))
+    assert str(caught.value) == (
+        "callbacks.hooks[0]._target_=helpers.resource_hooks.LossSeenNowhere: "
+        "place='somewhere'; allowed: guard, measure, record (the stage's phase it runs after)"
+    )
+
+
+def test_a_diverged_stage_keeps_the_losses_it_measured_before_it_diverged(compose_cfg, launch):
+    """The MLflow writer is a hook like any other: its after_train runs when training raised,
+    so the losses of the diverging epoch reach the run (its run ends FAILED)."""
+    with pytest.raises(BaseException) as caught:
+        run_job(compose_cfg, launch, [*TINY, "epochs=2", "optimizer.lr=1e12"])
+    assert type(caught.value).__name__ == "DivergedError"
+    run = run_of(launch, launch / "run")
+    assert run.info.status == "FAILED"
+    from helpers.store import client_of
+
+    losses = client_of(launch).get_metric_history(run.info.run_id, "train/loss")
+    diverged_at = int(run.data.tags["sporeflow.failure"].split("step ")[1].split(":")[0])
+    assert diverged_at > 1 and [m.step for m in losses] == list(range(1, diverged_at))

@@ -406,8 +406,9 @@ class CallbacksConfig:
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
     """The best checkpoints by an evaluation metric."""
     hooks: List[Any] = field(default_factory=list)
-    """Your own hooks (`engine.hooks.HookBase` subclasses), each a `_target_` node, run after
-    sporeflow's own: e.g. `[{_target_: sporeflow.engine.hooks.EarlyStopping, patience: 3}]`."""
+    """Your own hooks (`engine.hooks.HookBase` subclasses), each a `_target_` node, run right
+    after the phase of sporeflow's own that the class's `place` names (`guard`, `measure` by
+    default, `record`): e.g. `[{_target_: sporeflow.engine.hooks.EarlyStopping, patience: 3}]`."""
 
 
 @dataclass

@@ -53,6 +53,19 @@ def built_class(target: Any) -> type | None:
     return returned if inspect.isclass(returned) else None
 
 
+def hook_place_problem(key: str, hook: type) -> str | None:
+    """Why a hook class's `place` (after which of a stage's own phases it runs) is not one of
+    engine.hooks.PLACES; None when it is."""
+    places = importlib.import_module(KINDS["hook"][0]).PLACES
+    place = getattr(hook, "place", None)
+    if place in places:
+        return None
+    return (
+        f"{key}._target_={hook.__module__}.{hook.__qualname__}: place={place!r}; allowed: "
+        f"{', '.join(places)} (the stage's phase it runs after)"
+    )
+
+
 def kind_problem(kind: str, key: str, path: str, target: Any) -> str | None:
     """Why `target` (imported from `path`, set at `key`) may not build a `kind`; None if it may."""
     base = kind_base(kind)

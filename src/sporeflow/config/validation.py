@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sporeflow.config.schema import COMPONENT_GROUPS, RunConfig
-from sporeflow.config.targets import checked_target
+from sporeflow.config.targets import checked_target, hook_place_problem
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.ranges import range_of, without_range
 from sporeflow.nn import schedules
@@ -173,7 +173,13 @@ def hook_problems(hooks) -> list[str]:
         if not isinstance(node, DictConfig):
             found.append(f"{key}={node!r}: must be a node with a _target_ (a HookBase subclass)")
             continue
-        found += list(component_problems(key, node, "hook"))
+        problems = list(component_problems(key, node, "hook"))
+        placed = (
+            None
+            if problems
+            else hook_place_problem(key, checked_target("hook", key, node["_target_"]))
+        )
+        found += problems + ([placed] if placed else [])
     return found
 
 

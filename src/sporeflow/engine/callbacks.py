@@ -1,4 +1,5 @@
-"""MindSpore callbacks a stage composes: they measure into the stage's EventRecord, or act on it.
+"""sporeflow's own hooks (engine.hooks.HookBase) a stage composes: they measure into the stage's
+EventRecord, or act on it.
 
 Metric names: `train/loss`, `eval/<metric>` (and `eval/<metric>_ema`), `train/images_per_sec`,
 with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from mindspore.train import Callback
 from tqdm import tqdm
 
 from sporeflow.core import signals
@@ -36,7 +36,7 @@ def seconds_since_process_start() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-class Throughput(Callback):
+class Throughput(HookBase):
     """Images per second per epoch, measured between step ends (so graph compilation in the
     first step of a stage is left out), recorded as `train/images_per_sec`; and once, at the
     stage's first step end, `train/seconds_to_first_step` since the process started (start-up:
@@ -44,7 +44,7 @@ class Throughput(Callback):
 
     def __init__(self, record: EventRecord, batch_size: int):
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.batch_size = batch_size
         self.history: list[float] = []
         self._last: float | None = None
@@ -52,30 +52,24 @@ class Throughput(Callback):
         self._seconds = 0.0
         self._started = False
 
-    def on_train_epoch_begin(self, run_context):
+    def before_epoch(self, epoch: int) -> None:
         self._last = None  # time spent in eval/checkpoints between epochs is not training
 
-    def on_train_step_end(self, run_context):
+    def after_step(self, step: int) -> None:
         now = time.perf_counter()
         if not self._started:
             self._started = True
-            self.record.put(
-                "train/seconds_to_first_step",
-                seconds_since_process_start(),
-                self.record.global_step(run_context.original_args()),
-            )
+            self.record.put("train/seconds_to_first_step", seconds_since_process_start(), step)
         if self._last is not None:
             self._images += self.batch_size
             self._seconds += now - self._last
         self._last = now
 
-    def on_train_epoch_end(self, run_context):
+    def after_epoch(self, epoch: int) -> None:
         if self._seconds > 0:
             rate = self._images / self._seconds
             self.history.append(rate)
-            self.record.put(
-                "train/images_per_sec", rate, self.record.global_step(run_context.original_args())
-            )
+            self.record.put("train/images_per_sec", rate, self.record.global_step(self.cb_params))
         self._images, self._seconds = 0, 0.0
 
     @property
@@ -83,22 +77,20 @@ class Throughput(Callback):
         return float(np.mean(self.history)) if self.history else float("nan")
 
 
-class StepLoss(Callback):
+class StepLoss(HookBase):
     """The training loss every n steps, recorded as `train/loss` (one host read per n steps)."""
 
     def __init__(self, record: EventRecord, every_n_steps: int = 1):
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.every = every_n_steps
 
-    def on_train_step_end(self, run_context):
-        cb = run_context.original_args()
-        step = self.record.global_step(cb)
+    def after_step(self, step: int) -> None:
         if step % self.every == 0:
-            self.record.put("train/loss", loss_value(cb.net_outputs), step)
+            self.record.put("train/loss", loss_value(self.cb_params.net_outputs), step)
 
 
-class EvalEachEpoch(Callback):
+class EvalEachEpoch(HookBase):
     """Evaluate on the test split every n epochs (and after the last), into the record as
     `eval/<metric>`, and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
 
@@ -111,7 +103,7 @@ class EvalEachEpoch(Callback):
         ema_swap: Callable[[], AbstractContextManager] | None = None,
     ):
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.model = model
         self.eval_data = eval_data
         self.every = every_n_epochs
@@ -135,22 +127,20 @@ class EvalEachEpoch(Callback):
             result.update({f"{k}_ema": float(v) for k, v in ema.items()})
         return result
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        epoch = cb.cur_epoch_num
+    def after_epoch(self, epoch: int) -> None:
         if epoch % self.every and epoch != self.record.epochs:
             return
-        self.record.put_eval(epoch, self.record.global_step(cb), self.evaluate())
+        self.record.put_eval(epoch, self.record.global_step(self.cb_params), self.evaluate())
 
 
-class ProgressBar(Callback):
+class ProgressBar(HookBase):
     """One tqdm bar over the stage's steps (a resumed stage starts part-way), with the epoch,
     the latest recorded loss and the latest eval accuracy (refreshed right after each eval)."""
 
     def __init__(self, record: EventRecord, stage: str, shown: bool | None = None):
         """`shown`: None draws the bar on a terminal only (a log file gets no bar lines)."""
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.bar = tqdm(
             total=record.epochs * record.steps_per_epoch,
             initial=record.steps_before,
@@ -171,22 +161,19 @@ class ProgressBar(Callback):
             post["acc"] = f"{acc:.4f}"
         self.bar.set_postfix(post, refresh=refresh)
 
-    def on_train_step_end(self, run_context):
-        self._show(run_context.original_args().cur_epoch_num, refresh=False)
+    def after_step(self, step: int) -> None:
+        self._show(self.cb_params.cur_epoch_num, refresh=False)
         self.bar.update(1)
 
-    def on_train_epoch_end(self, run_context):
-        self._show(run_context.original_args().cur_epoch_num, refresh=True)
+    def after_epoch(self, epoch: int) -> None:
+        self._show(epoch, refresh=True)
 
-    def on_train_end(self, run_context):
-        self.close()
-
-    def close(self) -> None:
-        """End the bar's line (fit calls it when training raised, too); repeating is harmless."""
+    def after_train(self) -> None:
+        """End the bar's line (when training raised too, before its error is printed)."""
         self.bar.close()
 
 
-class BestCheckpoints(Callback):
+class BestCheckpoints(HookBase):
     """Keep the `keep` best network checkpoints by a recorded eval metric, as
     `best_<metric>_<value>_epoch_NNNN.<fmt>`; `swap` puts the ranked weights (EMA) in first."""
 
@@ -202,7 +189,7 @@ class BestCheckpoints(Callback):
         fmt: str = "ckpt",
     ):
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.network = network
         self.fmt = fmt
         self.directory = Path(directory)
@@ -222,14 +209,11 @@ class BestCheckpoints(Callback):
                 found.append((float(match.group(1)), path))
         return sorted(found, key=lambda item: -self.sign * item[0])[: self.keep]
 
-    def on_train_epoch_end(self, run_context):
+    def after_epoch(self, epoch: int) -> None:
         latest = self.record.latest_eval()
-        if latest is None:
+        if latest is None or latest[0] != epoch or self.metric not in latest[1]:
             return
-        epoch, result = latest
-        if epoch != run_context.original_args().cur_epoch_num or self.metric not in result:
-            return
-        value = result[self.metric]
+        value = latest[1][self.metric]
         if len(self.best) >= self.keep and self.sign * value <= self.sign * self.best[-1][0]:
             return
         path = self.directory / f"best_{self.metric}_{value:.4f}_epoch_{epoch:04d}.{self.fmt}"
@@ -242,7 +226,7 @@ class BestCheckpoints(Callback):
         self.best = self.best[: self.keep]
 
 
-class CheckpointEachEpoch(Callback):
+class CheckpointEachEpoch(HookBase):
     """Full train-network checkpoints (weights + optimizer state) every n epochs, last k kept.
 
     Written atomically, with `epoch_num`/`step_num` inside, as `epoch_0003.<fmt>`; the stage's
@@ -263,7 +247,7 @@ class CheckpointEachEpoch(Callback):
         fmt: str = "ckpt",
     ):
         super().__init__()
-        self.record = record
+        self.bind(record)
         self.fmt = fmt
         self.directory = Path(directory)
         self.every = every_n_epochs
@@ -290,13 +274,12 @@ class CheckpointEachEpoch(Callback):
         prune(sorted(self.directory.glob("epoch_*.hooks.json")), self.keep)
         return path
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        if cb.cur_epoch_num % self.every == 0:
-            self.save(cb)
+    def after_epoch(self, epoch: int) -> None:
+        if epoch % self.every == 0:
+            self.save(self.cb_params)
 
 
-class RequeueAtSignal(Callback):
+class RequeueAtSignal(HookBase):
     """Stops a stage for a requeue once it was asked (core.signals.requeue_on: SLURM's warning
     before the time limit) at the next step where nothing is half done (not inside a gradient
     accumulation): the record written (`flush`), a full checkpoint of that step, then
@@ -314,7 +297,8 @@ class RequeueAtSignal(Callback):
         agree: Callable[[bool], bool] = bool,
     ):
         super().__init__()
-        self.record, self.checkpoints = record, checkpoints
+        self.bind(record)
+        self.checkpoints = checkpoints
         self.accumulation_steps = accumulation_steps
         self.flush = list(flush)
         self.agree = agree
@@ -332,16 +316,13 @@ class RequeueAtSignal(Callback):
             self.wanted = self.agree(signals.requeue_asked())
         return self.wanted
 
-    def on_train_step_end(self, run_context):
+    def after_step(self, step: int) -> None:
         if not self._asked():
             return
-        cb = run_context.original_args()
-        in_epoch = self.record.step_in_epoch(cb)
-        whole = self.record.global_step(cb) % self.accumulation_steps == 0
-        if in_epoch < self.record.steps_per_epoch and whole:
-            self._stop(cb, in_epoch)
+        in_epoch = self.record.step_in_epoch(self.cb_params)
+        if in_epoch < self.record.steps_per_epoch and step % self.accumulation_steps == 0:
+            self._stop(self.cb_params, in_epoch)
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        if self._asked() and cb.cur_epoch_num < self.record.epochs:
-            self._stop(cb, 0)
+    def after_epoch(self, epoch: int) -> None:
+        if self._asked() and epoch < self.record.epochs:
+            self._stop(self.cb_params, 0)

@@ -23,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from mindspore.train import Callback
-
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 
 FORWARD_SHARE = 1.0 / 3.0  # a forward pass alone, in forward+backward passes
 PREFIX = "cost/"  # the stage run's metrics: cost/passes, cost/step_seconds, ...
@@ -83,7 +82,7 @@ def seconds_as_passes(seconds: float, payer: Cost) -> float:
     return seconds / per_pass if seconds and per_pass > 0 else 0.0
 
 
-class CostMeter(Callback):
+class CostMeter(HookBase):
     """Measures a stage's Cost while it trains. Counts come from the stage's global step (so a
     resumed stage counts its earlier steps) and `extra_forwards()` (stage 2's trial forwards,
     a parameter of its train cell: restored with its checkpoint); seconds are this process's.
@@ -101,7 +100,8 @@ class CostMeter(Callback):
         eval_seconds: Callable[[], float] = lambda: 0.0,
     ):
         super().__init__()
-        self.record, self.global_batch = record, global_batch
+        self.bind(record)
+        self.global_batch = global_batch
         self.accumulation_steps = accumulation_steps
         self.extra_forwards = extra_forwards
         self.snapshot_seconds, self.eval_seconds = snapshot_seconds, eval_seconds
@@ -112,14 +112,14 @@ class CostMeter(Callback):
         self._rest_n = 0
         self.by_epoch: dict[int, float] = {}  # epoch -> cumulative passes at its end
 
-    def on_train_epoch_begin(self, run_context):
+    def before_epoch(self, epoch: int) -> None:
         self._start = None  # evaluation and checkpoints between epochs are not steps
 
-    def on_train_step_begin(self, run_context):
+    def before_step(self) -> None:
         if self._start is None:
             self._start = time.perf_counter()
 
-    def on_train_step_end(self, run_context):
+    def after_step(self, step: int) -> None:
         now = time.perf_counter()
         if self._start is not None:
             seconds = now - self._start
@@ -129,13 +129,12 @@ class CostMeter(Callback):
                 self._rest += seconds
                 self._rest_n += 1
         self._start = now
-        self._step = self.record.global_step(run_context.original_args())
+        self._step = step
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
+    def after_epoch(self, epoch: int) -> None:
         passes = self.cost().passes
-        self.by_epoch[cb.cur_epoch_num] = passes
-        self.record.put(f"{PREFIX}passes", passes, self.record.global_step(cb))
+        self.by_epoch[epoch] = passes
+        self.record.put(f"{PREFIX}passes", passes, self.record.global_step(self.cb_params))
 
     def cost(self) -> Cost:
         typical = self._rest / self._rest_n if self._rest_n else (self._first or 0.0)
@@ -157,14 +156,15 @@ class CostMeter(Callback):
         )
 
 
-class StopAtStep(Callback):
+class StopAtStep(HookBase):
     """Ends a stage after `max_steps` global steps (a budget that is not whole epochs): MindSpore
     leaves the epoch there and still runs its epoch end (evaluation, checkpoint)."""
 
     def __init__(self, record: EventRecord, max_steps: int):
         super().__init__()
-        self.record, self.max_steps = record, max_steps
+        self.bind(record)
+        self.max_steps = max_steps
 
-    def on_train_step_end(self, run_context):
-        if self.record.global_step(run_context.original_args()) >= self.max_steps:
-            run_context.request_stop()
+    def after_step(self, step: int) -> None:
+        if step >= self.max_steps:
+            self.stop()

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import numpy as np
-from mindspore.train import Callback
 
 from sporeflow.engine.callbacks import loss_value
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 
 
 class TrainingDiverged(Exception):
@@ -18,7 +18,7 @@ class TrainingDiverged(Exception):
         self.epoch, self.step, self.what = epoch, step, what
 
 
-class DivergenceGuard(Callback):
+class DivergenceGuard(HookBase):
     """Must come first among the callbacks: it raises before snapshots, evaluation or
     checkpoints see the diverged weights.
 
@@ -27,24 +27,22 @@ class DivergenceGuard(Callback):
 
     def __init__(self, record: EventRecord, network, tolerate_nonfinite_loss: bool = False):
         super().__init__()
-        self.record = record
-        self.params = network.trainable_params()
+        self.bind(record)
+        self.weights = network.trainable_params()
         self.tolerate_nonfinite_loss = tolerate_nonfinite_loss
 
-    def on_train_step_end(self, run_context):
+    def after_step(self, step: int) -> None:
         if self.tolerate_nonfinite_loss:
             return
-        cb = run_context.original_args()
-        loss = loss_value(cb.net_outputs)
+        loss = loss_value(self.cb_params.net_outputs)
         if not np.isfinite(loss):
-            raise TrainingDiverged(cb.cur_epoch_num, self.record.global_step(cb), f"loss={loss}")
+            raise TrainingDiverged(self.cb_params.cur_epoch_num, step, f"loss={loss}")
 
-    def on_train_epoch_end(self, run_context):
-        cb = run_context.original_args()
-        bad = [p.name for p in self.params if not np.isfinite(p.asnumpy()).all()]
+    def after_epoch(self, epoch: int) -> None:
+        bad = [p.name for p in self.weights if not np.isfinite(p.asnumpy()).all()]
         if bad:
             raise TrainingDiverged(
-                cb.cur_epoch_num,
-                self.record.global_step(cb),
+                epoch,
+                self.record.global_step(self.cb_params),
                 f"non-finite weights in {', '.join(bad[:3])}" + (" ..." if len(bad) > 3 else ""),
             )

@@ -1,13 +1,20 @@
-"""Hooks: a stage's own extensions, with their own state (detectron2's `HookBase` shape on
-MindSpore's callback protocol). A hook is told before/after training, before/after each
-epoch and after each step (`after_train` also when training raised: `self.failure` says
-why); it reads the stage's `EventRecord` (what was measured) and may ask the stage to stop.
-`state_dict` / `load_state_dict` carry what it must remember across a resume: the stage saves
-every hook's state beside each epoch checkpoint and gives it back when the stage resumes from
-that checkpoint.
+"""Hooks: everything that runs around a stage's train loop, sporeflow's own and a user's, of one
+kind (detectron2's `HookBase` shape on MindSpore's callback protocol). A hook is told before
+and after training, before and after each epoch, before and after each step (`after_train`
+also when training raised: `self.failure` says why); it reads the stage's `EventRecord` (what
+was measured) and MindSpore's callback parameters of the call (`self.cb_params`), and may ask
+the stage to stop. `state_dict` / `load_state_dict` carry what it must remember across a
+resume: the stage saves every user hook's state beside each epoch checkpoint and gives it back
+when the stage resumes from that checkpoint.
 
-A user adds one with a class and a yaml entry under `callbacks.hooks` (a `_target_` node):
-no edit of sporeflow. `EarlyStopping` below is the example.
+sporeflow's own hooks (engine.callbacks, engine.cost, engine.divergence, the MLflow writer, the
+pruner's reporter) run in named phases, in this order (stages.stage_callbacks): `guard` (stop
+before anything sees diverged weights), `measure` (snapshots, cost, throughput, loss, eval),
+`record` (journalled to MLflow), `checkpoints`, `pruning`, `progress`, and last the stop for a
+SLURM requeue. A user's hook runs right after the phase its `place` names (`measure` by
+default: it reads what was measured, and what it remembers is saved with the epoch's
+checkpoint). A user adds one with a class and a yaml entry under `callbacks.hooks` (a
+`_target_` node): no edit of sporeflow. `EarlyStopping` below is the example.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from mindspore.train import Callback
 
@@ -25,13 +32,20 @@ from sporeflow.storage.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
+# where a user's hook may run: right after one of these phases of the stage's own hooks (all
+# before the epoch's checkpoint, which holds what each user hook remembers)
+PLACES = ("guard", "measure", "record")
+
 
 class HookBase(Callback):
     """Override what you need; `self.record` is the stage's record, `self.stop()` ends training
-    after the current step or epoch (the stage then exports what it has)."""
+    after the current step or epoch (the stage then exports what it has). `place`: after which
+    of sporeflow's phases the hook runs (PLACES)."""
 
+    place: ClassVar[str] = "measure"
     record: EventRecord
     failure: BaseException | None = None  # in after_train: what ended training, if it raised
+    cb_params: Any = None  # MindSpore's callback parameters of the current call
 
     def bind(self, record: EventRecord) -> HookBase:
         self.record = record
@@ -51,6 +65,8 @@ class HookBase(Callback):
 
     def after_epoch(self, epoch: int) -> None: ...
 
+    def before_step(self) -> None: ...
+
     def after_step(self, step: int) -> None: ...
 
     def state_dict(self) -> dict:
@@ -59,10 +75,16 @@ class HookBase(Callback):
     def load_state_dict(self, state: dict) -> None: ...
 
     # MindSpore's callback protocol, mapped onto the hook's methods
+    def _called(self, run_context) -> Any:
+        self.cb_params = run_context.original_args()
+        return self.cb_params
+
     def on_train_begin(self, run_context):
+        self._called(run_context)
         self.before_train()
 
     def on_train_end(self, run_context):
+        self._called(run_context)
         self._ended = True
         self.after_train()
 
@@ -82,14 +104,18 @@ class HookBase(Callback):
             )
 
     def on_train_epoch_begin(self, run_context):
-        self.before_epoch(run_context.original_args().cur_epoch_num + 1)
+        self.before_epoch(self._called(run_context).cur_epoch_num + 1)
 
     def on_train_epoch_end(self, run_context):
-        self.after_epoch(run_context.original_args().cur_epoch_num)
+        self.after_epoch(self._called(run_context).cur_epoch_num)
         self._stop_if_asked(run_context)
 
+    def on_train_step_begin(self, run_context):
+        self._called(run_context)
+        self.before_step()
+
     def on_train_step_end(self, run_context):
-        self.after_step(self.record.global_step(run_context.original_args()))
+        self.after_step(self.record.global_step(self._called(run_context)))
         self._stop_if_asked(run_context)
 
     def _stop_if_asked(self, run_context) -> None:

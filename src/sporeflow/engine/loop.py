@@ -13,6 +13,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from sporeflow.core.signals import raise_if_received
 from sporeflow.engine.callbacks import ProgressBar
+from sporeflow.engine.hooks import HookBase
 
 
 @dataclass
@@ -52,13 +53,7 @@ def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch
                 initial_epoch=start_epoch,
             )
     except BaseException as failure:  # MindSpore calls no on_train_end then: the hooks' is here
-        for callback in callbacks:
-            raised = getattr(callback, "training_raised", None)
-            if callable(raised):
-                raised(failure)
+        for callback in callbacks:  # (a progress bar ends its line before the error's)
+            if isinstance(callback, HookBase):
+                callback.training_raised(failure)
         raise
-    finally:  # also when training raised: a progress bar ends its line before the error's
-        for callback in callbacks:
-            close = getattr(callback, "close", None)
-            if callable(close):
-                close()

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mindspore.train.callback import Callback
-
 from sporeflow.core.context import TrialLink
 from sporeflow.core.errors import TrialPruned
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 from sporeflow.runtime.mindspore_context import Worker, any_rank
 
 log = logging.getLogger(__name__)
@@ -38,12 +37,13 @@ def pruner(link: TrialLink) -> Any:
     raise ValueError(f"no pruner {link.pruner!r}")  # the sweeper checked the name
 
 
-class ReportToTrial(Callback):
+class ReportToTrial(HookBase):
     """At each epoch with an evaluation: report `metric` to the trial, stop if it is pruned."""
 
     def __init__(self, record: EventRecord, link: TrialLink, metric: str, worker: Worker):
         super().__init__()
-        self.record, self.link, self.metric, self.worker = record, link, metric, worker
+        self.bind(record)
+        self.link, self.metric, self.worker = link, metric, worker
         self.trial: Any = None
         if worker.is_main:
             import optuna
@@ -63,8 +63,7 @@ class ReportToTrial(Callback):
             log.warning("could not report epoch %d to Optuna trial: %s", epoch, ex)
             return False
 
-    def on_train_epoch_end(self, run_context):
-        epoch = run_context.original_args().cur_epoch_num
+    def after_epoch(self, epoch: int) -> None:
         latest = self.record.latest_eval()
         if latest is None or latest[0] != epoch:
             return  # no evaluation this epoch

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from mindspore.train import Callback
-
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 from sporeflow.tracking.tracker import TrackedRun
 
 
-class MlflowWriter(Callback):
+class MlflowWriter(HookBase):
     """Sends every recorded event to the run: buffered per step, written at each epoch end
-    (after evaluation) and at the end of training, in batches."""
+    (after evaluation) and at the end of training, in batches; also when training raised (a
+    diverged epoch's losses are in its run)."""
 
     def __init__(self, record: EventRecord, run: TrackedRun):
         super().__init__()
+        self.bind(record)
         self.queue = record.subscribe()
         self.run = run
 
@@ -23,8 +24,8 @@ class MlflowWriter(Callback):
             self.run.log_metrics({event.name: event.value}, event.step)
         self.run.flush()
 
-    def on_train_epoch_end(self, run_context):
+    def after_epoch(self, epoch: int) -> None:
         self.write()
 
-    def on_train_end(self, run_context):
+    def after_train(self) -> None:
         self.write()

@@ -1,9 +1,10 @@
-"""The hooks of one stage, in the order they must run at a step and an epoch end:
+"""The hooks of one stage, by phase, in the order they must run at a step and an epoch end:
 guard (stop before anything sees diverged weights) -> measure (snapshots, cost, throughput,
-loss, eval) -> the user's hooks (`callbacks.hooks`; they read what was measured) -> write the record
-to MLflow (rank 0) -> act on it (best-k, epoch checkpoints with every user hook's state) ->
-the sweep's pruner -> show it (progress bar, rank 0) -> stop for a requeue once SLURM asked
-(all of this step's and epoch's work done and saved).
+loss, eval) -> record (journalled to MLflow, rank 0) -> checkpoints (best-k, epoch checkpoints
+with every user hook's state) -> pruning (the sweep's pruner) -> progress (the bar, rank 0) ->
+stop for a requeue once SLURM asked (all of this step's and epoch's work done and saved). A
+user's hook (`callbacks.hooks`) runs right after the phase its `place` names (engine.hooks:
+`measure` by default, so it reads what was measured).
 
 Writing before checkpointing keeps this true: when epoch e's checkpoint exists, epoch e's
 metrics are in the journal, so a resumed run continues them exactly."""
@@ -122,7 +123,8 @@ def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
 
 
 def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
-    """The hooks of `stage` (a stages.training.PreparedStage) writing into `record` and `run`."""
+    """The hooks of `stage` (a stages.training.PreparedStage) writing into `record` and `run`:
+    sporeflow's own by phase, each user hook right after the phase its `place` names."""
     cfg, main = stage.cfg, stage.worker.is_main
     throughput = Throughput(record, global_batch_size(cfg))  # rank 0's rate x the global batch
     evaluator = EvalEachEpoch(
@@ -135,23 +137,36 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
     user = user_hooks(cfg, record)
     snapshots = _snapshots(stage, record)
     cost = _cost(stage, record, evaluator, snapshots)
-    ordered = [*_guard(stage, record), *snapshots, cost, throughput]
-    if stage.spec.max_steps is not None:  # a budget that is not whole epochs
-        ordered.append(StopAtStep(record, stage.spec.max_steps))
-    if main:  # the loss is read to the host only where something shows or writes it
-        ordered.append(StepLoss(record, cfg.callbacks.log_every_n_steps))
-    ordered += [evaluator, *user]
     writer = MlflowWriter(record, run) if main else None
-    ordered += [writer] if writer else []
     checkpoints = _checkpoints(stage, record, user)
-    ordered += checkpoints
     reporter = pruning.for_stage(cfg, stage.spec.name, record, stage.worker)
-    if reporter is not None:  # after the epoch is saved
-        ordered.append(reporter)
-    if main and cfg.callbacks.progress_bar:
-        ordered.append(ProgressBar(record, stage.spec.name))
+    phases = {
+        "guard": _guard(stage, record),
+        "measure": [
+            *snapshots,
+            cost,
+            throughput,
+            *_stop_at(stage, record),
+            *([StepLoss(record, cfg.callbacks.log_every_n_steps)] if main else []),
+            evaluator,
+        ],
+        "record": [writer] if writer else [],
+        "checkpoints": checkpoints,
+        "pruning": [reporter] if reporter else [],  # after the epoch is saved
+        "progress": [ProgressBar(record, stage.spec.name)]
+        if main and cfg.callbacks.progress_bar
+        else [],
+    }
+    ordered = []
+    for phase, own in phases.items():
+        ordered += [*own, *(hook for hook in user if hook.place == phase)]
     flush = [writer.write] if writer else []
-    accumulation = cfg.train.accumulation_steps
     agree = partial(any_rank, stage.worker)
+    accumulation = cfg.train.accumulation_steps
     ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush, agree))
     return StageHooks(ordered, throughput, evaluator, user, cost)
+
+
+def _stop_at(stage, record: EventRecord) -> list:
+    """A budget that is not whole epochs ends at its step."""
+    return [] if stage.spec.max_steps is None else [StopAtStep(record, stage.spec.max_steps)]

@@ -125,9 +125,11 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
 
     import psutil
 
+    from sporeflow.tracking.store_reads import StoreReads
     from sporeflow.tracking.tracker import Tracker
 
-    with Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sporeflow", journal_dir=tmp_path) as t:
+    reads = StoreReads(f"sqlite:///{tmp_path / 'mlflow.db'}", "sporeflow")
+    with Tracker(reads, journal_dir=tmp_path) as t:
         t.start_run("a run").end()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

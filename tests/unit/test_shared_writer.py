@@ -159,7 +159,7 @@ def node_journal(sweep: Path, writer: SharedWriter, tracker: Tracker, steps: int
     header = {
         "uri": tracker.uri,
         "experiment": tracker.experiment_name,
-        "artifact_root": str(tracker.artifact_root),
+        "artifact_root": str(tracker.reads.artifact_root),
         "owner": {"pid": 1, "host": "node-b", "started": 1.0},
         "drain_timeout": 30.0,
         "writer": writer.ident,

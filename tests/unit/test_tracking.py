@@ -29,6 +29,7 @@ from sporeflow.tracking.journal import (
 )
 from sporeflow.tracking.sqlite_store import empty_store
 from sporeflow.tracking.store import Store, default_uri, flatten, resolve_uri
+from sporeflow.tracking.store_reads import StoreReads
 from sporeflow.tracking.tracker import PROBLEM_LOOK_S, Tracker
 
 
@@ -433,7 +434,8 @@ def test_the_end_of_a_run_waits_for_a_writer_that_computes_not_for_one_that_slee
     between tries of a store that is down) is stopped, and stopping it never raises."""
     import time
 
-    tracker = Tracker("sqlite:///unused.db", "e", journal_dir=tmp_path, drain_timeout=1.0)
+    reads = StoreReads("sqlite:///unused.db", "e")
+    tracker = Tracker(reads, journal_dir=tmp_path, drain_timeout=1.0)
     writer = subprocess.Popen([sys.executable, "-c", work])
     started = time.monotonic()
     tracker._drain(writer)

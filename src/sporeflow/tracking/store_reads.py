@@ -64,7 +64,7 @@ class StoreReads:
         self.experiment_name = experiment_name
         self.enabled = enabled
         self.artifact_root = artifact_root
-        self._applied_ids = applied_ids  # journal key -> MLflow id, for this process's runs
+        self.applied_ids = applied_ids  # journal key -> MLflow id, for this process's runs
         self._store: Store | None = None
         self._unread: str | None = None  # why the store could not be read, once warned
 
@@ -165,7 +165,7 @@ class StoreReads:
         """A run's MLflow id from its id or its journal key (None: not in the store yet)."""
         if not is_key(run_id):
             return run_id
-        return self._applied_ids().get(run_id) or store.find_by_key(run_id)
+        return self.applied_ids().get(run_id) or store.find_by_key(run_id)
 
     def last_steps(self, run_id: str) -> dict[str, int]:
         """Each metric of a run (by id or key) -> its last stored step ({} when unreadable)."""

@@ -52,10 +52,8 @@ from sporeflow.tracking.machine_samples import RunSamples, next_step
 from sporeflow.tracking.run_files import checksum_tag
 from sporeflow.tracking.shared_writer import WRITER_ENV, WriterRef, live_writer, writer_file
 from sporeflow.tracking.store import (
-    default_artifact_root,
     flatten,
     process_tags,
-    resolve_uri,
     server_problem,
 )
 from sporeflow.tracking.store_reads import StoreReads
@@ -73,19 +71,16 @@ class Tracker:
 
     def __init__(
         self,
-        uri: str,
-        experiment_name: str,
-        enabled: bool = True,
-        artifact_root: Path | None = None,
+        reads: StoreReads,
         read_only: bool = False,
         journal_dir: Path | None = None,
         drain_timeout: float = DRAIN_TIMEOUT_S,
     ):
-        self.uri = uri
-        self.experiment_name = experiment_name
-        self.enabled = enabled
+        # the store's read side (where, which experiment, on or off): this process's runs are
+        # known by journal key until the writer applies them
+        self.reads = reads
+        reads.applied_ids = lambda: self.applied().runs
         self.read_only = read_only  # ranks > 0: may look runs up (stage-1 reuse), never write
-        self.artifact_root = artifact_root
         self.journal_dir = Path(journal_dir or Path.cwd())
         self.drain_timeout = drain_timeout
         self._journal: Journal | None = None
@@ -93,10 +88,6 @@ class Tracker:
         self._shared: WriterRef | None = None  # the shared writer following this journal
         self._shared_looked = float("-inf")
         self._problem_said, self._problem_looked = False, float("-inf")
-        # the store's read side; this process's runs are known by journal key until applied
-        self.reads = StoreReads(
-            uri, experiment_name, enabled, artifact_root, lambda: self.applied().runs
-        )
         self._names: dict[str, str] = {}  # run key -> name, for the end line
         self._samples = RunSamples()  # runs whose machine figures this process takes itself
         self.left: int = 0  # records still unsent after finish()
@@ -110,16 +101,27 @@ class Tracker:
         read_only: bool = False,
         journal_dir: Path | None = None,
     ) -> Tracker:
-        uri = resolve_uri(tracking_cfg.uri, launch_dir)
+        reads = StoreReads.at(
+            tracking_cfg.uri, tracking_cfg.experiment_name, launch_dir, tracking_cfg.enabled
+        )
         return cls(
-            uri,
-            tracking_cfg.experiment_name,
-            tracking_cfg.enabled,
-            default_artifact_root(uri, launch_dir),
+            reads,
             read_only,
             journal_dir or launch_dir,
             float(getattr(tracking_cfg, "drain_timeout", DRAIN_TIMEOUT_S)),
         )
+
+    @property
+    def uri(self) -> str:
+        return self.reads.uri
+
+    @property
+    def experiment_name(self) -> str:
+        return self.reads.experiment_name
+
+    @property
+    def enabled(self) -> bool:
+        return self.reads.enabled
 
     @property
     def writes(self) -> bool:
@@ -139,7 +141,7 @@ class Tracker:
                 {
                     "uri": self.uri,
                     "experiment": self.experiment_name,
-                    "artifact_root": str(self.artifact_root) if self.artifact_root else None,
+                    "artifact_root": str(root) if (root := self.reads.artifact_root) else None,
                     "owner": this_process(),
                     "drain_timeout": self.drain_timeout,
                     "writer": self._shared.ident if self._shared else "own",

@@ -79,7 +79,7 @@ def build_optimizer(
     """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count
     (`epochs`, default the config's), `lr` replaces optimizer.lr (a stage's own rate) and
     `schedule` optimizer.schedule (a stage's own: the budget arm's linear decay to zero)."""
-    overrides = {} if lr is None else {"lr": lr}
+    overrides: dict[str, Any] = {} if lr is None else {"lr": lr}
     if schedule is not None:
         overrides["schedule"] = schedule
     factory = _build(cfg.optimizer, **overrides)

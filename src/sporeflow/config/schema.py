@@ -166,9 +166,10 @@ class TrackingConfig:
     """Seconds between MLflow system-metrics samples (CPU, memory, disk, network); 0 = off."""
 
     def relations(self) -> Iterator[str]:
-        problem = store_uri_problem(self.uri) if self.uri else None
-        if problem:
-            yield f"tracking.uri={redacted(self.uri)}: {problem}"
+        uri = self.uri
+        problem = store_uri_problem(uri) if uri else None
+        if uri and problem:
+            yield f"tracking.uri={redacted(uri)}: {problem}"
 
 
 @dataclass

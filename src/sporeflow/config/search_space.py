@@ -222,12 +222,13 @@ def distribution(key: str, spec: str) -> Any:
     except Exception as ex:
         raise ConfigError(f"hydra.sweeper.params.{key}={spec!r}: {ex}") from ex
     if isinstance(value, ChoiceSweep):
-        return d.CategoricalDistribution(list(value.list))
-    if isinstance(value, RangeSweep):
-        if all(isinstance(x, int) for x in (value.start, value.stop, value.step)):
-            return d.IntDistribution(value.start, value.stop - 1, step=value.step)
-        return d.FloatDistribution(value.start, value.stop, step=value.step)
-    if isinstance(value, IntervalSweep):
+        return d.CategoricalDistribution(list(value.list))  # type: ignore[arg-type]  # Hydra's values are Optuna's choices
+    if isinstance(value, RangeSweep) and value.start is not None and value.stop is not None:
+        start, stop, step = value.start, value.stop, value.step
+        if isinstance(start, int) and isinstance(stop, int) and isinstance(step, int):
+            return d.IntDistribution(start, stop - 1, step=step)
+        return d.FloatDistribution(start, stop, step=step)
+    if isinstance(value, IntervalSweep) and value.start is not None and value.end is not None:
         log_scale = "log" in value.tags
         if isinstance(value.start, int) and isinstance(value.end, int):
             return d.IntDistribution(value.start, value.end, log=log_scale)

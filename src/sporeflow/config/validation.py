@@ -45,6 +45,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     assert isinstance(resolved, dict)
     resolved.pop("hydra", None)
     plain = OmegaConf.merge(OmegaConf.structured(RunConfig), resolved)
+    assert isinstance(plain, DictConfig)
     found = [line for group in COMPONENT_GROUPS for line in component_problems(group, plain[group])]
     found += schedule_problems(plain.optimizer)
     found += hook_problems(plain.callbacks.hooks)
@@ -141,7 +142,7 @@ def component_problems(group: str, node: DictConfig, kind: str | None = None) ->
         return  # builtins without a signature: nothing to check against
     allowed = component_settings(group, node, kind)
     target = node["_target_"]
-    keys = [k for k in node.keys() if not str(k).startswith("_")]
+    keys = [str(k) for k in node.keys() if not str(k).startswith("_")]
     for key in keys:
         if allowed is not None and key not in allowed:
             yield f"{group}.{key} is not a setting of {target}; allowed: {', '.join(allowed)}"

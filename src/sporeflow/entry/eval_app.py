@@ -35,9 +35,7 @@ def run_eval(cfg: DictConfig) -> float:
     top-1 accuracy."""
     ctx = run_context()
     signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
-    lookup = StoreReads.at(
-        cfg.tracking.uri, cfg.tracking.experiment_name, ctx.launch_dir, cfg.tracking.enabled
-    )
+    lookup = StoreReads.of_config(cfg.tracking, ctx.launch_dir)
     try:
         source = resolve(str(cfg.source), lookup)
         base = source.config

@@ -141,7 +141,7 @@ def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None
             sweep_run.end_unfinished(ex)
             raise
         sweep_run.end_unfinished(None)
-        reads = _store_of(_composed(hydra, overrides), Path.cwd())
+        reads = _store_of(_composed(hydra, overrides))
     found = _find_sweep(reads, "latest")
     if found.info.start_time / 1000 < started - 1:
         raise ConfigError(f"the sweep left no parent run in {reads.uri} (tracking.enabled=false?)")
@@ -304,12 +304,11 @@ def _composed(hydra: Any, overrides: Sequence[str]) -> Any:
     )
 
 
-def _store_of(cfg: Any, launch_dir: Path) -> StoreReads:
-    """The store a job of `cfg` records in, as train.py resolves it from `launch_dir`."""
+def _store_of(cfg: Any) -> StoreReads:
+    """The store a job of `cfg` records in, as train.py run from the current folder writes it."""
     from sporeflow.tracking.store_reads import StoreReads
 
-    tracking = cfg.tracking
-    return StoreReads.at(tracking.uri, str(tracking.experiment_name), launch_dir, tracking.enabled)
+    return StoreReads.of_config(cfg.tracking, Path.cwd())
 
 
 def _final_weights(reads: StoreReads, ref: str) -> Path | None:
@@ -326,7 +325,7 @@ def _job_result(run_dir: str, cfg: Any, objective: float) -> RunResult:
     """What the job at `run_dir` recorded: its MLflow run and final weights."""
     from sporeflow.tracking.store_reads import marked_run_id
 
-    reads = _store_of(cfg, Path.cwd())
+    reads = _store_of(cfg)
     folder = Path(run_dir)
     run_id = marked_run_id(folder, folder)
     recorded = reads.get_run(run_id) if run_id else None

@@ -3,7 +3,7 @@ layer below it to read instead of deriving it again.
 
 A job's facts used to be derived where each was needed: whether it is a dim-reduce pipeline
 (asked four times in preflight alone), which run dir `resume=` continues (resolved in four
-places), node 0's dir, the batch split, the objective's name, the store's URI. Here each is
+places), node 0's dir, the batch split, the objective's name. Here each is
 derived once, from the validated config (`plan.cfg`, read-only, what components are built
 from) and its typed twin (`plan.run`, the schema's dataclasses, what mypy checks).
 """
@@ -25,7 +25,6 @@ from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.storage.run_marker import Continuation, continuation, node0_run_dir
-from sporeflow.tracking.store import resolve_uri
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,6 @@ class JobPlan:
     ctx: RunContext
     pipeline: str  # `boost.name`: the key of stages.pipeline.PIPELINES
     resume: Continuation | None  # what the job continues (None: a new run)
-    store_uri: str  # tracking.uri, else $MLFLOW_TRACKING_URI, else the launch dir's sqlite
     worker_batch: int  # the batch one worker feeds per step
     global_batch: int  # the batch of one optimizer update across the job's workers
     first_local_rank: int  # the rank of this node's first worker
@@ -83,7 +81,6 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
         ctx=ctx,
         pipeline=pipeline,
         resume=resume,
-        store_uri=resolve_uri(run.tracking.uri, ctx.launch_dir),
         worker_batch=worker_batch_size(cfg),
         global_batch=global_batch_size(cfg),
         first_local_rank=first_local_rank(cfg),

@@ -45,10 +45,7 @@ def check_fine_tune(plan: JobPlan) -> None:
     """train.init_from names a finished run with weights that fit; train.freeze's prefixes."""
     if not plan.run.train.init_from and not plan.run.train.freeze:
         return
-    tracking = plan.run.tracking
-    reads = StoreReads.at(
-        plan.store_uri, tracking.experiment_name, plan.ctx.launch_dir, tracking.enabled
-    )
+    reads = StoreReads.of_config(plan.run.tracking, plan.ctx.launch_dir)
     fine_tune.check(plan.cfg, build_model(plan.cfg), fine_tune.init_source(plan.cfg, reads))
 
 

@@ -82,6 +82,11 @@ class StoreReads:
         resolved = resolve_uri(uri, where)
         return cls(resolved, experiment_name, enabled, default_artifact_root(resolved, where))
 
+    @classmethod
+    def of_config(cls, tracking: Any, launch_dir: Path) -> StoreReads:
+        """The store a job's `tracking` node names, as its runs are written from `launch_dir`."""
+        return cls.at(tracking.uri, str(tracking.experiment_name), launch_dir, tracking.enabled)
+
     def store(self) -> Store:
         if self._store is None:
             self._store = Store(self.uri, self.experiment_name, self.artifact_root)
@@ -199,9 +204,8 @@ class StoreReads:
         try:
             if not self.download(run_id, run_files.SHARED, part):
                 return None, f"the store has none of its files ({', '.join(run_files.SHARED)})"
-            problem = run_files.unverified(part, run.data.tags) or run_files.restore_snapshot_times(
-                part
-            )
+            tags = run.data.tags
+            problem = run_files.unverified(part, tags) or run_files.restore_snapshot_times(part)
             if problem:
                 return None, problem
             (part / ".complete").touch()

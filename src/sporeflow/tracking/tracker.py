@@ -101,11 +101,8 @@ class Tracker:
         read_only: bool = False,
         journal_dir: Path | None = None,
     ) -> Tracker:
-        reads = StoreReads.at(
-            tracking_cfg.uri, tracking_cfg.experiment_name, launch_dir, tracking_cfg.enabled
-        )
         return cls(
-            reads,
+            StoreReads.of_config(tracking_cfg, launch_dir),
             read_only,
             journal_dir or launch_dir,
             float(getattr(tracking_cfg, "drain_timeout", DRAIN_TIMEOUT_S)),

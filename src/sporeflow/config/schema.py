@@ -142,6 +142,10 @@ class RuntimeConfig:
     """ONEDNN_MAX_CPU_ISA: `auto` caps AVX-512 CPUs at AVX2 (see the training page)."""
     threads: Annotated[int, NonNegative] = 0
     """Intra-op CPU threads per process; 0 keeps MindSpore's default."""
+    reuse_graphs: bool = True
+    """A stage whose networks compile to the same graph as an earlier stage's in this process
+    (a sweep's jobs under the basic launcher, stage 1 and its baselines) trains on that
+    compiled graph, every parameter value copied in; false: every stage compiles its own."""
 
 
 @dataclass

@@ -17,6 +17,8 @@ and differs where that one is wrong:
   - BatchNorm statistics (every non-trainable parameter) touched by the trial forward passes
     are restored: only the step's own forward pass updates them;
   - optional decoupled weight decay on the out-of-subspace update (`weight_decay`);
+  - its settings (rho, gamma, alpha, sigma, weight_decay) are Parameters, graph inputs rather
+    than folded constants: one compiled graph serves a whole sweep over them (engine.graph_pool);
   - it counts the line search's forward passes (`trial_forwards`: 1 when r = 1 is accepted,
     else 2), in the graph and in its checkpoints, so a stage's cost is known exactly
     (engine.cost) without reading anything to the host per step.
@@ -61,19 +63,25 @@ def _trial_weight(r, weight, clone, dn):
     return ops.assign(weight, clone - (-r * dn))
 
 
-@_residual_momentum.register("Float32", "Tensor", "Tensor", "Tensor")
+@_residual_momentum.register("Tensor", "Tensor", "Tensor", "Tensor")
 def _update_residual_momentum(gamma, momentum, grad, grad_proj):
     new = gamma * momentum + grad - grad_proj
     ops.assign(momentum, new)
     return new
 
 
-@_final.register("Float32", "Float32", "Tensor", "Tensor", "Tensor", "Tensor")
+@_final.register("Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor")
 def _final_update(alpha, weight_decay, r, weight, momentum, dn):
-    delta = alpha * momentum - r * dn
-    if weight_decay > 0:
-        delta = delta + alpha * weight_decay * weight
+    # the decay term is always in the graph (0 * w adds an exact 0): one graph for every value
+    delta = alpha * momentum - r * dn + alpha * weight_decay * weight
     return ops.assign(weight, weight - delta)
+
+
+def _setting(name: str, value: float) -> Parameter:
+    """A stage-2 setting as a graph input: a sweep over it runs one compiled graph."""
+    return Parameter(
+        Tensor(float(value), mstype.float32), name=f"dim_reduce.{name}", requires_grad=False
+    )
 
 
 def split_basis(basis: np.ndarray, weights) -> tuple:
@@ -113,10 +121,17 @@ class DimReduceStep(nn.Cell):
         self.basis = split_basis(basis, self.weights)
         k = basis.shape[0]
         self.n_component = k
-        self.rhos = (Tensor(1.0, mstype.float32), Tensor(float(rho), mstype.float32))
-        self.zero = Tensor(0.0, mstype.float32)
-        self.gamma, self.alpha, self.sigma = float(gamma), float(alpha), float(sigma)
-        self.weight_decay = float(weight_decay)
+        self.one, self.zero = Tensor(1.0, mstype.float32), Tensor(0.0, mstype.float32)
+        self.rho, self.gamma, self.alpha, self.sigma, self.weight_decay = (
+            _setting(name, value)
+            for name, value in (
+                ("rho", rho),
+                ("gamma", gamma),
+                ("alpha", alpha),
+                ("sigma", sigma),
+                ("weight_decay", weight_decay),
+            )
+        )
         self.value_and_grad = ops.value_and_grad(
             self.network, grad_position=None, weights=self.weights
         )
@@ -204,10 +219,10 @@ class DimReduceStep(nn.Cell):
         grad_proj = self.hyper_map(ops.partial(_back_project, gk), self.basis, grads)
 
         r, trials = self.zero, self.two_trials
-        if self._accepts(self.rhos[0], gk, dk, dn, old_loss, *inputs):
-            r, trials = self.rhos[0], self.one_trial
-        elif self._accepts(self.rhos[1], gk, dk, dn, old_loss, *inputs):
-            r = self.rhos[1]
+        if self._accepts(self.one, gk, dk, dn, old_loss, *inputs):
+            r, trials = self.one, self.one_trial
+        elif self._accepts(self.rho, gk, dk, dn, old_loss, *inputs):
+            r = self.rho * 1.0
         else:
             ops.assign(self.gk_last, self.gk_last_back)
             ops.assign(self.h, self.h_back)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Tensor, nn
 
+from sporeflow.storage.checkpoints import overwrite
+
 
 def recompute_batchnorm(network: nn.Cell, train_data, max_batches: int = 100) -> bool:
     """Re-estimate BatchNorm moving statistics: reset them, then forward passes in train mode
@@ -15,8 +17,8 @@ def recompute_batchnorm(network: nn.Cell, train_data, max_batches: int = 100) ->
     if not norms:
         return False
     for bn in norms:
-        bn.moving_mean.set_data(Tensor(np.zeros(bn.moving_mean.shape, np.float32)))
-        bn.moving_variance.set_data(Tensor(np.ones(bn.moving_variance.shape, np.float32)))
+        overwrite(bn.moving_mean, Tensor(np.zeros(bn.moving_mean.shape, np.float32)))
+        overwrite(bn.moving_variance, Tensor(np.ones(bn.moving_variance.shape, np.float32)))
     network.set_train(True)
     for i, (images, _) in enumerate(train_data.create_tuple_iterator(num_epochs=1)):
         if i >= max_batches:

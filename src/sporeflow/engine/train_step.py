@@ -22,6 +22,8 @@ from mindspore import dtype as mstype
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
+from sporeflow.storage.checkpoints import overwrite
+
 _scale = ops.MultitypeFuncGraph("scale")
 _unscale = ops.MultitypeFuncGraph("unscale")
 _accumulate = ops.MultitypeFuncGraph("accumulate")
@@ -54,6 +56,10 @@ def _ema_update(decay, shadow, weight):
     return ops.assign(shadow, decay * shadow + (1.0 - decay) * weight)
 
 
+def _setting(name: str, value: float) -> Parameter:
+    return Parameter(Tensor(float(value), mstype.float32), name=name, requires_grad=False)
+
+
 def data_parallel_reducer(weights) -> nn.Cell | None:
     """A DistributedGradReducer when MindSpore's parallel context is data/hybrid parallel."""
     if _get_parallel_mode() not in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
@@ -83,8 +89,11 @@ class TrainStep(nn.Cell):
         self.weights = optimizer.parameters
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
-        self.loss_scale = float(loss_scale)
-        self.grad_factor = Tensor(1.0 / (loss_scale * accumulation_steps), mstype.float32)
+        # graph inputs, not folded constants: stages with other values run one compiled graph
+        self.loss_scale = _setting("train_step.loss_scale", loss_scale)
+        self.grad_factor = _setting(
+            "train_step.grad_factor", 1.0 / (loss_scale * accumulation_steps)
+        )
         self.clip = clip_grad_norm > 0
         self.clip_norm = float(clip_grad_norm)
         self.k = int(accumulation_steps)
@@ -162,9 +171,9 @@ class TrainStep(nn.Cell):
         loss = self.network(*inputs)
         if self.dynamic:
             return self._dynamic_step(loss, *inputs)
-        sens = ops.fill(loss.dtype, loss.shape, self.loss_scale)
+        sens = ops.ones_like(loss) * ops.cast(self.loss_scale, loss.dtype)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
-        grads = self.hyper_map(ops.partial(_scale, self.grad_factor), grads)
+        grads = self.hyper_map(ops.partial(_scale, self.grad_factor * 1.0), grads)
         if self.k == 1:
             return ops.depend(loss, self._update(grads))
         loss = ops.depend(loss, self.hyper_map(_accumulate, self.accum, grads))
@@ -181,9 +190,9 @@ def ema_weights_in(train_step: TrainStep):
     """Temporarily put the EMA shadow weights into the network (for eval and export)."""
     raw = [Tensor(p.asnumpy()) for p in train_step.weights]
     for param, shadow in zip(train_step.weights, train_step.ema_weights, strict=False):
-        param.set_data(Tensor(shadow.asnumpy()))
+        overwrite(param, Tensor(shadow.asnumpy()))
     try:
         yield
     finally:
         for param, value in zip(train_step.weights, raw, strict=False):
-            param.set_data(value)
+            overwrite(param, value)

@@ -19,6 +19,7 @@ from sporeflow.config.components import (
 from sporeflow.config.schema import LossScaleManager, ParallelMode
 from sporeflow.config.strategies import apply_strategies
 from sporeflow.dim_reduce.step import DimReduceStep
+from sporeflow.engine import graph_pool
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
@@ -73,7 +74,12 @@ def _model_around(cell: nn.Cell, network: nn.Cell, loss_fn: nn.Cell) -> Model:
 
 def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
     """The network (shard strategies, start weights, AMP), loss, optimizer (the spec's epochs
-    and rate) and train cell of one stage."""
+    and rate) and train cell of one stage; an earlier stage's compiled parts of the same graph
+    with these values in them, when there are (engine.graph_pool)."""
+    return graph_pool.reused(_fresh_parts(cfg, spec, steps_per_epoch), cfg.runtime.reuse_graphs)
+
+
+def _fresh_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
     network = build_model(cfg)
     if cfg.parallel.mode is ParallelMode.semi_auto:
         apply_strategies(network, cfg.parallel.shard)

@@ -12,7 +12,9 @@ from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model
 from sporeflow.config.facts import checkpoint_format
+from sporeflow.engine import graph_pool
 from sporeflow.engine.batchnorm import recompute_batchnorm
+from sporeflow.engine.loop import StageParts
 from sporeflow.stages.build import eval_metrics
 from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.spec import StageSpec
@@ -40,10 +42,12 @@ def evaluate_weights(
     split; final weights, predictions and the model kept like a trained stage's."""
     if spec.init_weights is None:
         raise ValueError(f"{spec.name}: an evaluated stage needs the weights it starts from")
-    network = network_with(cfg, spec.init_weights, weights)
+    fresh = network_with(cfg, spec.init_weights, weights)
+    model = Model(fresh, loss_fn=build_loss(cfg), metrics=eval_metrics())
+    parts = graph_pool.reused(StageParts(fresh, model, (fresh,)), cfg.runtime.reuse_graphs)
+    network, model = parts.network, parts.model
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
-    model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
     eval_data = data.create("test")
     result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
     final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"

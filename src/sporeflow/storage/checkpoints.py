@@ -118,6 +118,18 @@ def load_checkpoint_file(path: Path, **kwargs) -> dict:
         raise CheckpointError(f"cannot read checkpoint {path}: {ex}") from ex
 
 
+def overwrite(param, value) -> None:
+    """`value` into `param`'s own buffer. MindSpore 2.10 binds a compiled graph with control
+    flow to the buffer a parameter had at compile; `set_data` puts in a new one, which such a
+    graph never reads (tests/unit/test_graph_pool.py). A parameter not yet holding data takes
+    `set_data`."""
+    value = value.astype(param.dtype) if value.dtype != param.dtype else value
+    if param.has_init:
+        param.set_data(value)
+    else:
+        param.copy_(value)
+
+
 def load_weights(network, path: Path) -> None:
     """Network weights from a checkpoint file, every parameter matched by its exact name."""
     restore_exact(load_checkpoint_file(path), network)
@@ -132,7 +144,7 @@ def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
         if value is None or tuple(value.shape) != tuple(param.shape):
             skipped.append(param.name)
             continue
-        param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
+        overwrite(param, value)
         loaded.append(param.name)
     return loaded, skipped
 
@@ -161,5 +173,5 @@ def restore_exact(state: dict, *cells) -> list[str]:
                 f"parameter {name}: checkpoint shape {tuple(value.shape)} "
                 f"!= network shape {tuple(param.shape)}"
             )
-        param.set_data(value.astype(param.dtype) if value.dtype != param.dtype else value)
+        overwrite(param, value)
     return [name for name in state if name not in params]

@@ -1,0 +1,146 @@
+"""engine.graph_pool: a compiled graph used again, another stage's values copied in, computes
+what a fresh build of that stage computes - bit for bit, for every train cell sporeflow builds -
+and the jobs of one process give the results each gives alone."""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Model, Tensor, nn
+
+import sporeflow
+from helpers.inprocess import TINY_PIPELINE, shared_writer_named
+from helpers.mindspore_setup import graph_mode_on_cpu
+from sporeflow.dim_reduce.step import DimReduceStep
+from sporeflow.engine import graph_pool
+from sporeflow.engine.loop import StageParts
+from sporeflow.engine.train_step import TrainStep
+
+N_IN, N_OUT, BATCH = 6, 4, 8
+
+
+@pytest.fixture(autouse=True)
+def graph_mode():
+    graph_mode_on_cpu()
+    graph_pool.forget_all()
+    yield
+    graph_pool.forget_all()
+
+
+def _batches(n=4):
+    rng = np.random.default_rng(0)
+    return [
+        (
+            Tensor(rng.normal(size=(BATCH, N_IN)).astype(np.float32) * 3),
+            Tensor(rng.integers(0, N_OUT, BATCH).astype(np.int32)),
+        )
+        for _ in range(n)
+    ]
+
+
+def _loss():
+    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+
+def _momentum(net, lr, momentum):
+    return nn.Momentum(net.trainable_params(), lr, momentum)
+
+
+def _parts(kind: str, seed: int, value: float) -> StageParts:
+    """A stage's parts of one kind; `seed` and `value` are what differs between two stages of
+    one graph (start weights, and a learning rate or stage-2 setting)."""
+    ms.set_seed(seed)
+    net = nn.Dense(N_IN, N_OUT)
+    if kind == "plain":
+        opt = _momentum(net, value, 1.0 - value)
+        return StageParts(net, Model(net, _loss(), opt), (net, opt))
+    if kind == "dim_reduce":
+        size = N_IN * N_OUT + N_OUT
+        # one basis: it is a constant of the graph (two stage 1s' bases are two graphs)
+        basis = np.linalg.qr(np.random.default_rng(0).normal(size=(size, 3)))[0].T
+        settings = {"rho": value, "sigma": value / 4, "gamma": value, "alpha": value / 10}
+        cell = DimReduceStep(
+            nn.WithLossCell(net, _loss()),
+            net.trainable_params(),
+            basis,
+            **settings,
+            weight_decay=value / 100,
+        )
+    else:
+        features = {
+            "dynamic_scale": {"dynamic_scale": True, "loss_scale": 2.0**value, "scale_window": 2},
+            "accumulate_ema": {"accumulation_steps": 2, "ema_decay": 0.9, "clip_grad_norm": 0.5},
+        }[kind]
+        cell = TrainStep(nn.WithLossCell(net, _loss()), _momentum(net, value / 10, 0.9), **features)
+    model = Model(cell, eval_network=nn.WithEvalCell(net, _loss()), eval_indexes=[0, 1, 2])
+    return StageParts(net, model, (cell,))
+
+
+def _trained(parts: StageParts) -> tuple[list, dict]:
+    cell = parts.model._train_network
+    losses = [float(cell(x, y).asnumpy()) for x, y in _batches()]
+    return losses, {n: p.asnumpy().copy() for n, p in graph_pool.parameters(parts).items()}
+
+
+@pytest.mark.parametrize("kind", ["plain", "dynamic_scale", "accumulate_ema", "dim_reduce"])
+def test_a_reused_graph_computes_what_a_fresh_build_computes(kind):
+    alone = _trained(_parts(kind, seed=2, value=0.3))
+
+    earlier = graph_pool.reused(_parts(kind, seed=1, value=0.7))
+    _trained(earlier)  # compiled, and its state moved on
+    later = graph_pool.reused(_parts(kind, seed=2, value=0.3))
+
+    assert later is earlier, "the second build did not reuse the first one's graph"
+    losses, params = _trained(later)
+    assert losses == alone[0]
+    assert params.keys() == alone[1].keys()
+    for name, value in params.items():
+        np.testing.assert_array_equal(value, alone[1][name], err_msg=name)
+
+
+def test_another_graph_is_built_and_compiled_on_its_own():
+    plain = graph_pool.reused(_parts("plain", seed=1, value=0.5))
+    ms.set_seed(1)
+    wider = nn.Dense(N_IN, N_OUT + 1)
+    opt = _momentum(wider, 0.5, 0.5)
+    other = graph_pool.reused(StageParts(wider, Model(wider, _loss(), opt), (wider, opt)))
+    assert other is not plain and graph_pool.kept() == 2
+
+
+def test_a_network_with_dropout_is_never_reused():
+    ms.set_seed(1)
+    net = nn.SequentialCell(nn.Dense(N_IN, N_OUT), nn.Dropout(p=0.5))
+    opt = _momentum(net, 0.1, 0.9)
+    parts = StageParts(net, Model(net, _loss(), opt), (net, opt))
+    assert graph_pool.reused(parts) is parts and graph_pool.kept() == 0
+
+
+def _alone_and_after_another(monkeypatch, tmp_path, job, other) -> tuple:
+    """`job`'s RunResult run first in an emptied pool, and run after `other` in one process."""
+    results = []
+    for order, jobs in (("first", (job,)), ("second", (other, job))):
+        graph_pool.forget_all()
+        monkeypatch.chdir((tmp_path / order).mkdir() or tmp_path / order)
+        with shared_writer_named():
+            results.append([sporeflow.run(overrides) for overrides in jobs][-1])
+    return tuple(results)
+
+
+def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(tmp_path, monkeypatch):
+    """Two dim-reduce jobs of the README sweep's kind (another boost.rho and boost.sigma): run
+    after the other job, in one process, a job's stage 2 ends with the metrics and final
+    weights it ends with run first (the graphs the other job compiled are reused, its own
+    values copied in; stage 1 is trained by the first job of each launch dir, reused after)."""
+    one = [*TINY_PIPELINE, "boost.rho=0.4", "boost.sigma=0.2", "tracking.log_model=false"]
+    two = [*TINY_PIPELINE, "boost.rho=0.7", "boost.sigma=0.4", "tracking.log_model=false"]
+    alone, after = _alone_and_after_another(monkeypatch, tmp_path, one, two)
+    for key in ("stage2/acc", "stage2/loss", "stage1/acc", "baseline/acc"):
+        assert after.metrics[key] == alone.metrics[key], key
+    reached, expected = (
+        ms.load_checkpoint(str(after.weights)),
+        ms.load_checkpoint(str(alone.weights)),
+    )
+    assert reached.keys() == expected.keys()
+    for name, value in reached.items():
+        np.testing.assert_array_equal(value.asnumpy(), expected[name].asnumpy(), err_msg=name)

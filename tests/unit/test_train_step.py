@@ -8,7 +8,7 @@ import pytest
 from mindspore import Tensor, nn
 
 from helpers.mindspore_setup import graph_mode_on_cpu
-from sporeflow.engine.train_step import TrainStep
+from sporeflow.engine.train_step import TrainStep, ema_weights_in
 
 N_IN, N_OUT, BATCH = 6, 4, 8
 LR, MOMENTUM = 0.5, 0.9
@@ -225,3 +225,27 @@ def test_dynamic_loss_scale_grows_after_a_window_of_finite_steps():
         cell(Tensor(x), Tensor(y))
         scales.append(float(cell.scale.asnumpy()))
     assert scales == [1, 1, 2, 2, 2, 4, 4]
+
+
+def _swap_in_and_out(cell):
+    with ema_weights_in(cell):
+        pass
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_evaluating_with_the_ema_weights_mid_training_leaves_training_as_it_was(k):
+    """The EMA weights are put into the network for an evaluation and taken out again between
+    steps (written into the parameters' own buffers, storage.checkpoints.overwrite); training
+    goes on from its own weights, with accumulation too (a train graph with control flow)."""
+    data = batches(8)
+    net, cell = make_cell(accumulation_steps=k, ema_decay=0.5)
+    _, _, plain = run_cell(cell, net, data, k=k)
+    net, cell = make_cell(accumulation_steps=k, ema_decay=0.5)
+    swapped = []
+    for i, (x, y) in enumerate(data):
+        cell(Tensor(x), Tensor(y))
+        _swap_in_and_out(cell)
+        if (i + 1) % k == 0:
+            swapped.append(net.weight.asnumpy().copy())
+    for got, want in zip(swapped, [h[0] for h in plain], strict=True):
+        np.testing.assert_array_equal(got, want)

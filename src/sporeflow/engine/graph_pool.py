@@ -202,10 +202,11 @@ def _refuse_random(cell: nn.Cell) -> None:
         raise RandomGraph(type(cell).__qualname__)
 
 
-_SOURCES: dict[type, bool] = {}
+_SOURCES: dict[type[nn.Cell], bool] = {}
 
 
-def _calls_random(kind: type) -> bool:
+def _calls_random(kind: type[nn.Cell]) -> bool:
+    """Whether a cell class's `construct` names a random operation (read once per class)."""
     if kind not in _SOURCES:
         try:
             source = inspect.getsource(kind.construct)

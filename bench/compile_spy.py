@@ -1,0 +1,53 @@
+"""`python bench/compile_spy.py REPO ARGS...`: REPO's `train.py ARGS` run in this process with
+MindSpore's graph compiles counted (a graph MindSpore had not compiled before, by cell class)
+and the seconds of compiles and of graph runs (every train, eval and export step) summed; one
+JSON line on stdout at exit. A Hydra launcher that runs jobs in other processes (joblib) is seen
+only as far as this process goes: use it with the basic launcher."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import runpy
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from mindspore.graph.api import _CellGraphExecutor
+
+STARTED = time.perf_counter()
+compiles: Counter = Counter()
+seconds = {"compile": 0.0, "graph runs": 0.0}
+_compile, _run = _CellGraphExecutor.compile, _CellGraphExecutor.__call__
+
+
+def counted_compile(self, obj, *args, phase="predict", **kwargs):
+    start = time.perf_counter()
+    full_phase, new = _compile(self, obj, *args, phase=phase, **kwargs)
+    seconds["compile"] += time.perf_counter() - start
+    if new:
+        compiles[type(obj).__name__] += 1
+    return full_phase, new
+
+
+def timed_run(self, obj, *args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return _run(self, obj, *args, **kwargs)
+    finally:
+        seconds["graph runs"] += time.perf_counter() - start
+
+
+def report() -> None:
+    wall = time.perf_counter() - STARTED
+    print(json.dumps({"wall": wall, "compiles": dict(compiles), **seconds}), flush=True)
+
+
+if __name__ == "__main__":
+    repo = Path(sys.argv[1])
+    sys.path.insert(0, str(repo / "src"))
+    _CellGraphExecutor.compile, _CellGraphExecutor.__call__ = counted_compile, timed_run
+    atexit.register(report)
+    sys.argv = [str(repo / "train.py"), *sys.argv[2:]]
+    runpy.run_path(sys.argv[0], run_name="__main__")

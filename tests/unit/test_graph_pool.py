@@ -116,25 +116,47 @@ def test_a_network_with_dropout_is_never_reused():
     assert graph_pool.reused(parts) is parts and graph_pool.kept() == 0
 
 
+def _compiles_counted(monkeypatch) -> list:
+    """The cell classes of the graphs MindSpore compiles from now on (new graphs only)."""
+    from mindspore.graph.api import _CellGraphExecutor
+
+    compile_graph, compiled = _CellGraphExecutor.compile, []
+
+    def counting(self, obj, *args, phase="predict", **kwargs):
+        full_phase, new = compile_graph(self, obj, *args, phase=phase, **kwargs)
+        if new:
+            compiled.append(type(obj).__name__)
+        return full_phase, new
+
+    monkeypatch.setattr(_CellGraphExecutor, "compile", counting)
+    return compiled
+
+
 def _alone_and_after_another(monkeypatch, tmp_path, job, other) -> tuple:
-    """`job`'s RunResult run first in an emptied pool, and run after `other` in one process."""
-    results = []
+    """`job`'s RunResult run first in an emptied pool, and run after `other` in one process;
+    and the graphs `job` compiled after `other`."""
+    results, compiled = [], _compiles_counted(monkeypatch)
     for order, jobs in (("first", (job,)), ("second", (other, job))):
         graph_pool.forget_all()
         monkeypatch.chdir((tmp_path / order).mkdir() or tmp_path / order)
         with shared_writer_named():
-            results.append([sporeflow.run(overrides) for overrides in jobs][-1])
-    return tuple(results)
+            for overrides in jobs:
+                compiled.clear()
+                result = sporeflow.run(overrides)
+        results.append(result)
+    return (*results, list(compiled))
 
 
 def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(tmp_path, monkeypatch):
     """Two dim-reduce jobs of the README sweep's kind (another boost.rho and boost.sigma): run
     after the other job, in one process, a job's stage 2 ends with the metrics and final
     weights it ends with run first (the graphs the other job compiled are reused, its own
-    values copied in; stage 1 is trained by the first job of each launch dir, reused after)."""
+    values copied in; stage 1 is trained by the first job of each launch dir, reused after):
+    the later job compiles neither a stage-2 graph nor an eval graph of its own."""
     one = [*TINY_PIPELINE, "boost.rho=0.4", "boost.sigma=0.2", "tracking.log_model=false"]
     two = [*TINY_PIPELINE, "boost.rho=0.7", "boost.sigma=0.4", "tracking.log_model=false"]
-    alone, after = _alone_and_after_another(monkeypatch, tmp_path, one, two)
+    alone, after, compiled_after = _alone_and_after_another(monkeypatch, tmp_path, one, two)
+    assert not {"DimReduceStep", "WithEvalCell"} & set(compiled_after), compiled_after
     for key in ("stage2/acc", "stage2/loss", "stage1/acc", "baseline/acc"):
         assert after.metrics[key] == alone.metrics[key], key
     reached, expected = (

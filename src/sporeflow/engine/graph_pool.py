@@ -36,6 +36,11 @@ from sporeflow.storage.checkpoints import overwrite
 
 KEPT = 4  # graphs of this many distinct parts stay compiled (each holds its network's memory)
 _POOL: OrderedDict[str, StageParts] = OrderedDict()
+_NETWORKS: OrderedDict[str, nn.Cell] = OrderedDict()  # one network object per description
+_EVAL_CELLS: OrderedDict[str, nn.Cell] = OrderedDict()  # per network object and loss
+# the key each kept network and eval cell was described by when it was fresh: once run, a cell
+# carries MindSpore's bookkeeping of its runs (phase, scope, parse method), which is no graph's
+_SHARED_KEYS: dict[int, str] = {}
 
 # a Cell's per-instance bookkeeping (differs between two builds of one graph), and an optimizer's
 # record of its arguments (mindspore.nn.optim.optimizer.opt_init_args_register): no graph reads them
@@ -55,6 +60,9 @@ _NOT_COMPILED = frozenset(
         "init_params",
         "init_learning_rate",
         "cell_init_args",
+        "_compile_phase",  # what MindSpore records when it compiles or runs a cell
+        "_scope",
+        "_func_graph_flags",
     }
 )
 _MODEL_SETTINGS = (
@@ -76,6 +84,50 @@ class RandomGraph(Exception):
     """The parts hold a random operator: their graph keeps a state no copy can reset."""
 
 
+def shared_network(network: nn.Cell, enabled: bool = True) -> nn.Cell:
+    """The process's network object of `network`'s description, `network`'s values copied in
+    (or `network` itself, kept for later stages). Train cells of different graphs (stage 1,
+    stage 2, an arm with another LR schedule) built around it share its evaluation and export
+    graphs, which MindSpore compiles per network object."""
+    if not enabled:
+        return network
+    try:
+        key = _cells_key([network])
+    except RandomGraph:
+        return network
+    kept = _kept(_NETWORKS, key, network)
+    _SHARED_KEYS[id(kept)] = key
+    if kept is not network:
+        _copy(_named(network.get_parameters()), _named(kept.get_parameters()))
+    return kept
+
+
+def eval_cell(network: nn.Cell, loss_fn: nn.Cell, enabled: bool = True) -> nn.Cell:
+    """`nn.WithEvalCell(network, loss_fn)`, one per network object and loss: every stage that
+    evaluates a shared network runs one compiled eval graph."""
+    fresh = nn.WithEvalCell(network, loss_fn)
+    if not enabled:
+        return fresh
+    try:
+        key = f"{id(network)}|{_cells_key([fresh])}"  # the cell holds the network: ids stay unique
+    except RandomGraph:
+        return fresh
+    kept = _kept(_EVAL_CELLS, key, fresh)
+    _SHARED_KEYS[id(kept)] = key
+    return kept
+
+
+def _kept(pool: OrderedDict, key: str, fresh):
+    """`pool[key]`, made the most recent; or `fresh`, kept under `key` (the oldest dropped)."""
+    if key in pool:
+        pool.move_to_end(key)
+        return pool[key]
+    pool[key] = fresh
+    while len(pool) > KEPT:
+        _SHARED_KEYS.pop(id(pool.popitem(last=False)[1]), None)
+    return fresh
+
+
 def reused(parts: StageParts, enabled: bool = True) -> StageParts:
     """The parts to train and evaluate with: an earlier stage's of the same graph, the fresh
     ones' values copied into it, or the fresh parts themselves (then kept for later stages)."""
@@ -85,20 +137,16 @@ def reused(parts: StageParts, enabled: bool = True) -> StageParts:
         key = graph_key(parts.model)
     except RandomGraph:
         return parts
-    pooled = _POOL.get(key)
-    if pooled is None:
-        _POOL[key] = parts
-        while len(_POOL) > KEPT:
-            _POOL.popitem(last=False)
-        return parts
-    _POOL.move_to_end(key)
-    copy_values(parts, pooled)
+    pooled = _kept(_POOL, key, parts)
+    if pooled is not parts:
+        copy_values(parts, pooled)
     return pooled
 
 
 def forget_all() -> None:
     """Drop every kept graph (tests; a process that wants its memory back)."""
-    _POOL.clear()
+    for pool in (_POOL, _NETWORKS, _EVAL_CELLS, _SHARED_KEYS):
+        pool.clear()
 
 
 def kept() -> int:
@@ -115,22 +163,30 @@ def _top_cells(model: Model) -> list[nn.Cell]:
     return cells
 
 
-def parameters(parts: StageParts) -> dict[str, Parameter]:
-    """Every parameter the parts' graphs read, by name (MindSpore's names are unique in a graph)."""
+def _named(params) -> dict[str, Parameter]:
     found: dict[str, Parameter] = {}
-    for cell in (*_top_cells(parts.model), *parts.state_cells):
-        for param in cell.get_parameters():
-            found.setdefault(param.name, param)
+    for param in params:
+        found.setdefault(param.name, param)  # MindSpore's names are unique in a graph
     return found
+
+
+def parameters(parts: StageParts) -> dict[str, Parameter]:
+    """Every parameter the parts' graphs read, by name."""
+    cells = (*_top_cells(parts.model), *parts.state_cells)
+    return _named(param for cell in cells for param in cell.get_parameters())
 
 
 def copy_values(fresh: StageParts, pooled: StageParts) -> None:
     """Every parameter value of `fresh` into the same-named parameter of `pooled`."""
-    source, target = parameters(fresh), parameters(pooled)
+    _copy(parameters(fresh), parameters(pooled))
+
+
+def _copy(source: dict[str, Parameter], target: dict[str, Parameter]) -> None:
     if source.keys() != target.keys():  # the key covers names: only a defect gets here
         raise RuntimeError("graph_pool: parts of one graph key hold different parameters")
     for name, param in source.items():
-        overwrite(target[name], Tensor(param.init_data().asnumpy()))
+        if param is not target[name]:  # a shared network's own parameters are already there
+            overwrite(target[name], Tensor(param.init_data().asnumpy()))
 
 
 def graph_key(model: Model) -> str:
@@ -141,12 +197,28 @@ def graph_key(model: Model) -> str:
     context += [str(ms.get_auto_parallel_context(key)) for key in _PARALLEL_KEYS]
     digest.update(repr(context).encode())
     digest.update(repr(_describe(_model_settings(model))).encode())
-    for top in _top_cells(model):
-        for name, cell in top.cells_and_names():
-            _refuse_random(cell)
-            digest.update(f"{name}|{type(cell).__module__}.{type(cell).__qualname__}".encode())
-            digest.update(repr(_cell_constants(cell)).encode())
+    digest.update(_cells_key(_top_cells(model)).encode())
     return digest.hexdigest()
+
+
+def _cells_key(tops: list[nn.Cell]) -> str:
+    """A digest of the cells under `tops` (RandomGraph for a random operator among them); a
+    kept network or eval cell enters by the key it was kept under."""
+    digest = hashlib.blake2b(digest_size=20)
+    for top in tops:
+        _walk(top, "", digest)
+    return digest.hexdigest()
+
+
+def _walk(cell: nn.Cell, name: str, digest) -> None:
+    if id(cell) in _SHARED_KEYS:
+        digest.update(f"{name}|kept|{_SHARED_KEYS[id(cell)]}".encode())
+        return
+    _refuse_random(cell)
+    digest.update(f"{name}|{type(cell).__module__}.{type(cell).__qualname__}".encode())
+    digest.update(repr(_cell_constants(cell)).encode())
+    for child_name, child in cell.name_cells().items():
+        _walk(child, f"{name}.{child_name}", digest)
 
 
 def _model_settings(model: Model) -> dict:
@@ -160,7 +232,7 @@ def _cell_constants(cell: nn.Cell) -> list:
     return [
         (attr, _describe(value))
         for attr, value in sorted(vars(cell).items())
-        if attr not in _NOT_COMPILED
+        if attr not in _NOT_COMPILED and not (attr.startswith("_lazy_") and not value)
     ]
 
 

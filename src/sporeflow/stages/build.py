@@ -62,13 +62,17 @@ def train_step_from_config(
     )
 
 
-def _model_around(cell: nn.Cell, network: nn.Cell, loss_fn: nn.Cell) -> Model:
-    """A Model whose train network is `cell` (returning the loss) and eval network the plain one."""
+def model_around(
+    cell: nn.Cell, network: nn.Cell, eval_loss: nn.Cell, reuse: bool, **train_parts
+) -> Model:
+    """A Model whose train network is `cell` (with `train_parts`: its loss_fn and optimizer)
+    and eval network the plain one, shared by every stage of that network (graph_pool)."""
     return Model(
         cell,
-        eval_network=nn.WithEvalCell(network, loss_fn),
+        eval_network=graph_pool.eval_cell(network, eval_loss, reuse),
         metrics=eval_metrics(),
         eval_indexes=[0, 1, 2],
+        **train_parts,
     )
 
 
@@ -76,10 +80,10 @@ def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) ->
     """The network (shard strategies, start weights, AMP), loss, optimizer (the spec's epochs
     and rate) and train cell of one stage; an earlier stage's compiled parts of the same graph
     with these values in them, when there are (engine.graph_pool)."""
-    return graph_pool.reused(_fresh_parts(cfg, spec, steps_per_epoch), cfg.runtime.reuse_graphs)
+    return graph_pool.reused(_built_parts(cfg, spec, steps_per_epoch), cfg.runtime.reuse_graphs)
 
 
-def _fresh_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
+def _built_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
     network = build_model(cfg)
     if cfg.parallel.mode is ParallelMode.semi_auto:
         apply_strategies(network, cfg.parallel.shard)
@@ -89,6 +93,8 @@ def _fresh_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> Stag
         fine_tune.start_from(network, spec.fine_tune_from)
     fine_tune.freeze(network, cfg.train.freeze)
     network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
+    reuse = cfg.runtime.reuse_graphs
+    network = graph_pool.shared_network(network, reuse)
     loss_fn = build_loss(cfg)  # evaluation's (integer labels)
     train_loss = build_train_loss(cfg)  # the step's (mixed batches: soft labels)
     if spec.basis is not None:
@@ -103,16 +109,13 @@ def _fresh_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> Stag
             sigma=b.sigma,
             weight_decay=b.weight_decay,
         )
-        return StageParts(network, _model_around(step, network, loss_fn), (step,))
+        return StageParts(network, model_around(step, network, loss_fn, reuse), (step,))
     optimizer = build_optimizer(
         cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr, spec.schedule
     )
     if not needs_train_step(cfg.train) and not mixing(cfg):
-        return StageParts(
-            network,
-            Model(network, loss_fn=loss_fn, optimizer=optimizer, metrics=eval_metrics()),
-            (network, optimizer),
-        )
+        model = model_around(network, network, loss_fn, reuse, loss_fn=loss_fn, optimizer=optimizer)
+        return StageParts(network, model, (network, optimizer))
     step = train_step_from_config(network, train_loss, optimizer, cfg.train)
     swap = partial(ema_weights_in, step) if cfg.train.ema.enabled else None
-    return StageParts(network, _model_around(step, network, loss_fn), (step,), swap)
+    return StageParts(network, model_around(step, network, loss_fn, reuse), (step,), swap)

@@ -7,15 +7,14 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from mindspore import Model, Tensor
+from mindspore import Tensor
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model
 from sporeflow.config.facts import checkpoint_format
 from sporeflow.engine import graph_pool
 from sporeflow.engine.batchnorm import recompute_batchnorm
-from sporeflow.engine.loop import StageParts
-from sporeflow.stages.build import eval_metrics
+from sporeflow.stages.build import model_around
 from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.spec import StageSpec
 from sporeflow.stages.stage_result import StageResult, end_metrics, judged, save_predictions
@@ -42,10 +41,10 @@ def evaluate_weights(
     split; final weights, predictions and the model kept like a trained stage's."""
     if spec.init_weights is None:
         raise ValueError(f"{spec.name}: an evaluated stage needs the weights it starts from")
-    fresh = network_with(cfg, spec.init_weights, weights)
-    model = Model(fresh, loss_fn=build_loss(cfg), metrics=eval_metrics())
-    parts = graph_pool.reused(StageParts(fresh, model, (fresh,)), cfg.runtime.reuse_graphs)
-    network, model = parts.network, parts.model
+    reuse = cfg.runtime.reuse_graphs
+    network = graph_pool.shared_network(network_with(cfg, spec.init_weights, weights), reuse)
+    loss_fn = build_loss(cfg)
+    model = model_around(network, network, loss_fn, reuse, loss_fn=loss_fn)
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
     eval_data = data.create("test")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
+import numpy as np
 from mindspore import Tensor, nn
 
 from sporeflow.core.errors import ConfigError
@@ -46,7 +47,16 @@ def schedule_of(
         return lr
     if not steps_per_epoch or not epochs:
         raise ValueError("an LR schedule needs steps_per_epoch and epochs")
-    return Tensor(learning_rates(name, lr, steps_per_epoch, epochs, **schedule))
+    return Tensor(padded(learning_rates(name, lr, steps_per_epoch, epochs, **schedule)))
+
+
+def padded(rates: np.ndarray) -> np.ndarray:
+    """The per-step rates, padded with the last one up to a power of two. The optimizer indexes
+    them by its step count, a graph input; their length is a shape compiled into the graph: so
+    schedules of similar length (an annealed arm, a budget arm of any length up to it) train on
+    one compiled graph (engine.graph_pool)."""
+    length = 1 << max(0, len(rates) - 1).bit_length()
+    return np.concatenate([rates, np.full(length - len(rates), rates[-1], rates.dtype)])
 
 
 def momentum(

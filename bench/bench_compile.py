@@ -16,16 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_sweep import SWEEP
 from trainjob import REPO, checkout, run_train
 
 BEFORE = "76428d5"  # the last landing before issue 50's graph pool
-SWEEP = [
-    "-m",
-    "boost=dim_reduce",
-    "boost.rho=0.4,0.55,0.7",
-    "boost.sigma=0.2,0.4",
-    "callbacks.progress_bar=false",
-]
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
 

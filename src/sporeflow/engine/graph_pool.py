@@ -10,7 +10,9 @@ description, its parts (and their compiled graphs) are used again, with every pa
 fresh parts copied in: weights, BatchNorm statistics, optimizer moments and step, EMA shadows,
 loss scale, stage-2 state and the hyperparameters that are graph inputs (learning rate,
 momentum, stage-2 settings). A job's results therefore do not depend on what ran before it in
-the process (tests/unit/test_graph_pool.py runs two jobs in both orders).
+the process (tests/unit/test_graph_pool.py: a job alone and after another, bit for bit). One
+network object serves every stage of a network config, so its eval and export graphs, which
+MindSpore compiles per network object, are compiled once too.
 
 Not pooled: networks with random operators (Dropout and the like keep a random state inside the
 compiled kernel that a copy of parameters cannot reset), and anything when

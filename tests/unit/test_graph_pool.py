@@ -16,6 +16,7 @@ from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine import graph_pool
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.train_step import TrainStep
+from sporeflow.nn import optimizers
 
 N_IN, N_OUT, BATCH = 6, 4, 8
 
@@ -52,8 +53,12 @@ def _parts(kind: str, seed: int, value: float) -> StageParts:
     one graph (start weights, and a learning rate or stage-2 setting)."""
     ms.set_seed(seed)
     net = nn.Dense(N_IN, N_OUT)
-    if kind == "plain":
-        opt = _momentum(net, value, 1.0 - value)
+    if kind in ("plain", "weight_decay"):
+        opt = (  # a decay is folded into the graph: one value here, other start weights and rate
+            optimizers.momentum(net.trainable_params(), value, 0.9, weight_decay=0.01)
+            if kind == "weight_decay"
+            else _momentum(net, value, 1.0 - value)
+        )
         return StageParts(net, Model(net, _loss(), opt), (net, opt))
     if kind == "dim_reduce":
         size = N_IN * N_OUT + N_OUT
@@ -83,7 +88,9 @@ def _trained(parts: StageParts) -> tuple[list, dict]:
     return losses, {n: p.asnumpy().copy() for n, p in graph_pool.parameters(parts).items()}
 
 
-@pytest.mark.parametrize("kind", ["plain", "dynamic_scale", "accumulate_ema", "dim_reduce"])
+@pytest.mark.parametrize(
+    "kind", ["plain", "weight_decay", "dynamic_scale", "accumulate_ema", "dim_reduce"]
+)
 def test_a_reused_graph_computes_what_a_fresh_build_computes(kind):
     alone = _trained(_parts(kind, seed=2, value=0.3))
 
@@ -166,3 +173,23 @@ def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(tmp_path, 
     assert reached.keys() == expected.keys()
     for name, value in reached.items():
         np.testing.assert_array_equal(value.asnumpy(), expected[name].asnumpy(), err_msg=name)
+
+
+class _HeldInATuple(nn.Cell):
+    """A layer kept in a tuple attribute: out of MindSpore's cell tree, its weights are not
+    among the cell's parameters (MindSpore's optimizers keep a weight-decay Cell this way)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = (nn.Dense(N_IN, N_OUT),)
+
+    def construct(self, x):
+        return self.layers[0](x)
+
+
+def test_parameters_held_outside_the_cell_tree_are_never_shared():
+    net = _HeldInATuple()
+    assert not list(net.get_parameters())  # what makes them unreachable for a copy
+    opt = _momentum(nn.Dense(N_IN, N_OUT), 0.1, 0.9)
+    parts = StageParts(net, Model(net, _loss(), opt), (net, opt))
+    assert graph_pool.reused(parts) is parts and graph_pool.kept() == 0

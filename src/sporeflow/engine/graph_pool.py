@@ -15,7 +15,8 @@ network object serves every stage of a network config, so its eval and export gr
 MindSpore compiles per network object, are compiled once too.
 
 Not pooled: networks with random operators (Dropout and the like keep a random state inside the
-compiled kernel that a copy of parameters cannot reset), and anything when
+compiled kernel that a copy of parameters cannot reset), cells that keep parameters outside
+MindSpore's cell tree (a layer in a tuple attribute), and anything when
 `runtime.reuse_graphs=false`.
 """
 
@@ -82,8 +83,10 @@ _RANDOM_CALLS = re.compile(r"dropout|random|uniform|normal|bernoulli|multinomial
 _PARALLEL_KEYS = ("parallel_mode", "device_num", "gradients_mean", "full_batch", "global_rank")
 
 
-class RandomGraph(Exception):
-    """The parts hold a random operator: their graph keeps a state no copy can reset."""
+class Unshared(Exception):
+    """Parts whose graph a copy of parameter values cannot reset: a random operator keeps a
+    state in its kernel; a cell held outside MindSpore's cell tree (in a tuple attribute)
+    has parameters no walk of the tree finds."""
 
 
 def shared_network(network: nn.Cell, enabled: bool = True) -> nn.Cell:
@@ -95,7 +98,7 @@ def shared_network(network: nn.Cell, enabled: bool = True) -> nn.Cell:
         return network
     try:
         key = _cells_key([network])
-    except RandomGraph:
+    except Unshared:
         return network
     kept = _kept(_NETWORKS, key, network)
     _SHARED_KEYS[id(kept)] = key
@@ -112,7 +115,7 @@ def eval_cell(network: nn.Cell, loss_fn: nn.Cell, enabled: bool = True) -> nn.Ce
         return fresh
     try:
         key = f"{id(network)}|{_cells_key([fresh])}"  # the cell holds the network: ids stay unique
-    except RandomGraph:
+    except Unshared:
         return fresh
     kept = _kept(_EVAL_CELLS, key, fresh)
     _SHARED_KEYS[id(kept)] = key
@@ -137,7 +140,7 @@ def reused(parts: StageParts, enabled: bool = True) -> StageParts:
         return parts
     try:
         key = graph_key(parts.model)
-    except RandomGraph:
+    except Unshared:
         return parts
     pooled = _kept(_POOL, key, parts)
     if pooled is not parts:
@@ -193,7 +196,7 @@ def _copy(source: dict[str, Parameter], target: dict[str, Parameter]) -> None:
 
 def graph_key(model: Model) -> str:
     """A digest of what MindSpore compiles from `model`'s networks, and of the context it
-    compiles in; raises RandomGraph for parts with a random operator."""
+    compiles in; raises Unshared for parts with a random operator."""
     digest = hashlib.blake2b(digest_size=20)
     context = [ms.get_context("mode"), ms.get_context("device_target")]
     context += [str(ms.get_auto_parallel_context(key)) for key in _PARALLEL_KEYS]
@@ -204,7 +207,7 @@ def graph_key(model: Model) -> str:
 
 
 def _cells_key(tops: list[nn.Cell]) -> str:
-    """A digest of the cells under `tops` (RandomGraph for a random operator among them); a
+    """A digest of the cells under `tops` (Unshared for a random operator among them); a
     kept network or eval cell enters by the key it was kept under."""
     digest = hashlib.blake2b(digest_size=20)
     for top in tops:
@@ -251,8 +254,10 @@ def _describe(value: Any, depth: int = 0) -> Any:
         return repr(value)
     if isinstance(value, Primitive):
         return ("primitive", type(value).__qualname__, _describe(dict(value.attrs), depth))
-    if isinstance(value, nn.Cell):
-        return ("cell", type(value).__qualname__)  # walked in its own right
+    if isinstance(value, nn.Cell):  # a registered child is not in vars(): this one is held
+        if list(value.get_parameters()):  # in a tuple or list, out of the cell tree
+            raise Unshared(f"{type(value).__qualname__} holds parameters outside the cell tree")
+        return ("cell", _cells_key([value]))
     if isinstance(value, (tuple, list)) and depth < 4:
         return tuple(_describe(item, depth + 1) for item in value)
     if isinstance(value, dict) and depth < 4:
@@ -265,15 +270,15 @@ def _describe(value: Any, depth: int = 0) -> Any:
 
 
 def _refuse_random(cell: nn.Cell) -> None:
-    """RandomGraph for a cell that holds or calls a random operator (checked by its primitives'
+    """Unshared for a cell that holds or calls a random operator (checked by its primitives'
     seeds, and by the names its `construct` calls)."""
     primitives = [v for v in vars(cell).values() if isinstance(v, Primitive)]
     primitives += list(getattr(cell, "_primitives", {}).values())
     for primitive in primitives:
         if primitive is not None and _RANDOM_ATTRS & {k.lower() for k in primitive.attrs}:
-            raise RandomGraph(type(cell).__qualname__)
+            raise Unshared(type(cell).__qualname__)
     if _calls_random(type(cell)):
-        raise RandomGraph(type(cell).__qualname__)
+        raise Unshared(type(cell).__qualname__)
 
 
 _SOURCES: dict[type[nn.Cell], bool] = {}

@@ -53,7 +53,9 @@ def _parts(kind: str, seed: int, value: float) -> StageParts:
     one graph (start weights, and a learning rate or stage-2 setting)."""
     ms.set_seed(seed)
     net = nn.Dense(N_IN, N_OUT)
-    if kind in ("plain", "weight_decay"):
+    if kind == "sequential":  # as ResNet's stages: nn.SequentialCell also lists its cells
+        net = nn.SequentialCell([nn.Dense(N_IN, 5), nn.ReLU(), nn.Dense(5, N_OUT)])
+    if kind in ("plain", "weight_decay", "sequential"):
         opt = (  # a decay is folded into the graph: one value here, other start weights and rate
             optimizers.momentum(net.trainable_params(), value, 0.9, weight_decay=0.01)
             if kind == "weight_decay"
@@ -89,7 +91,8 @@ def _trained(parts: StageParts) -> tuple[list, dict]:
 
 
 @pytest.mark.parametrize(
-    "kind", ["plain", "weight_decay", "dynamic_scale", "accumulate_ema", "dim_reduce"]
+    "kind",
+    ["plain", "sequential", "weight_decay", "dynamic_scale", "accumulate_ema", "dim_reduce"],
 )
 def test_a_reused_graph_computes_what_a_fresh_build_computes(kind):
     alone = _trained(_parts(kind, seed=2, value=0.3))

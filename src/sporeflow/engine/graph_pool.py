@@ -210,20 +210,21 @@ def _cells_key(tops: list[nn.Cell]) -> str:
     """A digest of the cells under `tops` (Unshared for a random operator among them); a
     kept network or eval cell enters by the key it was kept under."""
     digest = hashlib.blake2b(digest_size=20)
+    tree = frozenset(id(cell) for top in tops for _, cell in top.cells_and_names())
     for top in tops:
-        _walk(top, "", digest)
+        _walk(top, "", digest, tree)
     return digest.hexdigest()
 
 
-def _walk(cell: nn.Cell, name: str, digest) -> None:
+def _walk(cell: nn.Cell, name: str, digest, tree: frozenset[int]) -> None:
     if id(cell) in _SHARED_KEYS:
         digest.update(f"{name}|kept|{_SHARED_KEYS[id(cell)]}".encode())
         return
     _refuse_random(cell)
     digest.update(f"{name}|{type(cell).__module__}.{type(cell).__qualname__}".encode())
-    digest.update(repr(_cell_constants(cell)).encode())
+    digest.update(repr(_cell_constants(cell, tree)).encode())
     for child_name, child in cell.name_cells().items():
-        _walk(child, f"{name}.{child_name}", digest)
+        _walk(child, f"{name}.{child_name}", digest, tree)
 
 
 def _model_settings(model: Model) -> dict:
@@ -232,18 +233,19 @@ def _model_settings(model: Model) -> dict:
     return {k: getattr(model, k, None) for k in _MODEL_SETTINGS}
 
 
-def _cell_constants(cell: nn.Cell) -> list:
+def _cell_constants(cell: nn.Cell, tree: frozenset[int]) -> list:
     """(attribute, description) of everything a cell holds but its child cells."""
     return [
-        (attr, _describe(value))
+        (attr, _describe(value, tree))
         for attr, value in sorted(vars(cell).items())
         if attr not in _NOT_COMPILED and not (attr.startswith("_lazy_") and not value)
     ]
 
 
-def _describe(value: Any, depth: int = 0) -> Any:
+def _describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) -> Any:
     """What of `value` a graph can depend on: a Tensor constant by a digest of its bytes, a
-    parameter by name, shape, dtype and whether it is trained."""
+    parameter by name, shape, dtype and whether it is trained; a cell of `tree` (the cells
+    being walked) by its class, any other cell in full."""
     if isinstance(value, Parameter):
         return ("param", value.name, tuple(value.shape), str(value.dtype), value.requires_grad)
     if isinstance(value, Tensor):
@@ -253,20 +255,29 @@ def _describe(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float, str, Enum)):
         return repr(value)
     if isinstance(value, Primitive):
-        return ("primitive", type(value).__qualname__, _describe(dict(value.attrs), depth))
-    if isinstance(value, nn.Cell):  # a registered child is not in vars(): this one is held
-        if list(value.get_parameters()):  # in a tuple or list, out of the cell tree
-            raise Unshared(f"{type(value).__qualname__} holds parameters outside the cell tree")
-        return ("cell", _cells_key([value]))
+        return ("primitive", type(value).__qualname__, _describe(dict(value.attrs)))
+    if isinstance(value, nn.Cell):
+        return _held_cell(value, tree)
     if isinstance(value, (tuple, list)) and depth < 4:
-        return tuple(_describe(item, depth + 1) for item in value)
+        return tuple(_describe(item, tree, depth + 1) for item in value)
     if isinstance(value, dict) and depth < 4:
         return tuple(
-            (str(k), _describe(v, depth + 1))
+            (str(k), _describe(v, tree, depth + 1))
             for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
         )
     kind = type(value)
     return ("object", kind.__module__, kind.__qualname__, getattr(value, "__qualname__", None))
+
+
+def _held_cell(cell: nn.Cell, tree: frozenset[int]) -> tuple:
+    """A cell an attribute holds: one of the tree (nn.SequentialCell keeps its cells in a list
+    too) is walked in its own right; one outside it (a tuple attribute) is described in full,
+    or Unshared when it holds parameters, which no walk of the tree finds and no copy reaches."""
+    if id(cell) in tree:
+        return ("cell", type(cell).__qualname__)
+    if list(cell.get_parameters()):
+        raise Unshared(f"{type(cell).__qualname__} holds parameters outside the cell tree")
+    return ("cell", _cells_key([cell]))
 
 
 def _refuse_random(cell: nn.Cell) -> None:

@@ -139,6 +139,21 @@ class DimReduceStep(nn.Cell):
         self.eye = Tensor(np.eye(k), mstype.float32)
         self.epsilon = 1e-20
 
+        self._init_state(k, network_with_loss)
+
+        self.parallel = _get_parallel_mode() in (
+            ParallelMode.DATA_PARALLEL,
+            ParallelMode.HYBRID_PARALLEL,
+        )
+        if self.parallel:
+            self.allreduce = ops.AllReduce()
+            self.world = float(get_group_size())
+
+    def _init_state(self, k: int, network_with_loss: nn.Cell) -> None:
+        """What a step carries to the next (saved in a stage's checkpoints): the BFGS matrix and
+        last projected gradient (each with the copy a rejected step rolls back to), the last
+        accepted step, the trial-forward count, the residual momentum, and the clones of the
+        weights and BatchNorm statistics the line search restores."""
         self.h = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h")
         self.h_back = Parameter(Tensor(np.eye(k), mstype.float32), name="dim_reduce.h_back")
         self.gk_last = Parameter(
@@ -160,14 +175,6 @@ class DimReduceStep(nn.Cell):
         self.stats_clone = (
             self.stats.clone(prefix="dim_reduce.stats0", init="same") if stats else None
         )
-
-        self.parallel = _get_parallel_mode() in (
-            ParallelMode.DATA_PARALLEL,
-            ParallelMode.HYBRID_PARALLEL,
-        )
-        if self.parallel:
-            self.allreduce = ops.AllReduce()
-            self.world = float(get_group_size())
 
     def _mean(self, value):
         """Average across ranks with true division (the built-in floor-divides the loss)."""
@@ -222,7 +229,7 @@ class DimReduceStep(nn.Cell):
         if self._accepts(self.one, gk, dk, dn, old_loss, *inputs):
             r, trials = self.one, self.one_trial
         elif self._accepts(self.rho, gk, dk, dn, old_loss, *inputs):
-            r = self.rho * 1.0
+            r = self.rho
         else:
             ops.assign(self.gk_last, self.gk_last_back)
             ops.assign(self.h, self.h_back)

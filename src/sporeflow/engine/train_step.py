@@ -173,7 +173,7 @@ class TrainStep(nn.Cell):
             return self._dynamic_step(loss, *inputs)
         sens = ops.ones_like(loss) * ops.cast(self.loss_scale, loss.dtype)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
-        grads = self.hyper_map(ops.partial(_scale, self.grad_factor * 1.0), grads)
+        grads = self.hyper_map(ops.partial(_scale, self.grad_factor), grads)
         if self.k == 1:
             return ops.depend(loss, self._update(grads))
         loss = ops.depend(loss, self.hyper_map(_accumulate, self.accum, grads))

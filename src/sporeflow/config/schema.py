@@ -146,6 +146,13 @@ class RuntimeConfig:
     """A stage whose networks compile to the same graph as an earlier stage's in this process
     (a sweep's jobs under the basic launcher, stage 1 and its baselines) trains on that
     compiled graph, every parameter value copied in; false: every stage compiles its own."""
+    compile_cache: bool = True
+    """Keep compiled graphs on disk for later processes (the next `python train.py`, a sweep's
+    workers), each entry checked against the graph it stands for before MindSpore loads it;
+    false: every process compiles its graphs."""
+    compile_cache_dir: Optional[str] = None
+    """Where the compile cache lives; null: `$XDG_CACHE_HOME/sporeflow/compile`
+    (`~/.cache/sporeflow/compile`). Keep it on a local disk (see troubleshooting)."""
 
 
 @dataclass

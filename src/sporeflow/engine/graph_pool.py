@@ -64,6 +64,9 @@ _NOT_COMPILED = frozenset(
         "init_learning_rate",
         "cell_init_args",
         "_compile_phase",  # what MindSpore records when it compiles or runs a cell
+        "compile_phase",
+        "current_phase",
+        "__parse_method__",
         "_scope",
         "_func_graph_flags",
     }
@@ -198,33 +201,45 @@ def graph_key(model: Model) -> str:
     """A digest of what MindSpore compiles from `model`'s networks, and of the context it
     compiles in; raises Unshared for parts with a random operator."""
     digest = hashlib.blake2b(digest_size=20)
-    context = [ms.get_context("mode"), ms.get_context("device_target")]
-    context += [str(ms.get_auto_parallel_context(key)) for key in _PARALLEL_KEYS]
-    digest.update(repr(context).encode())
-    digest.update(repr(_describe(_model_settings(model))).encode())
+    digest.update(context_key().encode())
+    digest.update(repr(describe(_model_settings(model))).encode())
     digest.update(_cells_key(_top_cells(model)).encode())
     return digest.hexdigest()
 
 
-def _cells_key(tops: list[nn.Cell]) -> str:
-    """A digest of the cells under `tops` (Unshared for a random operator among them); a
-    kept network or eval cell enters by the key it was kept under."""
+def context_key() -> str:
+    """The execution and parallel context a graph is compiled in."""
+    context = [ms.get_context("mode"), ms.get_context("device_target")]
+    context += [str(ms.get_auto_parallel_context(key)) for key in _PARALLEL_KEYS]
+    return repr(context)
+
+
+def cell_key(cell: nn.Cell) -> str:
+    """A digest of what MindSpore compiles from `cell`, walked in full (no kept cell enters by
+    the key of its process): the same in every process that builds the same cell; raises
+    Unshared for a random operator."""
+    return _cells_key([cell], shortcut=False)
+
+
+def _cells_key(tops: list[nn.Cell], shortcut: bool = True) -> str:
+    """A digest of the cells under `tops` (Unshared for a random operator among them); with
+    `shortcut`, a kept network or eval cell enters by the key it was kept under."""
     digest = hashlib.blake2b(digest_size=20)
     tree = frozenset(id(cell) for top in tops for _, cell in top.cells_and_names())
     for top in tops:
-        _walk(top, "", digest, tree)
+        _walk(top, "", digest, tree, shortcut)
     return digest.hexdigest()
 
 
-def _walk(cell: nn.Cell, name: str, digest, tree: frozenset[int]) -> None:
-    if id(cell) in _SHARED_KEYS:
+def _walk(cell: nn.Cell, name: str, digest, tree: frozenset[int], shortcut: bool) -> None:
+    if shortcut and id(cell) in _SHARED_KEYS:
         digest.update(f"{name}|kept|{_SHARED_KEYS[id(cell)]}".encode())
         return
     _refuse_random(cell)
     digest.update(f"{name}|{type(cell).__module__}.{type(cell).__qualname__}".encode())
     digest.update(repr(_cell_constants(cell, tree)).encode())
     for child_name, child in cell.name_cells().items():
-        _walk(child, f"{name}.{child_name}", digest, tree)
+        _walk(child, f"{name}.{child_name}", digest, tree, shortcut)
 
 
 def _model_settings(model: Model) -> dict:
@@ -236,13 +251,13 @@ def _model_settings(model: Model) -> dict:
 def _cell_constants(cell: nn.Cell, tree: frozenset[int]) -> list:
     """(attribute, description) of everything a cell holds but its child cells."""
     return [
-        (attr, _describe(value, tree))
+        (attr, describe(value, tree))
         for attr, value in sorted(vars(cell).items())
         if attr not in _NOT_COMPILED and not (attr.startswith("_lazy_") and not value)
     ]
 
 
-def _describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) -> Any:
+def describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) -> Any:
     """What of `value` a graph can depend on: a Tensor constant by a digest of its bytes, a
     parameter by name, shape, dtype and whether it is trained; a cell of `tree` (the cells
     being walked) by its class, any other cell in full."""
@@ -255,14 +270,14 @@ def _describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) ->
     if value is None or isinstance(value, (bool, int, float, str, Enum)):
         return repr(value)
     if isinstance(value, Primitive):
-        return ("primitive", type(value).__qualname__, _describe(dict(value.attrs)))
+        return ("primitive", type(value).__qualname__, describe(dict(value.attrs)))
     if isinstance(value, nn.Cell):
         return _held_cell(value, tree)
     if isinstance(value, (tuple, list)) and depth < 4:
-        return tuple(_describe(item, tree, depth + 1) for item in value)
+        return tuple(describe(item, tree, depth + 1) for item in value)
     if isinstance(value, dict) and depth < 4:
         return tuple(
-            (str(k), _describe(v, tree, depth + 1))
+            (str(k), describe(v, tree, depth + 1))
             for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
         )
     kind = type(value)

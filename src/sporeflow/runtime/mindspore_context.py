@@ -73,15 +73,18 @@ def device_problem(target: DeviceTarget) -> str | None:
 
 
 def refuse_compile_cache(environ=os.environ) -> None:
-    """ConfigError while MindSpore's compile cache is switched on. It finds a cached graph
-    by its place in the process's compile order and a hash of the entry script's source files,
-    not by the graph: a run with another optimizer, loss or network would train the graph an
-    earlier run compiled (tests/e2e/test_mindspore_compile_cache.py shows it)."""
+    """ConfigError while MindSpore's compile cache is switched on by its environment variable.
+    Used unchecked, it finds a cached graph by its place in the process's compile order and a
+    hash of the entry script's source files, not by the graph: a run with another optimizer,
+    loss or network would train the graph an earlier run compiled
+    (tests/e2e/test_mindspore_compile_cache.py). sporeflow's own cache (`runtime.compile_cache`,
+    engine.compile_cache) checks every entry first."""
     if environ.get("MS_COMPILER_CACHE_ENABLE") == "1":
         raise ConfigError(
             "MS_COMPILER_CACHE_ENABLE=1: MindSpore's compile cache looks a graph up by compile "
             "order and source files, not by the graph, so a run with another config would use "
-            "an earlier run's graph; unset MS_COMPILER_CACHE_ENABLE"
+            "an earlier run's graph; unset MS_COMPILER_CACHE_ENABLE (sporeflow's "
+            "runtime.compile_cache, on by default, checks every entry)"
         )
 
 

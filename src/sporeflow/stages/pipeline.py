@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 
 from sporeflow.config.schema import BoostName
+from sporeflow.engine import compile_cache
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stages import fine_tune, finished_jobs
@@ -28,6 +29,11 @@ def run_pipeline(plan: JobPlan) -> float:
     (`sweep.objective`: stage 2's accuracy in a pipeline, the final accuracy of a plain run, by
     default)."""
     worker = init_context(plan.cfg)
+    runtime = plan.cfg.runtime
+    compile_cache.use(
+        compile_cache.root(runtime.compile_cache, runtime.compile_cache_dir), worker.rank
+    )
+    cached_before = compile_cache.counts()
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
         plan.cfg.tracking,
         plan.ctx.launch_dir,
@@ -39,6 +45,7 @@ def run_pipeline(plan: JobPlan) -> float:
         metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if metrics is None:
             metrics = PIPELINES[plan.pipeline](runner)
+        compile_cache.report(cached_before)
         return float(metrics.get(plan.objective, float("nan")))
 
 

@@ -1,0 +1,304 @@
+"""MindSpore's compile cache across processes, with every entry checked before MindSpore reads it.
+
+MindSpore 2.10 finds a cached graph by the process's compile index alone (`compile_cache_<i>
+.mindir`, `i` counting the compiles since the cache was switched on) and by a hash of the entry
+script's own imports: a process that compiles other graphs, or the same graphs in another order,
+is handed an earlier process's graph (tests/e2e/test_mindspore_compile_cache.py). Here every
+compile passes a check first (a wrapper around MindSpore's two graph executors' `compile`): the
+graph about to be compiled is described (`graph_pool.cell_key`: every cell's class and
+constants, parameter names, shapes and dtypes; the source file of every cell class; the input
+shapes and dtypes; the phase kind, jit config and parallel context), and the entry at this
+index is left for MindSpore to load only when a manifest says it was written for the same
+description and its files still have the SHA-256 recorded then. Any other entry (another graph,
+a corrupt or foreign file, a graph of a function or of a random operator, which are never kept)
+is deleted, so MindSpore compiles and writes it again.
+
+The cache folder is `<root>/<mindspore version, device, sporeflow source digest>/slot-<n>`:
+MindSpore fixes a process's folder at its first compile and numbers entries per process, so
+one process at a time owns a slot (an flock per slot and rank); a second concurrent job takes
+the next slot, and with every slot taken a process compiles without the cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn
+from mindspore._c_expression import GraphExecutor_, JitExecutor_
+
+from sporeflow.core.errors import ConfigError
+from sporeflow.engine import graph_pool
+from sporeflow.storage.cache import user_cache_dir
+
+SLOTS = 8  # processes that can cache at once in one folder (a sweep's workers, a job's ranks)
+MANIFEST = "sporeflow-manifest.json"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Slot:
+    """The cache folder this process owns, and what it has found in it."""
+
+    root: Path  # what the job asked for
+    folder: Path  # MindSpore's compile_cache_path
+    graphs: Path  # where MindSpore writes this rank's entries
+    lock: int  # the flock held for the life of the process
+    entries: dict[str, dict] = field(default_factory=dict)  # index -> graph digest, file digests
+    on: bool = True
+    compiles: int = 0  # MindSpore compiles since the cache was switched on
+    loaded: int = 0  # entries MindSpore loaded instead of compiling
+    offered: dict[int, dict[str, int]] = field(default_factory=dict)  # index -> files' mtimes
+
+
+_SLOT: Slot | None = None
+
+
+def use(root: Path | None, rank: int = 0) -> Slot | None:
+    """Switch the checked cache on in `root` (None: off) for this process's later compiles; the
+    slot in use, or None. A process caches in one root: MindSpore fixes the folder at its first
+    compile, so another root later is a ConfigError."""
+    global _SLOT
+    if _SLOT is not None:
+        if root is not None and root != _SLOT.root:
+            raise ConfigError(
+                f"runtime.compile_cache_dir={root}: this process already caches compiled "
+                f"graphs in {_SLOT.root} (MindSpore fixes the folder once per process); give "
+                "every job of a sweep the same runtime.compile_cache_dir"
+            )
+        _SLOT.on = root is not None
+        _switch(_SLOT.on, _SLOT.folder)
+        return _SLOT if _SLOT.on else None
+    if root is None:
+        return None
+    _SLOT = _claim(root / _version_folder(), root, rank)
+    if _SLOT is None:
+        log.warning(
+            "compile cache: all %d slots of %s are in use; compiling without it", SLOTS, root
+        )
+        return None
+    _install()
+    _switch(True, _SLOT.folder)
+    return _SLOT
+
+
+def _claim(versioned: Path, root: Path, rank: int) -> Slot | None:
+    """The first slot of `versioned` no other process holds for `rank`, locked."""
+    for n in range(SLOTS):
+        folder = versioned / f"slot-{n}"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(folder / f"rank_{rank}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        graphs = folder / f"rank_{rank}" / "graph_cache"
+        return Slot(root, folder, graphs, fd, _read_manifest(graphs))
+    return None
+
+
+def _switch(on: bool, folder: Path) -> None:
+    """MindSpore's cache on (in `folder`) or off; its notice that the context key is deprecated
+    in favour of an environment variable is silenced (a variable would reach child processes)."""
+    logging.disable(logging.WARNING)
+    try:
+        ms.set_context(enable_compile_cache=on, compile_cache_path=str(folder))
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _version_folder() -> str:
+    """What every cached graph depends on beyond its description: MindSpore, the device, the
+    Python version, and sporeflow's own source (the code a cell's `construct` calls)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    device = ms.get_context("device_target")
+    return f"mindspore-{ms.__version__}-{device}-py{version}-{_source_digest()[:16]}"
+
+
+_DIGESTS: dict[str, str] = {}
+
+
+def _source_digest() -> str:
+    if "sporeflow" not in _DIGESTS:
+        package = Path(__file__).resolve().parents[1]
+        digest = hashlib.sha256()
+        for path in sorted(package.rglob("*.py")):
+            digest.update(str(path.relative_to(package)).encode())
+            digest.update(path.read_bytes())
+        _DIGESTS["sporeflow"] = digest.hexdigest()
+    return _DIGESTS["sporeflow"]
+
+
+def _file_digest(path: str) -> str:
+    if path not in _DIGESTS:
+        _DIGESTS[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return _DIGESTS[path]
+
+
+def _install() -> None:
+    """Route both of MindSpore's graph executors' compiles (cells, and `ms.jit` functions,
+    which take compile indexes too) through `_checked`, once per process."""
+    for executor in (GraphExecutor_, JitExecutor_):
+        if not getattr(executor.compile, "sporeflow_checked", False):
+            executor.compile = _checked(executor.compile)
+
+
+def _checked(compile_graph):
+    def checked_compile(executor, source, args, kwargs, phase, *rest):
+        slot = _SLOT
+        if slot is None or not slot.on:
+            return compile_graph(executor, source, args, kwargs, phase, *rest)
+        index = slot.compiles
+        slot.compiles += 1
+        graph = description(source, args, kwargs, phase, rest)
+        _before(slot, index, graph)
+        compiled = False
+        try:
+            compiled = compile_graph(executor, source, args, kwargs, phase, *rest)
+            return compiled
+        finally:
+            _after(slot, index, graph if compiled else None)
+
+    checked_compile.sporeflow_checked = True  # type: ignore[attr-defined]
+    return checked_compile
+
+
+def description(source: Any, args: Any, kwargs: Any, phase: str, rest: tuple = ()) -> str | None:
+    """A digest of everything the graph compiled from `source` and these inputs depends on, the
+    same in every process that compiles it; None when it cannot be described: a function (its
+    closure is not described), a random operator, a cell class without a source file."""
+    if not isinstance(source, nn.Cell):
+        return None
+    try:
+        cells = graph_pool.cell_key(source)
+        sources = sorted({_class_source(type(cell)) for _, cell in source.cells_and_names()})
+    except (graph_pool.Unshared, OSError, TypeError):
+        return None
+    kinds = [graph_pool.context_key(), cells, sources, phase.split(".")[0]]
+    kinds += [_inputs(args), _inputs(kwargs), repr(rest)]
+    return hashlib.sha256(repr(kinds).encode()).hexdigest()
+
+
+def _class_source(kind: type) -> str:
+    path = inspect.getsourcefile(kind)
+    if path is None:
+        raise OSError(f"{kind.__qualname__} has no source file")
+    return f"{kind.__module__}.{kind.__qualname__}:{_file_digest(path)}"
+
+
+def _inputs(value: Any) -> Any:
+    """Inputs by what a graph is compiled for: shapes and dtypes, a parameter's name too."""
+    if isinstance(value, Parameter):
+        return ("param", value.name, tuple(value.shape), str(value.dtype))
+    if isinstance(value, Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype))
+    if isinstance(value, (tuple, list)):
+        return tuple(_inputs(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(
+            (str(k), _inputs(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+        )
+    return graph_pool.describe(value)
+
+
+def _before(slot: Slot, index: int, graph: str | None) -> None:
+    """Leave entry `index` for MindSpore to load only when it was written for `graph` and is
+    unchanged since; delete it otherwise."""
+    entry = slot.entries.get(str(index))
+    files = _entry_files(slot.graphs, index)
+    if graph and isinstance(entry, dict) and entry.get("graph") == graph:
+        if entry.get("files") == _digests(files):
+            slot.offered[index] = _mtimes(files)
+            return
+    for path in files:
+        path.unlink(missing_ok=True)
+    if slot.entries.pop(str(index), None) is not None:
+        _write_manifest(slot)
+
+
+def _after(slot: Slot, index: int, graph: str | None) -> None:
+    """Record what MindSpore wrote at `index` for `graph`; a graph that cannot be described (or
+    failed to compile) leaves no entry behind."""
+    files = _entry_files(slot.graphs, index)
+    if graph is None:
+        for path in files:
+            path.unlink(missing_ok=True)
+        return
+    if slot.offered.pop(index, None) == _mtimes(files):
+        slot.loaded += 1  # MindSpore read the entry (it rewrites one it could not use)
+        return
+    entry = {"graph": graph, "files": _digests(files)}
+    if files and slot.entries.get(str(index)) != entry:
+        slot.entries[str(index)] = entry
+        _write_manifest(slot)
+
+
+def _entry_files(graphs: Path, index: int) -> list[Path]:
+    """Entry `index`'s files: the graph, and (Ascend, parallel jobs) the backend's and the
+    parallel groups' files of that compile."""
+    pattern = re.compile(rf"(compile_cache|group)_{index}(?!\d)")
+    if not graphs.is_dir():
+        return []
+    return sorted(p for p in graphs.iterdir() if pattern.search(p.name))
+
+
+def _mtimes(files: list[Path]) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in files}
+
+
+def _digests(files: list[Path]) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _read_manifest(graphs: Path) -> dict[str, dict]:
+    """The slot's manifest; an unreadable one counts as empty (every entry is then compiled
+    again)."""
+    try:
+        entries = json.loads((graphs / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write_manifest(slot: Slot) -> None:
+    slot.graphs.mkdir(parents=True, exist_ok=True)
+    partial = slot.graphs / f"{MANIFEST}.partial"
+    partial.write_text(json.dumps(slot.entries, indent=1, sort_keys=True))
+    os.replace(partial, slot.graphs / MANIFEST)
+
+
+def counts() -> tuple[int, int]:
+    """(graphs compiled, of them loaded from the cache) since this process switched it on."""
+    return (_SLOT.compiles, _SLOT.loaded) if _SLOT is not None else (0, 0)
+
+
+def report(before: tuple[int, int]) -> None:
+    """Log what the cache gave since `before` (a `counts()`): how many compiled graphs came
+    from it, and where it is."""
+    compiles, loaded = counts()[0] - before[0], counts()[1] - before[1]
+    if _SLOT is not None and _SLOT.on and compiles:
+        log.info(
+            "compile cache: %d of %d graphs loaded from %s (runtime.compile_cache=false: off)",
+            loaded,
+            compiles,
+            _SLOT.folder,
+        )
+
+
+def root(enabled: bool, folder: str | None) -> Path | None:
+    """The cache root a job's `runtime.compile_cache` and `runtime.compile_cache_dir` ask for:
+    None when off, by default `$XDG_CACHE_HOME/sporeflow/compile` (`~/.cache/sporeflow/compile`)."""
+    if not enabled:
+        return None
+    return Path(folder).expanduser().resolve() if folder else user_cache_dir("compile")

@@ -1,9 +1,11 @@
 """Graph compiles in the README's 6-job dim-reduce sweep (issue 50): the sweep run by train.py
 in one process (Hydra's basic launcher) under bench/compile_spy.py, by the code before the graph
-pool (BEFORE, a git worktree on this venv), by today's code, and by today's with
+pool (BEFORE, a git worktree on this venv), by today's code with the compile cache off, with a
+cold cache (an empty folder) and with that folder warm (the same sweep again), and with
 `runtime.reuse_graphs=false`; then the same sweep under joblib with 2 workers (wall only), before
-and now. Side by side in one run: wall seconds, seconds in graph runs, MindSpore compiles (new
-graphs, by cell class) and their seconds, and the wall as a multiple of the graph-run seconds.
+and now (cache off, cold, warm). Side by side in one run: wall seconds, seconds in graph runs,
+MindSpore compiles (new graphs, by cell class; a graph loaded from the compile cache counts)
+and their seconds, and the wall as a multiple of the graph-run seconds.
 Usage: python bench/bench_compile.py
 """
 
@@ -46,39 +48,50 @@ def spied(repo: Path, extra: list[str]) -> dict:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def joblib_wall(repo: Path) -> float:
+def joblib_wall(repo: Path, extra: list[str]) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        return run_train([*SWEEP, *JOBLIB, f"hydra.sweep.dir={tmp}/multirun"], Path(tmp), repo=repo)
+        args = [*SWEEP, *JOBLIB, *extra, f"hydra.sweep.dir={tmp}/multirun"]
+        return run_train(args, Path(tmp), repo=repo)
 
 
 def main() -> None:
-    with checkout(BEFORE) as before:
+    off = ["runtime.compile_cache=false"]
+    with checkout(BEFORE) as before, tempfile.TemporaryDirectory() as cache:
         found = {
             f"before {BEFORE}": spied(before, []),
-            "now": spied(REPO, []),
-            "now, reuse_graphs=false": spied(REPO, ["runtime.reuse_graphs=false"]),
+            "now, cache off": spied(REPO, off),
+            "now, cache cold": spied(REPO, [f"runtime.compile_cache_dir={cache}/one"]),
+            "now, cache warm": spied(REPO, [f"runtime.compile_cache_dir={cache}/one"]),
+            "now, reuse_graphs=false": spied(REPO, ["runtime.reuse_graphs=false", *off]),
         }
-        walls = {f"before {BEFORE}": joblib_wall(before), "now": joblib_wall(REPO)}
+        walls = {
+            f"before {BEFORE}": joblib_wall(before, []),
+            "now, cache off": joblib_wall(REPO, off),
+            "now, cache cold": joblib_wall(REPO, [f"runtime.compile_cache_dir={cache}/two"]),
+            "now, cache warm": joblib_wall(REPO, [f"runtime.compile_cache_dir={cache}/two"]),
+        }
     print(
         "6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 "
         f"epochs), one process (basic launcher), {os.cpu_count()} cores:"
     )
     print(
         f"  {'':26s} {'wall s':>7s} {'graph runs s':>12s} {'wall/runs':>9s} {'compiles':>8s} "
-        f"{'compile s':>9s}  by cell"
+        f"{'compile s':>9s} {'loaded':>6s}  by cell"
     )
     for label, r in found.items():
         total = sum(r["compiles"].values())
         by_cell = ", ".join(f"{k} {v}" for k, v in sorted(r["compiles"].items()))
         print(
             f"  {label:26s} {r['wall']:7.1f} {r['graph runs']:12.1f} "
-            f"{r['wall'] / r['graph runs']:8.2f}x {total:8d} {r['compile']:9.1f}  {by_cell}"
+            f"{r['wall'] / r['graph runs']:8.2f}x {total:8d} {r['compile']:9.1f} "
+            f"{r.get('loaded', 0):6d}  {by_cell}"
         )
     print("the same sweep under joblib, 2 workers (wall s):")
     for label, wall in walls.items():
         print(f"  {label:26s} {wall:7.1f}")
-    now, old = walls["now"], walls[f"before {BEFORE}"]
-    print(f"  now / before: {now / old:.2f}x")
+    old = walls[f"before {BEFORE}"]
+    for label in ("now, cache off", "now, cache warm"):
+        print(f"  {label} / before: {walls[label] / old:.2f}x")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Figures, each job in a fresh process and fresh folder, the same oneDNN ISA cap f
   start-up      seconds from process start to the end of the first training step (imports,
                 config, data, graph compilation; sporeflow: `train/seconds_to_first_step`);
   wall          the whole process (sporeflow adds its MLflow store, checkpoints, final eval).
+train.py runs with its compile cache off, and warm (a run of the same job filled it first).
 Then what MLflow costs where it now runs (the tracking writer, a child process since issue 21;
 the trainer no longer pays it before its first step): its import, opening a fresh and an
 existing sqlite store (each in a fresh process).
@@ -136,7 +137,7 @@ def script(model: str, sink: bool) -> dict:
     }
 
 
-def sporeflow(model: str) -> dict:
+def sporeflow(model: str, extra: list[str]) -> dict:
     images, epochs = CASES[model]
     with tempfile.TemporaryDirectory() as tmp:
         wall = run_train(
@@ -149,6 +150,7 @@ def sporeflow(model: str) -> dict:
                 "optimizer=momentum",
                 f"optimizer.lr={LR}",
                 f"epochs={epochs}",
+                *extra,
             ],
             Path(tmp),
             isa_env(),
@@ -204,8 +206,14 @@ def main() -> None:
         rows[model] = {
             "script, sink off": median_of(repeats, script, model, False),
             "script, sink on": median_of(repeats, script, model, True),
-            "train.py": median_of(repeats, sporeflow, model),
+            "train.py, cache off": median_of(
+                repeats, sporeflow, model, ["runtime.compile_cache=false"]
+            ),
         }
+        with tempfile.TemporaryDirectory() as cache:
+            warm = [f"runtime.compile_cache_dir={cache}"]
+            sporeflow(model, warm)  # fills the cache: the repeats below find it warm
+            rows[model]["train.py, cache warm"] = median_of(repeats, sporeflow, model, warm)
         print(f"  measured {model}", file=sys.stderr, flush=True)
     cost = median_of(repeats, mlflow_cost)
     print(

@@ -1,6 +1,7 @@
 """`python bench/compile_spy.py REPO ARGS...`: REPO's `train.py ARGS` run in this process with
 MindSpore's graph compiles counted (a graph MindSpore had not compiled before, by cell class)
-and the seconds of compiles and of graph runs (every train, eval and export step) summed; one
+and the seconds of compiles and of graph runs (every train, eval and export step) summed, and
+how many of the compiled graphs came from sporeflow's compile cache; one
 JSON line on stdout at exit. A Hydra launcher that runs jobs in other processes (joblib) is seen
 only as far as this process goes: use it with the basic launcher."""
 
@@ -41,7 +42,10 @@ def timed_run(self, obj, *args, **kwargs):
 
 def report() -> None:
     wall = time.perf_counter() - STARTED
-    print(json.dumps({"wall": wall, "compiles": dict(compiles), **seconds}), flush=True)
+    cache = sys.modules.get("sporeflow.engine.compile_cache")  # absent in code before it
+    loaded = cache.counts()[1] if cache is not None else 0
+    found = {"wall": wall, "compiles": dict(compiles), "loaded": loaded, **seconds}
+    print(json.dumps(found), flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ CHECKED = ONE_GRAPH.replace(
     "ms.set_context(mode=ms.GRAPH_MODE)\n"
     "from pathlib import Path\n"
     "from sporeflow.engine import compile_cache\n"
-    "compile_cache.use(Path(sys.argv[2]))",
+    "compile_cache.use(True, Path(sys.argv[2]))",
 )
 
 

@@ -64,23 +64,26 @@ class Slot:
 _SLOT: Slot | None = None
 
 
-def use(root: Path | None, rank: int = 0) -> Slot | None:
-    """Switch the checked cache on in `root` (None: off) for this process's later compiles; the
-    slot in use, or None. A process caches in one root: MindSpore fixes the folder at its first
-    compile, so another root later is a ConfigError."""
+def use(enabled: bool, folder: str | Path | None = None, rank: int = 0) -> Slot | None:
+    """Switch the checked cache on (`enabled`) in `folder` (None: `default_root()`) or off for
+    this process's later compiles; the slot in use, or None. A process caches in one folder:
+    MindSpore fixes it at the process's first compile, so another `folder` later is a
+    ConfigError (a job without one uses the process's)."""
     global _SLOT
+    root = Path(folder).expanduser().resolve() if folder else None
     if _SLOT is not None:
-        if root is not None and root != _SLOT.root:
+        if enabled and root is not None and root != _SLOT.root:
             raise ConfigError(
                 f"runtime.compile_cache_dir={root}: this process already caches compiled "
                 f"graphs in {_SLOT.root} (MindSpore fixes the folder once per process); give "
                 "every job of a sweep the same runtime.compile_cache_dir"
             )
-        _SLOT.on = root is not None
-        _switch(_SLOT.on, _SLOT.folder)
-        return _SLOT if _SLOT.on else None
-    if root is None:
+        _SLOT.on = enabled
+        _switch(enabled, _SLOT.folder)
+        return _SLOT if enabled else None
+    if not enabled:
         return None
+    root = root or default_root()
     _SLOT = _claim(root / _version_folder(), root, rank)
     if _SLOT is None:
         log.warning(
@@ -90,6 +93,17 @@ def use(root: Path | None, rank: int = 0) -> Slot | None:
     _install()
     _switch(True, _SLOT.folder)
     return _SLOT
+
+
+def _entry_script_without_imports() -> None:
+    """MindSpore hashes the entry script (sys.argv[0]) and what it imports at every cached
+    compile: it fails when that is not a file (`python -c`, a test worker), and an entry that
+    imports `sys` has the live sys module's streams reset (engine/mindspore_cache_entry.py).
+    It hashes a file without imports instead: the manifest, not that hash, decides what is
+    loaded, and the folder is keyed by sporeflow's source."""
+    from mindspore.graph import api
+
+    api.entry_script_path = str(Path(__file__).with_name("mindspore_cache_entry.py"))
 
 
 def _claim(versioned: Path, root: Path, rank: int) -> Slot | None:
@@ -111,6 +125,8 @@ def _claim(versioned: Path, root: Path, rank: int) -> Slot | None:
 def _switch(on: bool, folder: Path) -> None:
     """MindSpore's cache on (in `folder`) or off; its notice that the context key is deprecated
     in favour of an environment variable is silenced (a variable would reach child processes)."""
+    if on:
+        _entry_script_without_imports()
     logging.disable(logging.WARNING)
     try:
         ms.set_context(enable_compile_cache=on, compile_cache_path=str(folder))
@@ -296,9 +312,6 @@ def report(before: tuple[int, int]) -> None:
         )
 
 
-def root(enabled: bool, folder: str | None) -> Path | None:
-    """The cache root a job's `runtime.compile_cache` and `runtime.compile_cache_dir` ask for:
-    None when off, by default `$XDG_CACHE_HOME/sporeflow/compile` (`~/.cache/sporeflow/compile`)."""
-    if not enabled:
-        return None
-    return Path(folder).expanduser().resolve() if folder else user_cache_dir("compile")
+def default_root() -> Path:
+    """`$XDG_CACHE_HOME/sporeflow/compile` (`~/.cache/sporeflow/compile`)."""
+    return user_cache_dir("compile")

@@ -30,9 +30,7 @@ def run_pipeline(plan: JobPlan) -> float:
     default)."""
     worker = init_context(plan.cfg)
     runtime = plan.cfg.runtime
-    compile_cache.use(
-        compile_cache.root(runtime.compile_cache, runtime.compile_cache_dir), worker.rank
-    )
+    compile_cache.use(runtime.compile_cache, runtime.compile_cache_dir, worker.rank)
     cached_before = compile_cache.counts()
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
         plan.cfg.tracking,

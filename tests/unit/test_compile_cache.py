@@ -1,0 +1,97 @@
+"""engine.compile_cache in this process: what a graph's description tells apart, what the check
+before each compile keeps or deletes, and that a cached compile leaves the process alone. What a
+later process loads is tests/e2e/test_compile_cache.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from helpers.mindspore_setup import graph_mode_on_cpu
+from sporeflow.engine import compile_cache
+
+
+class AddOne(nn.Cell):
+    def construct(self, x):
+        return x + 1
+
+
+class Double(nn.Cell):
+    def construct(self, x):
+        return x * 2
+
+
+def _inputs(*shape):
+    return (ms.Tensor(np.ones(shape, np.float32)),)
+
+
+def test_a_description_tells_graphs_apart_and_not_two_builds_of_one():
+    def described(cell, inputs):
+        return compile_cache.description(cell, inputs, {}, "train.123.456.0")
+
+    one = described(nn.Dense(3, 2), _inputs(4, 3))
+    assert one is not None
+    assert described(nn.Dense(3, 2), _inputs(4, 3)) == one  # other weights, other instance
+    assert described(nn.Dense(3, 2), _inputs(8, 3)) != one  # another input shape
+    assert described(nn.Dense(3, 2, has_bias=False), _inputs(4, 3)) != one
+    assert described(AddOne(), _inputs(4, 3)) != described(Double(), _inputs(4, 3))
+    assert compile_cache.description(nn.Dense(3, 2), _inputs(4, 3), {}, "eval.1.2") != one
+    assert compile_cache.description(lambda x: x, _inputs(4, 3), {}, "train") is None
+    assert described(nn.Dropout(p=0.5), _inputs(4, 3)) is None  # a random operator
+
+
+def _slot(tmp_path) -> compile_cache.Slot:
+    graphs = tmp_path / "rank_0" / "graph_cache"
+    graphs.mkdir(parents=True)
+    return compile_cache.Slot(tmp_path, tmp_path, graphs, lock=-1)
+
+
+def test_an_entry_is_left_to_load_only_for_its_graph_and_unchanged_files(tmp_path):
+    slot = _slot(tmp_path)
+    entry = slot.graphs / "compile_cache_3.mindir"
+    other = slot.graphs / "compile_cache_31.mindir"  # another index's file is never touched
+    entry.write_bytes(b"graph three")
+    other.write_bytes(b"graph thirty-one")
+    compile_cache._after(slot, 3, "graph-a")
+    assert json.loads((slot.graphs / compile_cache.MANIFEST).read_text())["3"]["graph"] == "graph-a"
+
+    compile_cache._before(slot, 3, "graph-a")  # the same graph, the same bytes: kept
+    assert entry.exists() and 3 in slot.offered
+    compile_cache._after(slot, 3, "graph-a")
+    assert slot.loaded == 1
+
+    entry.write_bytes(b"graph three, damaged")
+    compile_cache._before(slot, 3, "graph-a")  # changed since it was written: deleted
+    assert not entry.exists() and "3" not in slot.entries
+
+    entry.write_bytes(b"graph three")
+    compile_cache._after(slot, 3, "graph-a")
+    compile_cache._before(slot, 3, "graph-b")  # written for another graph: deleted
+    assert not entry.exists()
+
+    entry.write_bytes(b"a function's graph")
+    compile_cache._after(slot, 3, None)  # a graph that cannot be described leaves nothing
+    assert not entry.exists() and other.exists()
+
+
+def test_a_cached_compile_leaves_the_processes_streams_alone(tmp_path, monkeypatch):
+    """MindSpore walks the entry script's imports at each cached compile, and making a module
+    object of `sys` resets the live one's streams: with an entry script that imports sys (a
+    notebook's kernel, a script calling sporeflow.run), a redirected stderr was lost."""
+    from mindspore.graph import api
+
+    entry = tmp_path / "entry.py"
+    entry.write_text("import sys\n")
+    monkeypatch.setattr(api, "entry_script_path", str(entry))
+    graph_mode_on_cpu()
+    assert compile_cache.use(True) is not None
+    stream = io.StringIO()
+    with contextlib.redirect_stderr(stream):
+        assert AddOne()(_inputs(2)[0]).asnumpy().tolist() == [2.0, 2.0]
+        assert sys.stderr is stream

@@ -75,8 +75,8 @@ def test_an_entry_is_left_to_load_only_for_its_graph_and_unchanged_files(tmp_pat
     compile_cache._before(slot, 3, "graph-b")  # written for another graph: deleted
     assert not entry.exists()
 
-    entry.write_bytes(b"a function's graph")
-    compile_cache._after(slot, 3, None)  # a graph that cannot be described leaves nothing
+    entry.write_bytes(b"half a graph")
+    compile_cache._after(slot, 3, None)  # a compile that failed leaves nothing
     assert not entry.exists() and other.exists()
 
 
@@ -95,3 +95,49 @@ def test_a_cached_compile_leaves_the_processes_streams_alone(tmp_path, monkeypat
     with contextlib.redirect_stderr(stream):
         assert AddOne()(_inputs(2)[0]).asnumpy().tolist() == [2.0, 2.0]
         assert sys.stderr is stream
+
+
+def _triple(t):
+    return t * 3
+
+
+def test_graphs_not_kept_are_compiled_with_the_cache_off_and_take_no_index(monkeypatch):
+    """A function's graph, and a graph whose weights exceed MAX_ENTRY_BYTES, are compiled with
+    MindSpore's cache off: no entry written, no compile index taken (an index without an entry
+    would end MindSpore's reading of the cache for the rest of the process)."""
+    graph_mode_on_cpu()
+    slot = compile_cache.use(True)
+    assert slot is not None
+    x = _inputs(2)[0]
+    before = compile_cache.counts()
+    assert ms.jit(_triple)(x).asnumpy().tolist() == [3.0, 3.0]
+    monkeypatch.setattr(compile_cache, "MAX_ENTRY_BYTES", 4 * 2 * 3 - 1)  # nn.Dense(3, 2)'s weight
+    assert nn.Dense(3, 2, has_bias=False)(_inputs(1, 3)[0]).shape == (1, 2)
+    assert compile_cache.counts() == before
+    assert ms.get_context("enable_compile_cache")  # switched on again after each
+    assert Double()(x).asnumpy().tolist() == [2.0, 2.0]
+    assert compile_cache.counts()[0] == before[0] + 1
+    files = sorted(p.name for p in slot.graphs.glob("compile_cache_*.mindir"))
+    assert f"compile_cache_{before[0]}.mindir" in files
+
+
+def test_old_version_folders_are_pruned_unless_a_process_holds_one(tmp_path):
+    import fcntl
+    import os
+
+    folders = []
+    for age in range(6):  # version-0 is the newest
+        folder = tmp_path / f"version-{age}"
+        (folder / "slot-0").mkdir(parents=True)
+        (folder / "slot-0" / "rank_0.lock").touch()
+        os.utime(folder, (1e9 - age * 1000, 1e9 - age * 1000))
+        folders.append(folder)
+    held = os.open(folders[5] / "slot-0" / "rank_0.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        compile_cache._prune(tmp_path, keep=folders[4])
+    finally:
+        os.close(held)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # the one in use, the 2 most recent others, and the oldest (a process holds it)
+    assert left == ["version-0", "version-1", "version-4", "version-5"]

@@ -10,13 +10,16 @@ constants, parameter names, shapes and dtypes; the source file of every cell cla
 shapes and dtypes; the phase kind, jit config and parallel context), and the entry at this
 index is left for MindSpore to load only when a manifest says it was written for the same
 description and its files still have the SHA-256 recorded then. Any other entry (another graph,
-a corrupt or foreign file, a graph of a function or of a random operator, which are never kept)
-is deleted, so MindSpore compiles and writes it again.
+a corrupt or foreign file) is deleted, so MindSpore compiles and writes it again. A graph that
+cannot be described (a function's, or one with a random operator), or whose weights and
+constants exceed MAX_ENTRY_BYTES (MindSpore writes them into the entry), is compiled with the
+cache off.
 
 The cache folder is `<root>/<mindspore version, device, sporeflow source digest>/slot-<n>`:
 MindSpore fixes a process's folder at its first compile and numbers entries per process, so
 one process at a time owns a slot (an flock per slot and rank); a second concurrent job takes
-the next slot, and with every slot taken a process compiles without the cache.
+the next slot, and with every slot taken a process compiles without the cache. Version folders
+beyond the 3 most recently used are deleted when no process holds them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +45,8 @@ from sporeflow.core.errors import ConfigError
 from sporeflow.engine import graph_pool
 from sporeflow.storage.cache import user_cache_dir
 
+MAX_ENTRY_BYTES = 256 * 2**20  # a graph whose weights and constants are larger is not kept
+KEEP_VERSIONS = 3  # version folders kept in a cache root (the one in use among them)
 SLOTS = 8  # processes that can cache at once in one folder (a sweep's workers, a job's ranks)
 MANIFEST = "sporeflow-manifest.json"
 log = logging.getLogger(__name__)
@@ -85,6 +91,7 @@ def use(enabled: bool, folder: str | Path | None = None, rank: int = 0) -> Slot 
         return None
     root = root or default_root()
     _SLOT = _claim(root / _version_folder(), root, rank)
+    _prune(root, keep=_SLOT.folder.parent if _SLOT else None)
     if _SLOT is None:
         log.warning(
             "compile cache: all %d slots of %s are in use; compiling without it", SLOTS, root
@@ -120,6 +127,33 @@ def _claim(versioned: Path, root: Path, rank: int) -> Slot | None:
         graphs = folder / f"rank_{rank}" / "graph_cache"
         return Slot(root, folder, graphs, fd, _read_manifest(graphs))
     return None
+
+
+def _prune(root: Path, keep: Path | None) -> None:
+    """Delete the version folders of `root` beyond the KEEP_VERSIONS most recently used (each
+    edit or upgrade of sporeflow or MindSpore starts one), except any a process still holds."""
+    if keep is not None:
+        os.utime(keep)
+    folders = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p != keep),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for folder in folders[KEEP_VERSIONS - 1 :]:
+        if not any(_held(lock) for lock in folder.glob("slot-*/rank_*.lock")):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _held(lock: Path) -> bool:
+    """Whether a process holds `lock` (an flock test that takes and releases it when free)."""
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _switch(on: bool, folder: Path) -> None:
@@ -175,9 +209,11 @@ def _checked(compile_graph):
         slot = _SLOT
         if slot is None or not slot.on:
             return compile_graph(executor, source, args, kwargs, phase, *rest)
+        graph = description(source, args, kwargs, phase, rest) if _small(source) else None
+        if graph is None:
+            return _uncached(slot, compile_graph, executor, source, args, kwargs, phase, *rest)
         index = slot.compiles
         slot.compiles += 1
-        graph = description(source, args, kwargs, phase, rest)
         _before(slot, index, graph)
         compiled = False
         try:
@@ -188,6 +224,28 @@ def _checked(compile_graph):
 
     checked_compile.sporeflow_checked = True  # type: ignore[attr-defined]
     return checked_compile
+
+
+def _uncached(slot: Slot, compile_graph, *call):
+    """Compile with MindSpore's cache off: it neither writes the graph nor takes a compile index
+    (an index without an entry would end its reading of the cache for the process)."""
+    _switch(False, slot.folder)
+    try:
+        return compile_graph(*call)
+    finally:
+        _switch(True, slot.folder)
+
+
+def _small(source: Any) -> bool:
+    """Whether MindSpore's entry for `source` stays under MAX_ENTRY_BYTES: it writes every
+    parameter's and Tensor constant's data into the entry (stage 2's PCA basis of a ResNet
+    would be gigabytes on disk, read and hashed at every load)."""
+    if not isinstance(source, nn.Cell):
+        return True
+    total = sum(param.nbytes for param in source.get_parameters())
+    for _, cell in source.cells_and_names():
+        total += sum(v.nbytes for v in vars(cell).values() if type(v) is Tensor)
+    return total <= MAX_ENTRY_BYTES
 
 
 def description(source: Any, args: Any, kwargs: Any, phase: str, rest: tuple = ()) -> str | None:

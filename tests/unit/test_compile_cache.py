@@ -1,6 +1,6 @@
 """engine.compile_cache in this process: what a graph's description tells apart, what the check
 before each compile keeps or deletes, and that a cached compile leaves the process alone. What a
-later process loads is tests/e2e/test_compile_cache.py."""
+later process loads is tests/e2e/test_compile_cache_across_processes.py."""
 
 from __future__ import annotations
 
@@ -141,3 +141,16 @@ def test_old_version_folders_are_pruned_unless_a_process_holds_one(tmp_path):
     left = sorted(p.name for p in tmp_path.iterdir())
     # the one in use, the 2 most recent others, and the oldest (a process holds it)
     assert left == ["version-0", "version-1", "version-4", "version-5"]
+
+
+def test_a_compile_cache_dir_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    from helpers.inprocess import TINY, run_train_here
+
+    taken = tmp_path / "a_file"
+    taken.write_text("not a folder")
+    proc = run_train_here([*TINY, f"runtime.compile_cache_dir={taken}/cache"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"Config error: runtime.compile_cache_dir={taken}/cache: cannot write")
+    assert "runtime.compile_cache=false" in line
+    assert not (tmp_path / "run").exists()

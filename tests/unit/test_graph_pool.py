@@ -157,15 +157,22 @@ def _alone_and_after_another(monkeypatch, tmp_path, job, other) -> tuple:
     return (*results, list(compiled))
 
 
-def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(tmp_path, monkeypatch):
-    """Two dim-reduce jobs of the README sweep's kind (another boost.rho and boost.sigma): run
-    after the other job, in one process, a job's stage 2 ends with the metrics and final
-    weights it ends with run first (the graphs the other job compiled are reused, its own
-    values copied in; stage 1 is trained by the first job of each launch dir, reused after):
+ONE = [*TINY_PIPELINE, "boost.rho=0.4", "boost.sigma=0.2", "tracking.log_model=false"]
+TWO = [*TINY_PIPELINE, "boost.rho=0.7", "boost.sigma=0.4", "tracking.log_model=false"]
+
+
+@pytest.mark.parametrize(
+    ("job", "other"), [(ONE, TWO), (TWO, ONE)], ids=["0.4_after_0.7", "0.7_after_0.4"]
+)
+def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(
+    tmp_path, monkeypatch, job, other
+):
+    """Two dim-reduce jobs of the README sweep's kind (another boost.rho and boost.sigma), in
+    both orders: run after the other job, in one process, a job's stage 2 ends with the metrics
+    and final weights it ends with run first (the graphs the other job compiled are reused, its
+    own values copied in; stage 1 is trained by the first job of each launch dir, reused after):
     the later job compiles neither a stage-2 graph nor an eval graph of its own."""
-    one = [*TINY_PIPELINE, "boost.rho=0.4", "boost.sigma=0.2", "tracking.log_model=false"]
-    two = [*TINY_PIPELINE, "boost.rho=0.7", "boost.sigma=0.4", "tracking.log_model=false"]
-    alone, after, compiled_after = _alone_and_after_another(monkeypatch, tmp_path, one, two)
+    alone, after, compiled_after = _alone_and_after_another(monkeypatch, tmp_path, job, other)
     assert not {"DimReduceStep", "WithEvalCell"} & set(compiled_after), compiled_after
     for key in ("stage2/acc", "stage2/loss", "stage1/acc", "baseline/acc"):
         assert after.metrics[key] == alone.metrics[key], key

@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,13 @@ def use(enabled: bool, folder: str | Path | None = None, rank: int = 0) -> Slot 
         return _SLOT if enabled else None
     if not enabled:
         return None
-    root = root or default_root()
-    _SLOT = _claim(root / _version_folder(), root, rank)
-    _prune(root, keep=_SLOT.folder.parent if _SLOT else None)
+    try:
+        root = root or default_root()
+        _SLOT = _claim(root / _version_folder(), root, rank)
+        _prune(root, keep=_SLOT.folder.parent if _SLOT else None)
+    except OSError as ex:  # a full or read-only disk: the job runs, only without the cache
+        log.warning("compile cache: %s; compiling without it", ex)
+        return None
     if _SLOT is None:
         log.warning(
             "compile cache: all %d slots of %s are in use; compiling without it", SLOTS, root
@@ -213,17 +218,30 @@ def _checked(compile_graph):
         if graph is None:
             return _uncached(slot, compile_graph, executor, source, args, kwargs, phase, *rest)
         index = slot.compiles
+        try:
+            _before(slot, index, graph)
+        except OSError as ex:  # an entry that could not be checked is never offered
+            log.warning("compile cache: %s; compiling this graph without it", ex)
+            return _uncached(slot, compile_graph, executor, source, args, kwargs, phase, *rest)
         slot.compiles += 1
-        _before(slot, index, graph)
         compiled = False
         try:
             compiled = compile_graph(executor, source, args, kwargs, phase, *rest)
             return compiled
         finally:
-            _after(slot, index, graph if compiled else None)
+            _recorded(slot, index, graph if compiled else None)
 
     checked_compile.sporeflow_checked = True  # type: ignore[attr-defined]
     return checked_compile
+
+
+def _recorded(slot: Slot, index: int, graph: str | None) -> None:
+    """`_after`, never failing the compile: an entry left unrecorded is deleted by the next
+    process that reaches its index."""
+    try:
+        _after(slot, index, graph)
+    except OSError as ex:
+        log.warning("compile cache: %s; entry %d not recorded", ex, index)
 
 
 def _uncached(slot: Slot, compile_graph, *call):
@@ -368,6 +386,21 @@ def report(before: tuple[int, int]) -> None:
             compiles,
             _SLOT.folder,
         )
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why `runtime.compile_cache_dir=folder` cannot hold the cache (None when it can)."""
+    path = Path(folder).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as ex:
+        return (
+            f"runtime.compile_cache_dir={folder}: cannot write there ({ex.strerror or ex}); "
+            "give a writable folder, or runtime.compile_cache=false"
+        )
+    return None
 
 
 def default_root() -> Path:

@@ -1,5 +1,5 @@
 """Every input a user can get wrong, checked before any work: the data files, `resume=`, the
-run to fine-tune from (`train.init_from`, `train.freeze`), and a given PCA basis. Each failure
+compile cache's folder, the run to fine-tune from (`train.init_from`, `train.freeze`), and a given PCA basis. Each failure
 names the key or file and what is allowed (ConfigError or DataError: exit 2), raised before a
 dataset is read for training, an MLflow run is created or a checkpoint is written."""
 
@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
+from sporeflow.engine import compile_cache
 from sporeflow.runtime.mindspore_context import device_problem, refuse_compile_cache
 from sporeflow.stages import fine_tune
 from sporeflow.stages.job_plan import JobPlan
@@ -33,12 +34,26 @@ def check_inputs(plan: JobPlan) -> None:
     if problem:
         raise ConfigError(problem)
     refuse_compile_cache()
+    check_compile_cache(plan)
     check_store(plan)
     build_dataset(cfg).check()
     check_resume(plan)
     check_fine_tune(plan)
     if plan.dim_reduce and plan.run.boost.pca_mat_path:
         check_basis(cfg)
+
+
+def check_compile_cache(plan: JobPlan) -> None:
+    """A `runtime.compile_cache_dir` the job cannot write to (the default folder is not refused:
+    without it a job compiles, as with the cache off)."""
+    runtime = plan.run.runtime
+    problem = (
+        compile_cache.folder_problem(runtime.compile_cache_dir)
+        if runtime.compile_cache and runtime.compile_cache_dir
+        else None
+    )
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_fine_tune(plan: JobPlan) -> None:

@@ -1,7 +1,8 @@
 """Every input a user can get wrong, checked before any work: the data files, `resume=`, the
 compile cache's folder, the run to fine-tune from (`train.init_from`, `train.freeze`), and a
-given PCA basis. Each failure names the key or file and what is allowed (ConfigError or DataError: exit 2), raised before a
-dataset is read for training, an MLflow run is created or a checkpoint is written."""
+given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
+DataError: exit 2), raised before a dataset is read for training, an MLflow run is created or a
+checkpoint is written."""
 
 from __future__ import annotations
 

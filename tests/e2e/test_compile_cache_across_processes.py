@@ -50,11 +50,11 @@ def test_a_process_compiling_another_graph_at_an_index_is_not_handed_the_cached_
 
 
 OUTCOMES = ("final/acc", "final/loss", "final/acc_class_3", "eval/loss", "train/loss")
-JOB = ["debug=dim_reduce", "boost.baselines=[baseline]", "tracking.log_model=false"]
+JOB = ["debug=dim_reduce", "boost.baselines=[]", "tracking.log_model=false"]  # stage 1 and 2
 
 
 def _job(tmp_path, name: str, rho: str, *cache: str) -> tuple[dict, dict, str]:
-    """(stage 2's and the baseline's outcomes, their final weights, the output) of one
+    """(stage 1's and stage 2's outcomes, their final weights, the output) of one
     dim-reduce job."""
     launch = tmp_path / name
     launch.mkdir()
@@ -63,7 +63,7 @@ def _job(tmp_path, name: str, rho: str, *cache: str) -> tuple[dict, dict, str]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = by_stage(runs_of(launch))
     metrics, weights = {}, {}
-    for stage in ("stage2", "baseline"):
+    for stage in ("stage1", "stage2"):
         run_metrics = found[stage][0].data.metrics
         metrics.update({f"{stage}/{k}": run_metrics[k] for k in OUTCOMES})
         final = ms.load_checkpoint(str(launch / "run" / stage / "checkpoints" / "final.ckpt"))

@@ -25,6 +25,7 @@ beyond the 3 most recently used are deleted when no process holds them.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import inspect
 import json
@@ -181,24 +182,19 @@ def _version_folder() -> str:
     return f"mindspore-{ms.__version__}-{device}-py{version}-{_source_digest()[:16]}"
 
 
-_DIGESTS: dict[str, str] = {}
-
-
+@functools.cache
 def _source_digest() -> str:
-    if "sporeflow" not in _DIGESTS:
-        package = Path(__file__).resolve().parents[1]
-        digest = hashlib.sha256()
-        for path in sorted(package.rglob("*.py")):
-            digest.update(str(path.relative_to(package)).encode())
-            digest.update(path.read_bytes())
-        _DIGESTS["sporeflow"] = digest.hexdigest()
-    return _DIGESTS["sporeflow"]
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
+@functools.cache
 def _file_digest(path: str) -> str:
-    if path not in _DIGESTS:
-        _DIGESTS[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return _DIGESTS[path]
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _install() -> None:

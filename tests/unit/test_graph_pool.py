@@ -56,8 +56,8 @@ def _parts(kind: str, seed: int, value: float) -> StageParts:
     if kind == "sequential":  # as ResNet's stages: nn.SequentialCell also lists its cells
         net = nn.SequentialCell([nn.Dense(N_IN, 5), nn.ReLU(), nn.Dense(5, N_OUT)])
     if kind in ("plain", "weight_decay", "sequential"):
-        opt = (  # a decay is folded into the graph: one value here, other start weights and rate
-            optimizers.momentum(net.trainable_params(), value, 0.9, weight_decay=0.01)
+        opt = (  # the decay is a graph input (optimizers.DecayRate) as the rate is
+            optimizers.momentum(net.trainable_params(), value, 0.9, weight_decay=value / 10)
             if kind == "weight_decay"
             else _momentum(net, value, 1.0 - value)
         )
@@ -187,7 +187,8 @@ def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(
 
 class _HeldInATuple(nn.Cell):
     """A layer kept in a tuple attribute: out of MindSpore's cell tree, its weights are not
-    among the cell's parameters (MindSpore's optimizers keep a weight-decay Cell this way)."""
+    among the cell's parameters (MindSpore's optimizers keep a weight-decay Cell this way:
+    optimizers.decay_registered puts it in the tree)."""
 
     def __init__(self):
         super().__init__()

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn
 
-from sporeflow.core.errors import ConfigError
+from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.nn import optimizers as optim
 from sporeflow.nn.schedules import learning_rates
+from sporeflow.stages.training import set_by_config
 from sporeflow.storage.checkpoints import restore_exact, save_atomic
 
 
@@ -60,7 +61,71 @@ def test_weight_decay_groups_exempt_bias_gamma_beta():
     decayed = {p.name for p in groups[0]["params"]}
     exempt = {p.name for p in groups[1]["params"]}
     assert decayed == {"fc.weight"} and exempt == {"fc.bias", "bn.gamma", "bn.beta"}
-    assert groups[0]["weight_decay"] == 1e-4 and groups[1]["weight_decay"] == 0.0
+    assert float(groups[0]["weight_decay"].rate.asnumpy()) == np.float32(1e-4)
+    assert groups[1]["weight_decay"] == 0.0
+
+
+# each factory's MindSpore class, given the float decay MindSpore folds into the graph
+MINDSPORE_FLOAT_DECAY = {
+    "momentum": lambda groups: nn.Momentum(groups, 0.1, momentum=0.9),
+    "adam": lambda groups: nn.Adam(groups, 0.1),
+    "adamw": lambda groups: nn.AdamWeightDecay(groups, 0.1, eps=1e-8, weight_decay=0.0),
+    "adagrad": lambda groups: nn.Adagrad(groups, accum=0.1, learning_rate=0.1),
+}
+
+
+def _decay_trained(make_optimizer, steps: int = 3):
+    """The train step and all its parameters (BnNet's, the optimizer's) after `steps` steps of
+    the optimizer `make_optimizer(params)` builds."""
+    ms.set_seed(0)
+    net = BnNet()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), make_optimizer(net.trainable_params()))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)).astype(np.float32), np.arange(8, dtype=np.int32) % 3
+    for _ in range(steps):
+        step(Tensor(x), Tensor(y))
+    return step, {p.name: p.asnumpy().copy() for p in step.get_parameters()}
+
+
+@pytest.mark.parametrize("factory", sorted(MINDSPORE_FLOAT_DECAY))
+def test_a_decay_as_graph_input_steps_as_mindspores_float_decay(factory):
+    """The decay is a Parameter the graph reads (optim.DecayRate, registered in the optimizer's
+    cell tree under its name), and each step equals MindSpore's own step with the float decay
+    folded in: bit for bit, for two decay values."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    for decay in (0.01, 0.3):
+        step, ours = _decay_trained(
+            lambda params, d=decay: getattr(optim, factory)(params, lr=0.1, weight_decay=d)
+        )
+        assert optim.DECAY_NAME in {p.name for p in step.optimizer.get_parameters()}
+        _, theirs = _decay_trained(
+            lambda p, d=decay: MINDSPORE_FLOAT_DECAY[factory](
+                optim.group_params(p, d, as_input=False)
+            )
+        )
+        assert ours.keys() - theirs.keys() == {optim.DECAY_NAME}
+        for name, value in theirs.items():  # weights, BatchNorm statistics, moments, step
+            np.testing.assert_array_equal(ours[name], value, err_msg=f"{decay} {name}")
+
+
+def test_one_compiled_step_takes_another_decay_from_its_parameter():
+    """A step compiled with a decay of 0.01, then given every value of a fresh build with 0.3
+    (as engine.graph_pool copies them in), takes the steps of that build."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    step, _ = _decay_trained(lambda p: optim.momentum(p, lr=0.1, weight_decay=0.01), steps=1)
+    _, fresh_state = _decay_trained(lambda p: optim.momentum(p, lr=0.1, weight_decay=0.3), steps=0)
+    params = {p.name: p for p in step.get_parameters()}
+    assert params.keys() == fresh_state.keys()
+    for name, value in fresh_state.items():  # the decay, weights, moments, step count
+        params[name].set_data(Tensor(value))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)).astype(np.float32), np.arange(8, dtype=np.int32) % 3
+    for _ in range(3):
+        step(Tensor(x), Tensor(y))
+    _, expected = _decay_trained(lambda p: optim.momentum(p, lr=0.1, weight_decay=0.3))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(params[name].asnumpy(), value, err_msg=name)
 
 
 @pytest.mark.parametrize("factory", ["momentum", "sgd", "adam", "adamw", "adagrad"])
@@ -160,3 +225,20 @@ def test_momentum_and_nesterov_match_numpy(factory, nesterov):
 def test_nesterov_without_momentum_is_refused():
     with pytest.raises(ConfigError, match="optimizer.nesterov=true needs optimizer.momentum > 0"):
         optim.sgd(nn.Dense(2, 1).trainable_params(), momentum=0.0, nesterov=True)
+
+
+def test_a_checkpoint_from_before_the_decay_was_an_input_resumes(tmp_path):
+    """A checkpoint written while the decay was folded into the graph has no decay Parameter:
+    a resume takes everything else from it and keeps the config's decay; any other parameter
+    it lacks is still refused."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    step, trained = _decay_trained(lambda p: optim.momentum(p, lr=0.1, weight_decay=0.3))
+    state = ms.load_checkpoint(str(save_atomic(step, tmp_path / "s.ckpt")))
+    del state[optim.DECAY_NAME]  # what the code before wrote
+    fresh, _ = _decay_trained(lambda p: optim.momentum(p, lr=0.1, weight_decay=0.3), steps=0)
+    restore_exact(state, fresh, from_config=set_by_config)
+    for param in fresh.get_parameters():
+        np.testing.assert_array_equal(param.asnumpy(), trained[param.name], err_msg=param.name)
+    del state["moments.fc.weight"]
+    with pytest.raises(CheckpointError, match="moments.fc.weight"):
+        restore_exact(state, fresh, from_config=set_by_config)

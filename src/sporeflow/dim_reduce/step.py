@@ -77,10 +77,13 @@ def _final_update(alpha, weight_decay, r, weight, momentum, dn):
     return ops.assign(weight, weight - delta)
 
 
+SETTING_PREFIX = "dim_reduce."  # the settings' Parameter names: dim_reduce.rho, ...
+
+
 def _setting(name: str, value: float) -> Parameter:
     """A stage-2 setting as a graph input: a sweep over it runs one compiled graph."""
     return Parameter(
-        Tensor(float(value), mstype.float32), name=f"dim_reduce.{name}", requires_grad=False
+        Tensor(float(value), mstype.float32), name=SETTING_PREFIX + name, requires_grad=False
     )
 
 

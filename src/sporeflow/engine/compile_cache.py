@@ -377,7 +377,8 @@ def report(before: tuple[int, int]) -> None:
     compiles, loaded = counts()[0] - before[0], counts()[1] - before[1]
     if _SLOT is not None and _SLOT.on and compiles:
         log.info(
-            "compile cache: %d of %d graphs loaded from %s (runtime.compile_cache=false: off)",
+            "compile cache: %d of %d graphs loaded from %s "
+            "(runtime.compile_cache=false turns it off)",
             loaded,
             compiles,
             _SLOT.folder,

@@ -2,7 +2,9 @@
 
 Configs name these with `_partial_: true`; the stage supplies `params` (the network's trainable
 parameters), `steps_per_epoch` and `epochs` once it knows them. Weight decay goes through
-parameter groups that exempt BatchNorm gamma/beta and biases (the seeds' `init_group_params`).
+parameter groups that exempt BatchNorm gamma/beta and biases (the seeds' `init_group_params`),
+and its value is a graph input (`DecayRate`): a sweep over `optimizer.weight_decay` trains on
+one compiled graph.
 """
 
 from __future__ import annotations
@@ -11,27 +13,61 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Parameter, Tensor, nn
+from mindspore.common import dtype as mstype
 
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.ranges import Decay, NonNegative, Positive
 from sporeflow.nn.schedules import learning_rates
 
 NO_DECAY = ("beta", "gamma", "bias")
+DECAY_NAME = "weight_decay"  # the decay's Parameter among the optimizer's (checkpoints, the pool)
 
 
-def group_params(params, weight_decay: Annotated[float, NonNegative]) -> list:
-    """[{decayed params, weight_decay}, {gamma/beta/bias, 0}, {order_params}] when decay is on."""
+class DecayRate(nn.Cell):
+    """The weight decay as a graph input. MindSpore calls a Cell given as a group's weight decay
+    at every step (its dynamic weight decay) instead of folding a float into the graph; this one
+    returns a Parameter, so two decay values run one compiled graph (engine.graph_pool copies the
+    value in like any other parameter). The step's arithmetic is MindSpore's own either way
+    (tests/unit/test_optim.py compares it with a float decay bit for bit)."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.rate = Parameter(Tensor(float(value), mstype.float32), requires_grad=False)
+
+    def construct(self, global_step):
+        return self.rate
+
+
+def group_params(
+    params, weight_decay: Annotated[float, NonNegative], as_input: bool = True
+) -> list:
+    """[{decayed params, DecayRate}, {gamma/beta/bias, 0}, {order_params}] when decay is on
+    (`as_input=False`: the float, for MindSpore's nn.SGD, which refuses a decay Cell)."""
     params = list(params)
     if not weight_decay:
         return params
     decay = [p for p in params if not any(key in p.name for key in NO_DECAY)]
     no_decay = [p for p in params if any(key in p.name for key in NO_DECAY)]
     return [
-        {"params": decay, "weight_decay": weight_decay},
+        {"params": decay, "weight_decay": DecayRate(weight_decay) if as_input else weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
         {"order_params": params},
     ]
+
+
+def decay_registered(opt: nn.Optimizer) -> nn.Optimizer:
+    """`opt` with its DecayRate in its cell tree. MindSpore keeps a group's decay Cell in a
+    tuple attribute, where no parameter walk finds it: no checkpoint would hold it and the graph
+    pool could not copy it (it refuses such cells). As a child cell its Parameter is one of the
+    optimizer's, named DECAY_NAME."""
+    held = opt.weight_decay if isinstance(opt.weight_decay, tuple) else ()
+    for cell in (c for c in held if isinstance(c, nn.Cell)):  # group_params makes one at most
+        opt.weight_decay_input = cell
+    for _, cell in opt.cells_and_names():
+        if isinstance(cell, DecayRate):
+            cell.rate.name = DECAY_NAME
+    return opt
 
 
 def schedule_of(
@@ -75,12 +111,12 @@ def momentum(
     numpy in tests/unit/test_optim.py); its `nn.SGD` takes the Nesterov step, so nesterov runs
     on nn.SGD (the same update otherwise: dampening 0, v starts at the first gradient)."""
     groups, rate = (
-        group_params(params, weight_decay),
+        group_params(params, weight_decay, as_input=not nesterov),
         schedule_of(lr, schedule, steps_per_epoch, epochs),
     )
     if nesterov:
         return nn.SGD(groups, rate, momentum=momentum, nesterov=True)
-    return nn.Momentum(groups, rate, momentum=momentum)
+    return decay_registered(nn.Momentum(groups, rate, momentum=momentum))
 
 
 def sgd(
@@ -95,8 +131,8 @@ def sgd(
 ) -> nn.Optimizer:
     if nesterov and momentum <= 0:
         raise ConfigError(f"optimizer.nesterov=true needs optimizer.momentum > 0, not {momentum}")
-    return nn.SGD(
-        group_params(params, weight_decay),
+    return nn.SGD(  # its decay stays a constant of the graph: nn.SGD refuses a decay Cell
+        group_params(params, weight_decay, as_input=False),
         schedule_of(lr, schedule, steps_per_epoch, epochs),
         momentum=momentum,
         nesterov=nesterov,
@@ -114,12 +150,14 @@ def adam(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> nn.Optimizer:
-    return nn.Adam(
-        group_params(params, weight_decay),
-        schedule_of(lr, schedule, steps_per_epoch, epochs),
-        beta1=beta1,
-        beta2=beta2,
-        eps=eps,
+    return decay_registered(
+        nn.Adam(
+            group_params(params, weight_decay),
+            schedule_of(lr, schedule, steps_per_epoch, epochs),
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+        )
     )
 
 
@@ -134,13 +172,15 @@ def adamw(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> nn.Optimizer:
-    return nn.AdamWeightDecay(
-        group_params(params, weight_decay) if weight_decay else list(params),
-        schedule_of(lr, schedule, steps_per_epoch, epochs),
-        beta1=beta1,
-        beta2=beta2,
-        eps=eps,
-        weight_decay=0.0,
+    return decay_registered(
+        nn.AdamWeightDecay(
+            group_params(params, weight_decay) if weight_decay else list(params),
+            schedule_of(lr, schedule, steps_per_epoch, epochs),
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+            weight_decay=0.0,
+        )
     )
 
 
@@ -153,8 +193,10 @@ def adagrad(
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> nn.Optimizer:
-    return nn.Adagrad(
-        group_params(params, weight_decay),
-        accum=accum,
-        learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs),
+    return decay_registered(
+        nn.Adagrad(
+            group_params(params, weight_decay),
+            accum=accum,
+            learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs),
+        )
     )

@@ -16,10 +16,12 @@ from omegaconf import DictConfig
 from sporeflow.config.facts import checkpoint_format, global_batch_size, worker_batch_size
 from sporeflow.config.schema import EvalWith
 from sporeflow.core.errors import DataError, DivergedError
+from sporeflow.dim_reduce.step import SETTING_PREFIX
 from sporeflow.engine.divergence import TrainingDiverged
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
+from sporeflow.nn.optimizers import DECAY_NAME
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
 from sporeflow.stages.outputs import record_data, record_model
@@ -62,6 +64,13 @@ class PreparedStage:
     steps_per_epoch: int
     parts: StageParts
     data: object  # the ImageDataset both splits come from
+
+
+def set_by_config(name: str) -> bool:
+    """A parameter the config sets (the optimizer's weight decay, stage 2's settings: graph
+    inputs since issue 50), which a checkpoint written before may lack: the config's value holds
+    (a resume trains on its run's own config)."""
+    return name == DECAY_NAME or name.startswith(SETTING_PREFIX)
 
 
 def describe_batching(
@@ -109,7 +118,7 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
         )
     parts = build_stage_parts(cfg, spec, steps_per_epoch)
     if state is not None:
-        restore_exact(state, *parts.state_cells)
+        restore_exact(state, *parts.state_cells, from_config=set_by_config)
     return PreparedStage(
         spec,
         cfg,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,17 +150,21 @@ def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
     return loaded, skipped
 
 
-def restore_exact(state: dict, *cells) -> list[str]:
+def restore_exact(
+    state: dict, *cells, from_config: Callable[[str], bool] | None = None
+) -> list[str]:
     """Copy checkpoint values into the cells' parameters, matched by exact name.
 
     `load_param_into_net` matches names loosely (it strips prefixes), which let optimizer
-    moments overwrite network weights; here every parameter must find its own name.
-    Returns the checkpoint entries that were not used.
+    moments overwrite network weights; here every parameter must find its own name, but those
+    `from_config` names (hyperparameters that are graph inputs: a checkpoint written before they
+    were lacks them, and the config's value stays). Returns the checkpoint entries not used.
     """
     params: dict[str, Any] = {}
     for cell in cells:
         for p in cell.get_parameters():
-            params.setdefault(p.name, p)
+            if p.name in state or from_config is None or not from_config(p.name):
+                params.setdefault(p.name, p)
     missing = [name for name in params if name not in state]
     if missing:
         raise CheckpointError(

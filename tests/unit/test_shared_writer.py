@@ -280,3 +280,22 @@ def test_a_job_whose_writer_is_on_another_host_samples_its_own_machine(shared, m
     assert sampled_steps(again)[PREFIX + "cpu_utilization_percentage"] == [4, 5, 6, 7]
     history = client.get_metric_history(run_id, PREFIX + "cpu_utilization_percentage")
     assert sorted(m.step for m in history) == list(range(8))
+
+
+def test_the_writer_looks_often_while_records_come_and_seldom_after(monkeypatch):
+    """writer.Idle: after a look that applied records the next looks come every BUSY_S (a
+    stage's end is a burst the next job waits for), and every IDLE_S once BURST_S passed
+    without any (the pause it asks for, read from time.sleep)."""
+    from sporeflow.tracking import writer
+
+    asked, clock = [], [100.0]
+    monkeypatch.setattr(writer.time, "sleep", asked.append)
+    monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
+    idle = writer.Idle()
+    idle.pause(False)  # nothing applied yet: a writer just started waits as an idle one
+    idle.pause(True)
+    clock[0] += writer.BURST_S / 2
+    idle.pause(False)
+    clock[0] += writer.BURST_S
+    idle.pause(False)
+    assert asked == [writer.IDLE_S, writer.BUSY_S, writer.IDLE_S]

@@ -59,6 +59,7 @@ from sporeflow.entry.sweep_study import (
 )
 from sporeflow.entry.sweep_summary import Summary, Sweep, end_job_runs, status_line
 from sporeflow.launch import slurm
+from sporeflow.runtime import heap
 from sporeflow.tracking.journal import is_key
 from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
 from sporeflow.tracking.store import StoreError, store_refusal
@@ -234,6 +235,7 @@ class SweepRun(Callback):
     def end(self, error: BaseException | None = None) -> None:
         """End the parent run with what the jobs did; FAILED if a job failed, KILLED when the
         sweep was interrupted. Never raises: a summary must not hide the sweep's own error."""
+        heap.release()  # the jobs of this process kept their start's objects frozen
         if self.run_id is None or self not in _ACTIVE:
             return
         _ACTIVE.remove(self)

@@ -38,7 +38,8 @@ def run_pipeline(plan: JobPlan) -> float:
         read_only=not worker.is_main,
         journal_dir=plan.ctx.run_dir,
     )
-    with tracker, long_lived_objects_frozen():  # every graph compile collects garbage
+    # every graph compile collects garbage; a sweep's next job here walks only what is new
+    with tracker, long_lived_objects_frozen(keep=plan.ctx.sweep is not None):
         runner = StageRunner(plan, tracker, worker)
         metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if metrics is None:

@@ -39,8 +39,8 @@ from sporeflow.tracking.shared_writer import (
 from sporeflow.tracking.store import Store
 from sporeflow.tracking.system_metrics import SystemMetrics
 from sporeflow.tracking.writer import (
-    IDLE_S,
     Follower,
+    Idle,
     StopRequest,
     become_writer,
     owned_here,
@@ -89,6 +89,7 @@ class SweepWriter:
     def run(self, stop: type[StopRequest] = StopRequest) -> int:
         """Follow until the sweep ends (module docstring); 0 when the store has every record,
         3 when some are left in their journals."""
+        idle = Idle()
         try:
             while not stop.requested:
                 ending = self._ending()  # before the last look: a journal made after is seen
@@ -99,8 +100,7 @@ class SweepWriter:
                 applied = sum(f.step() for f in self.followers.values())
                 if ending and all(f.code is not None for f in self.followers.values()):
                     break
-                if not applied:
-                    time.sleep(IDLE_S)
+                idle.pause(bool(applied))
         finally:
             for sampler in self._monitors.values():
                 sampler.stop_all()

@@ -38,6 +38,23 @@ from sporeflow.tracking.system_metrics import SystemMetrics
 log = logging.getLogger("sporeflow.tracking.writer")
 
 IDLE_S = 0.2  # how often an idle writer looks at the journal
+BUSY_S, BURST_S = 0.02, 2.0  # how often it looks for this long after it applied something
+
+
+class Idle:
+    """The writer's pause between looks at its journals: short while records keep coming (a
+    stage's end writes a burst - metrics, artifacts, the model, the run's end - that the next job
+    of a sweep waits for), IDLE_S once none came for BURST_S (a long epoch)."""
+
+    def __init__(self):
+        self.last_applied = 0.0
+
+    def pause(self, applied: bool) -> None:
+        now = time.monotonic()
+        if applied:
+            self.last_applied = now
+            return
+        time.sleep(BUSY_S if now - self.last_applied < BURST_S else IDLE_S)
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # waits between tries of an unreachable store
 
 
@@ -145,10 +162,9 @@ def follow(journal: Path, stop: type[StopRequest] = StopRequest) -> int:
     has everything, 3 when records are left in the journal."""
     monitors = SystemMetrics(header_of(journal)["uri"])
     try:
-        follower = Follower(journal, monitors=monitors)
+        follower, idle = Follower(journal, monitors=monitors), Idle()
         while not stop.requested and follower.code is None:
-            if not follower.step():
-                time.sleep(IDLE_S)
+            idle.pause(follower.step())
         if follower.code is not None:
             return follower.code
         return 0 if not follower.left() else 3

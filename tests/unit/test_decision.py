@@ -201,3 +201,16 @@ def test_points_scored_at_equal_cost_are_decided_on_their_pooled_gain_and_its_in
         [point("a", {1: scores(rng, 50, 0.8, 0.8)}), point("b", {1: scores(rng, 50, 0.8, 0.8)})]
     )
     assert even.kind == "tie"
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1500, 20000])
+def test_the_fair_coins_binomial_matches_scipys(n):
+    """decision.fair_coin_pmf (log-gamma, no scipy import at a sweep's end) against
+    scipy.stats.binom.pmf, including test sets whose 2**-n underflows a float."""
+    from scipy.stats import binom
+
+    from sporeflow.report.decision import fair_coin_pmf
+
+    ours, theirs = fair_coin_pmf(n), binom.pmf(np.arange(n + 1), n, 0.5)
+    assert ours.sum() == pytest.approx(1.0, rel=1e-9)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-300)

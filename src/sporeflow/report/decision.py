@@ -69,8 +69,6 @@ class Stratified:
 def sign_flip_p(differences: np.ndarray) -> float:
     """P(|S| >= |observed sum|) where S flips each difference's sign at random; the differences
     are integers of magnitude 1 or 2 (exact: two binomials convolved)."""
-    from scipy.stats import binom
-
     d = np.asarray(differences, dtype=np.int64)
     if np.abs(d).max(initial=0) > 2:
         raise ValueError("per-image differences beyond -2..2")
@@ -79,13 +77,21 @@ def sign_flip_p(differences: np.ndarray) -> float:
         return 1.0
     # S = (2 i - n1) + 2 (2 j - n2): i of the n1 ones and j of the n2 twos positive
     pmf = np.zeros(2 * n1 + 4 * n2 + 1)
-    ones = binom.pmf(np.arange(n1 + 1), n1, 0.5)
-    for j, weight in enumerate(binom.pmf(np.arange(n2 + 1), n2, 0.5)):
+    ones = fair_coin_pmf(n1)
+    for j, weight in enumerate(fair_coin_pmf(n2)):
         offset = 4 * j  # S + n1 + 2 n2 = 2 i + 4 j
         pmf[offset : offset + 2 * n1 + 1 : 2] += weight * ones
     values = np.arange(pmf.size) - (n1 + 2 * n2)
     observed = abs(int(d.sum()))
     return float(min(1.0, pmf[np.abs(values) >= observed].sum()))
+
+
+def fair_coin_pmf(n: int) -> np.ndarray:
+    """P(K = k) for k = 0..n, K ~ Binomial(n, 1/2), from log-gamma: no underflow for large n,
+    and no import of scipy.stats (0.4 s at every sweep's end; the tests compare with scipy)."""
+    lgamma = np.vectorize(math.lgamma, otypes=[float])
+    k = np.arange(n + 1)
+    return np.exp(lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) - n * math.log(2))
 
 
 def stratified(first: dict[int, np.ndarray], second: dict[int, np.ndarray]) -> Stratified:

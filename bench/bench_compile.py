@@ -5,7 +5,9 @@ cold cache (an empty folder) and with that folder warm (the same sweep again), a
 `runtime.reuse_graphs=false`; then the same sweep under joblib with 2 workers (wall only), before
 and now (cache off, cold, warm). Side by side in one run: wall seconds, seconds in graph runs,
 MindSpore compiles (new graphs, by cell class; a graph loaded from the compile cache counts)
-and their seconds, and the wall as a multiple of the graph-run seconds.
+and their seconds, and the wall as a multiple of the graph-run seconds. Last, a 3-job sweep over
+`optimizer.weight_decay` (the default job), by the code before the decay became a graph input
+(BEFORE_DECAY) and today's: the train graphs it compiles.
 Usage: python bench/bench_compile.py
 """
 
@@ -23,10 +25,12 @@ from trainjob import REPO, checkout, run_train
 
 BEFORE = "76428d5"  # the last landing before issue 50's graph pool
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+BEFORE_DECAY = "68752e7"  # the last commit with optimizer.weight_decay folded into the graph
+DECAYS = ["-m", "optimizer.weight_decay=1e-4,5e-4,1e-3", "callbacks.progress_bar=false"]
 
 
-def spied(repo: Path, extra: list[str]) -> dict:
-    """compile_spy's JSON for the sweep run by `repo` in a fresh launch folder."""
+def spied(repo: Path, extra: list[str], sweep: list[str] = SWEEP) -> dict:
+    """compile_spy's JSON for `sweep` run by `repo` in a fresh launch folder."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "MLFLOW_TRACKING_URI": "", "PYTHONPATH": str(repo / "src")}
         proc = subprocess.run(
@@ -34,7 +38,7 @@ def spied(repo: Path, extra: list[str]) -> dict:
                 sys.executable,
                 str(REPO / "bench" / "compile_spy.py"),
                 str(repo),
-                *SWEEP,
+                *sweep,
                 *extra,
                 f"hydra.sweep.dir={tmp}/multirun",
             ],
@@ -92,6 +96,17 @@ def main() -> None:
     old = walls[f"before {BEFORE}"]
     for label in ("now, cache off", "now, cache warm"):
         print(f"  {label} / before: {walls[label] / old:.2f}x")
+    decay_sweep()
+
+
+def decay_sweep() -> None:
+    """Train graphs of a sweep over optimizer.weight_decay, folded (before) and as an input."""
+    print(f"3-job sweep {DECAYS[1]} (the default job), one process, cache off:")
+    with checkout(BEFORE_DECAY) as before:
+        for label, repo in ((f"before {BEFORE_DECAY}", before), ("now", REPO)):
+            found = spied(repo, ["runtime.compile_cache=false"], DECAYS)
+            by_cell = ", ".join(f"{k} {v}" for k, v in sorted(found["compiles"].items()))
+            print(f"  {label:26s} wall {found['wall']:5.1f} s, compiles: {by_cell}")
 
 
 if __name__ == "__main__":

@@ -292,10 +292,10 @@ def test_the_writer_looks_often_while_records_come_and_seldom_after(monkeypatch)
     monkeypatch.setattr(writer.time, "sleep", asked.append)
     monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
     idle = writer.Idle()
-    idle.pause(False)  # nothing applied yet: a writer just started waits as an idle one
-    idle.pause(True)
+    idle.pause(0)  # nothing applied yet: a writer just started waits as an idle one
+    idle.pause(3)
     clock[0] += writer.BURST_S / 2
-    idle.pause(False)
+    idle.pause(0)
     clock[0] += writer.BURST_S
-    idle.pause(False)
+    idle.pause(0)
     assert asked == [writer.IDLE_S, writer.BUSY_S, writer.IDLE_S]

@@ -100,7 +100,7 @@ class SweepWriter:
                 applied = sum(f.step() for f in self.followers.values())
                 if ending and all(f.code is not None for f in self.followers.values()):
                     break
-                idle.pause(bool(applied))
+                idle.pause(applied)
         finally:
             for sampler in self._monitors.values():
                 sampler.stop_all()

@@ -39,6 +39,7 @@ log = logging.getLogger("sporeflow.tracking.writer")
 
 IDLE_S = 0.2  # how often an idle writer looks at the journal
 BUSY_S, BURST_S = 0.02, 2.0  # how often it looks for this long after it applied something
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # waits between tries of an unreachable store
 
 
 class Idle:
@@ -49,13 +50,13 @@ class Idle:
     def __init__(self):
         self.last_applied = 0.0
 
-    def pause(self, applied: bool) -> None:
+    def pause(self, applied: int) -> None:
+        """After a look that applied `applied` records."""
         now = time.monotonic()
         if applied:
             self.last_applied = now
             return
         time.sleep(BUSY_S if now - self.last_applied < BURST_S else IDLE_S)
-BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # waits between tries of an unreachable store
 
 
 class StopRequest:

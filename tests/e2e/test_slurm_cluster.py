@@ -541,7 +541,8 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     """issue 36 item 3 on several nodes: one job over both nodes (data2, a worker per node,
     max_num_timeout=1) warned once the way SLURM warns (scancel --signal=USR2 reaches both
     nodes' launchers) after epoch 2: each node's launcher passes it on, both ranks checkpoint
-    one step in their own node's run dir, node 0 asks for the requeue, and the requeued job
+    one step (or the epoch's end the warning came in) in their own node's run dir, node 0 asks
+    for the requeue, and the requeued job
     continues on both nodes: one FINISHED run with `sporeflow.requeues` 1, every step's loss
     and every epoch's evaluation once, both ranks' final weights equal to each other and to a
     stand-alone run of the same experiment (the combined batch) never stopped."""
@@ -571,7 +572,12 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     assert [len(found) for found in resumed] == [1, 1], resumed
     assert [Path(found[0]).parent for found in resumed] == [rank0, node1], "each node its own"
     assert Path(resumed[0][0]).name == Path(resumed[1][0]).name, "both ranks stopped at one step"
-    assert "_step_" in Path(resumed[0][0]).name, "the step it stopped at, not an epoch's end"
+    # where the warning lands is SLURM's timing and the machine's load: mid-epoch both ranks
+    # checkpoint that step (epoch_0002_step_...); caught at an epoch's last step or during its
+    # end (evaluation, checkpoint) they stop at that end (epoch_0003, RequeueAtSignal). Both are
+    # right; which step makes which checkpoint, deterministically: unit/test_requeue.py and
+    # e2e/test_requeue_parallel.py. (The CI run of cedc134, under load, stopped at an end.)
+    assert re.fullmatch(r"epoch_\d{4}(_step_\d{8})?\.ckpt", Path(resumed[0][0]).name), resumed
     reference = run_train(experiment, alone)
     assert reference.returncode == 0, reference.stderr[-3000:]
     never_stopped = weights(alone / "run" / "checkpoints" / "final.ckpt")

@@ -5,6 +5,7 @@ accuracy and the confusion matrix are checked against scikit-learn on the logits
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 from sklearn.metrics import recall_score, top_k_accuracy_score
 
 from helpers.inprocess import TINY, run_train_here, train_cli
+from sporeflow.engine import compile_cache
 from sporeflow.report import classification
 from sporeflow.storage.run_marker import read_run_marker
 
@@ -64,8 +66,12 @@ def test_metrics_from_logits_equal_scikit_learn():
 
 def test_eval_of_a_run_reproduces_its_final_accuracy_and_records_what_it_measured(trained):
     launch, source = trained
+    compiled_before = compile_cache.counts()[0]
     proc = evaluate(launch, "eval_dir", f"source={launch / 'run'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # its eval graph went through the checked compile cache, which says what it gave
+    assert compile_cache.counts()[0] > compiled_before
+    assert re.search(r"compile cache: \d+ of [1-9]\d* graphs loaded", proc.stdout + proc.stderr)
     (run,) = runs(launch, "eval")
     assert run.info.status == "FINISHED"
     assert run.data.metrics["eval/acc"] == source.data.metrics["final/acc"]
@@ -206,8 +212,11 @@ def test_predict_on_png_files_and_a_npy_batch_gives_what_eval_computes(
         Image.fromarray(image[:, :, 0]).save(folder / ("more" if i >= 50 else "") / f"{i:03d}.png")
     np.save(tmp_path / "batch.npy", images)
     monkeypatch.chdir(launch)
+    compile_cache.use(False)  # off, as in a process that trained nothing: predict turns it on
+    compiled_before = compile_cache.counts()[0]
     for given, out in ((folder, "from_pngs.csv"), (tmp_path / "batch.npy", "from_npy.csv")):
         assert cli.main(["predict", str(launch / "run"), str(given), "--out", out]) == 0
+    assert compile_cache.counts()[0] > compiled_before  # through the checked compile cache
     assert "replaced" not in capsys.readouterr().err
     assert cli.main(["predict", str(launch / "run"), str(tmp_path / "batch.npy")]) == 0
     assert cli.main(["predict", str(launch / "run"), str(tmp_path / "batch.npy")]) == 0

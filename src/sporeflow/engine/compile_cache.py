@@ -35,6 +35,8 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,6 +371,16 @@ def _write_manifest(slot: Slot) -> None:
 def counts() -> tuple[int, int]:
     """(graphs compiled, of them loaded from the cache) since this process switched it on."""
     return (_SLOT.compiles, _SLOT.loaded) if _SLOT is not None else (0, 0)
+
+
+@contextmanager
+def cached(runtime, rank: int = 0) -> Iterator[None]:
+    """The checked cache as a command's `runtime` node says (`compile_cache`,
+    `compile_cache_dir`) for the block, and at its end the line of what it gave."""
+    use(runtime.compile_cache, runtime.compile_cache_dir, rank)
+    before = counts()
+    yield
+    report(before)
 
 
 def report(before: tuple[int, int]) -> None:

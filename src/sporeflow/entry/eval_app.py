@@ -17,11 +17,13 @@ from sporeflow.config.components import build_dataset
 from sporeflow.config.schema import EVAL_KEYS, Split
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
+from sporeflow.engine import compile_cache
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stages.eval_run import evaluate_source, loaded_network
+from sporeflow.stages.preflight import check_compile_cache
 from sporeflow.stages.runs import base_name, guarded, record_config
 from sporeflow.stages.source import Source, resolve
 from sporeflow.tracking.store_reads import StoreReads
@@ -46,6 +48,7 @@ def run_eval(cfg: DictConfig) -> float:
         plain = validate(over_source(base, cfg, ctx.overrides))
         build_dataset(plain).check()
         refuse_compile_cache()
+        check_compile_cache(plain.runtime)
         init_context(plain)
         network = loaded_network(plain, source)
     except messages.usage_errors():
@@ -54,7 +57,7 @@ def run_eval(cfg: DictConfig) -> float:
     signals.install()
     split = Split(cfg.split).value
     tracker = Tracker.from_config(plain.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
-    with tracker, long_lived_objects_frozen():
+    with compile_cache.cached(plain.runtime), tracker, long_lived_objects_frozen():
         run = tracker.start_run(f"eval {base_name(plain)}", tags=source_tags(source, split))
         record_config(run, plain, ctx, "eval")
         metrics = guarded(run, lambda: evaluate_source(plain, network, split, ctx.run_dir, run))

@@ -29,9 +29,6 @@ def run_pipeline(plan: JobPlan) -> float:
     (`sweep.objective`: stage 2's accuracy in a pipeline, the final accuracy of a plain run, by
     default)."""
     worker = init_context(plan.cfg)
-    runtime = plan.cfg.runtime
-    compile_cache.use(runtime.compile_cache, runtime.compile_cache_dir, worker.rank)
-    cached_before = compile_cache.counts()
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
         plan.cfg.tracking,
         plan.ctx.launch_dir,
@@ -39,13 +36,16 @@ def run_pipeline(plan: JobPlan) -> float:
         journal_dir=plan.ctx.run_dir,
     )
     # every graph compile collects garbage; a sweep's next job here walks only what is new
-    with tracker, long_lived_objects_frozen(keep=plan.ctx.sweep is not None):
+    with (
+        compile_cache.cached(plan.cfg.runtime, worker.rank),
+        tracker,
+        long_lived_objects_frozen(keep=plan.ctx.sweep is not None),
+    ):
         runner = StageRunner(plan, tracker, worker)
         metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if metrics is None:
             metrics = PIPELINES[plan.pipeline](runner)
-        compile_cache.report(cached_before)
-        return float(metrics.get(plan.objective, float("nan")))
+    return float(metrics.get(plan.objective, float("nan")))
 
 
 def run_plain(runner: StageRunner) -> dict:

@@ -19,6 +19,7 @@ from sporeflow.config.schema import ParallelConfig, RuntimeConfig
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.data.image_files import ImageInput, image_input
+from sporeflow.engine import compile_cache
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stages.eval_run import loaded_network
 from sporeflow.stages.source import Source
@@ -65,7 +66,7 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
     batches = dataset.from_images(images.images)
     bar = tqdm(total=len(images.names), desc="predict", unit="image", disable=not progress)
     found = []
-    with bar:
+    with compile_cache.cached(cfg.runtime), bar:
         for (batch,) in batches.create_tuple_iterator(num_epochs=1):
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))

@@ -35,7 +35,7 @@ def check_inputs(plan: JobPlan) -> None:
     if problem:
         raise ConfigError(problem)
     refuse_compile_cache()
-    check_compile_cache(plan)
+    check_compile_cache(plan.run.runtime)
     check_store(plan)
     build_dataset(cfg).check()
     check_resume(plan)
@@ -44,10 +44,9 @@ def check_inputs(plan: JobPlan) -> None:
         check_basis(cfg)
 
 
-def check_compile_cache(plan: JobPlan) -> None:
-    """A `runtime.compile_cache_dir` the job cannot write to (the default folder is not refused:
-    without it a job compiles, as with the cache off)."""
-    runtime = plan.run.runtime
+def check_compile_cache(runtime) -> None:
+    """A `runtime.compile_cache_dir` the command cannot write to (the default folder is not
+    refused: without it a job compiles, as with the cache off)."""
     problem = (
         compile_cache.folder_problem(runtime.compile_cache_dir)
         if runtime.compile_cache and runtime.compile_cache_dir

@@ -31,14 +31,13 @@ _AFTER_FULL = {"frozen": 0}  # how many objects the last full collection left fr
 def long_lived_objects_frozen(keep: bool = False) -> Iterator[None]:
     """Collect, freeze what is left for the block; unfreeze after it unless `keep`."""
     frozen = gc.get_freeze_count()
-    if not frozen or frozen > GROWTH * _AFTER_FULL["frozen"]:
-        gc.unfreeze()
-        gc.collect()  # everything: what was frozen may have become garbage
-        gc.freeze()
+    full = not frozen or frozen > GROWTH * _AFTER_FULL["frozen"]
+    if full:
+        gc.unfreeze()  # what was frozen may have become garbage: collect everything
+    gc.collect()  # else only what the last job left unfrozen
+    gc.freeze()
+    if full:
         _AFTER_FULL["frozen"] = gc.get_freeze_count()
-    else:
-        gc.collect()  # what the last job left unfrozen
-        gc.freeze()
     try:
         yield
     finally:

@@ -20,6 +20,7 @@ from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob
 from sporeflow.entry.python_api import compose
 from sporeflow.entry.sweep_jobs import JOB_FILE
 from sporeflow.entry.sweep_run import SweepRun
+from sporeflow.tracking.journal import is_key
 
 LRS = ("0.05", "0.2")
 
@@ -47,18 +48,21 @@ def without_hydra(config):
 
 def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str], sweep_dir="multirun"):
     """on_multirun_start, then each job (on_job_start -> the job in process -> on_job_end),
-    then on_multirun_end; returns the callback."""
+    then on_multirun_end; returns the callback, with the parent each job was handed
+    (`handed`)."""
     from sporeflow.stages.job_plan import plan_job
     from sporeflow.stages.pipeline import run_pipeline
 
     callback = SweepRun()
     start = composed(launch, [*TINY, *jobs[0]], sweep_task, sweep_dir=sweep_dir)
     callback.on_multirun_start(start)
+    callback.handed = []
     for number, overrides in enumerate(jobs):
         config = composed(launch, [*TINY, *overrides], overrides, job=number, sweep_dir=sweep_dir)
         callback.on_job_start(config)
         ctx = context(launch, overrides, run=f"{sweep_dir}/{number}")
         ctx.sweep = SweepJob.from_environ()
+        callback.handed.append(ctx.sweep.run_id)
         try:
             value = run_pipeline(plan_job(validate(without_hydra(config)), ctx))
             result = JobReturn(status=JobStatus.COMPLETED, _return_value=value)
@@ -91,6 +95,17 @@ def test_the_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert sorted(r.data.tags["sweep.job"] for r in children) == ["0", "1"]
     assert sorted(r.data.params["optimizer.lr"] for r in children) == sorted(LRS)
     assert parent.data.metrics["jobs_finished"] == 2 and parent.data.metrics["jobs_failed"] == 0
+
+
+def test_the_first_job_starts_before_the_writer_has_made_the_parent(sweep):
+    """The sweep's start does not wait for its writer to create the parent run: the first job
+    is handed the parent's journal key, and the writer puts the run's MLflow id in its tags."""
+    launch, callback = sweep
+    assert is_key(callback.handed[0]) and not is_key(callback.run_id)
+    children = [r for r in runs_of(launch) if r.data.tags.get("sweep.job") == "0"]
+    (child,) = [r for r in children if r.data.tags.get("stage") != "sweep"]
+    assert child.data.tags["mlflow.parentRunId"] == callback.run_id
+    assert child.data.tags["sweep.run_id"] == callback.run_id
 
 
 def test_each_job_leaves_its_outcome_with_the_value_its_run_recorded(sweep):

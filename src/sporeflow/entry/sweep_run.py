@@ -5,7 +5,9 @@ on_multirun_start  starts the sweep's one tracking writer on this machine (track
                    its jobs' ends do not wait for a writer of their own; a SLURM sweep's jobs
                    use it from the nodes, sampling their machines themselves) and creates the parent
                    run `sweep-<date>-<time>` (tags: the sweep's overrides, sweeper, launcher,
-                   sweep dir, objective) in the main process;
+                   sweep dir, objective) in the main process, without waiting for the
+                   writer to make it: the jobs name it by its journal key (an Optuna study's
+                   sweep waits: which study's parent stays is decided on MLflow ids);
 on_job_start       runs wherever the job runs (this process, a joblib worker, a submitit/SLURM
                    task: the callback travels pickled inside Hydra's context) and exports the
                    parent id, the swept keys and the job number as environment variables
@@ -160,25 +162,33 @@ class SweepRun(Callback):
                 file=sys.stderr,
             )
             return
-        run = tracker.start_run(
-            time.strftime("sweep-%Y-%m-%d-%H-%M-%S"), tags=self._tags(config, study)
+        name = time.strftime("sweep-%Y-%m-%d-%H-%M-%S")
+        run = tracker.start_run(name, tags=self._tags(config, study))
+        if study:  # which study's parent stays is decided on MLflow ids: wait for this one's
+            self.sweep.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id
+            self._first_parent_stays(tracker, study)
+        else:
+            # the jobs are tagged with the parent's journal key (the writer puts its MLflow id
+            # in): the first job starts while the sweep's writer is still creating the run
+            self.sweep.run_id = run.run_id
+        if self.run_id is None:
+            return
+        _ACTIVE.append(self)
+        named = self.run_id if not is_key(self.run_id) else f"{name!r} (its id at the end)"
+        print(
+            f"[sporeflow] sweep run {named} in {tracker.uri}; jobs write under "
+            f"{self.sweep.sweep_dir}",
+            file=sys.stderr,
         )
-        # the jobs are tagged with the parent's MLflow id; with the store out of reach, with
-        # its journal key (their writers put the id in once the store has the parent)
-        self.sweep.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id
-        if study and self.run_id is not None and not is_key(self.run_id):
-            # two processes may have created a parent for the study at once: the first stays
-            first = study_parent(tracker.reads, study)
-            if first is not None and first.info.run_id != self.run_id:
-                tracker.delete_run(self.run_id)
-                self._continue(tracker, first)
-        if self.run_id is not None:
-            _ACTIVE.append(self)
-            print(
-                f"[sporeflow] sweep run {self.run_id} in {tracker.uri}; jobs write under "
-                f"{self.sweep.sweep_dir}",
-                file=sys.stderr,
-            )
+
+    def _first_parent_stays(self, tracker: Tracker, study: dict) -> None:
+        """Two processes may have created a parent for the study at once: the first stays."""
+        if self.run_id is None or is_key(self.run_id):
+            return
+        first = study_parent(tracker.reads, study)
+        if first is not None and first.info.run_id != self.run_id:
+            tracker.delete_run(self.run_id)
+            self._continue(tracker, first)
 
     def _continue(self, tracker: Tracker, found) -> None:
         self.sweep.run_id, self.resumed_status = found.info.run_id, found.info.status

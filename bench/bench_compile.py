@@ -5,7 +5,9 @@ cold cache (an empty folder) and with that folder warm (the same sweep again), a
 `runtime.reuse_graphs=false`; then the same sweep under joblib with 2 workers (wall only), before
 and now (cache off, cold, warm). Side by side in one run: wall seconds, seconds in graph runs,
 MindSpore compiles (new graphs, by cell class; a graph loaded from the compile cache counts)
-and their seconds, and the wall as a multiple of the graph-run seconds. Last, a 3-job sweep over
+and their seconds, the wall as a multiple of the graph-run seconds, and the seconds inside
+MindSpore's Model.train and Model.eval (the steps with their data pipeline, callbacks and
+the compiles made there: "loops") with the wall as a multiple of them. Last, a 3-job sweep over
 `optimizer.weight_decay` (the default job), by the code before the decay became a graph input
 (BEFORE_DECAY) and today's: the train graphs it compiles.
 Usage: python bench/bench_compile.py
@@ -79,16 +81,17 @@ def main() -> None:
         f"epochs), one process (basic launcher), {os.cpu_count()} cores:"
     )
     print(
-        f"  {'':26s} {'wall s':>7s} {'graph runs s':>12s} {'wall/runs':>9s} {'compiles':>8s} "
-        f"{'compile s':>9s} {'loaded':>6s}  by cell"
+        f"  {'':26s} {'wall s':>7s} {'graph runs s':>12s} {'wall/runs':>9s} {'loops s':>7s} "
+        f"{'wall/loops':>10s} {'compiles':>8s} {'compile s':>9s} {'loaded':>6s}  by cell"
     )
     for label, r in found.items():
         total = sum(r["compiles"].values())
         by_cell = ", ".join(f"{k} {v}" for k, v in sorted(r["compiles"].items()))
+        loops = r.get("model loops") or float("nan")  # absent: a spy before this column
         print(
             f"  {label:26s} {r['wall']:7.1f} {r['graph runs']:12.1f} "
-            f"{r['wall'] / r['graph runs']:8.2f}x {total:8d} {r['compile']:9.1f} "
-            f"{r.get('loaded', 0):6d}  {by_cell}"
+            f"{r['wall'] / r['graph runs']:8.2f}x {loops:7.1f} {r['wall'] / loops:9.2f}x "
+            f"{total:8d} {r['compile']:9.1f} {r.get('loaded', 0):6d}  {by_cell}"
         )
     print("the same sweep under joblib, 2 workers (wall s):")
     for label, wall in walls.items():

@@ -99,3 +99,8 @@ def test_a_sweep_returns_its_jobs_and_the_decision_compare_prints(tmp_path, monk
     assert compared.returncode == 0 and compared.stdout.splitlines()[-1] == swept.verdict
     with pytest.raises(sporeflow.ConfigError, match="sweep=nope: no sweep run"):
         sporeflow.results("nope")
+    name = parent.data.tags["mlflow.runName"]  # what the sweep's first console line names
+    assert sporeflow.results(name).run_id == swept.run_id
+    for unknown in ("sweep-1999-01-01-00-00-00", f"{name}' or attributes.run_name != '"):
+        with pytest.raises(sporeflow.ConfigError, match="no sweep run"):
+            sporeflow.results(unknown)

@@ -92,7 +92,7 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     if run is None:
         print(
             f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
-            "(sweeps are `python train.py -m ...`; `latest` picks the newest)",
+            "(a sweep parent's run id or name sweep-<date>-<time>; `latest` picks the newest)",
             file=sys.stderr,
         )
         return 2
@@ -311,8 +311,9 @@ def _compare_parser(sub) -> None:
     )
     p.add_argument(
         "--sweep",
-        metavar="ID|latest",
-        help="one sweep's jobs (its parent run id, or latest): best first, swept keys as columns",
+        metavar="ID|NAME|latest",
+        help="one sweep's jobs (its parent run's id or name sweep-<date>-<time>, or latest): "
+        "best first, swept keys as columns",
     )
     p.add_argument(
         "--format",
@@ -330,7 +331,10 @@ def _ui_parser(sub) -> None:
     _store_args(p)
     p.add_argument("--port", type=int, default=5000)
     p.add_argument(
-        "--sweep", metavar="ID|latest", default="latest", help="the sweep the links open"
+        "--sweep",
+        metavar="ID|NAME|latest",
+        default="latest",
+        help="the sweep the links open (its parent run's id or name, or latest)",
     )
     p.add_argument("--links-only", action="store_true", help="print the links, start no server")
     p.set_defaults(fn=ui)

@@ -168,9 +168,10 @@ def results(
     experiment: str = EXPERIMENT,
 ) -> SweepResults | RunResult:
     """What a finished sweep or run recorded, from any store (`uri`: default as train.py's,
-    the current folder's mlflow.db or MLFLOW_TRACKING_URI). A sweep by its parent run id or
-    `latest` (SweepResults); with `run=`, one job by its MLflow run id, the `sf-...` key its
-    run dir holds, or its run dir (RunResult). Raises ConfigError naming what is not there."""
+    the current folder's mlflow.db or MLFLOW_TRACKING_URI). A sweep by its parent run's id or
+    name (`sweep-<date>-<time>`, as its start prints it) or `latest` (SweepResults); with
+    `run=`, one job by its MLflow run id, the `sf-...` key its run dir holds, or its run dir
+    (RunResult). Raises ConfigError naming what is not there."""
     from sporeflow.tracking.store_reads import StoreReads
 
     reads = StoreReads.at(uri, experiment)
@@ -373,7 +374,7 @@ def _find_sweep(reads: StoreReads, which: str) -> Any:
     if found is None:
         raise ConfigError(
             f"sweep={which}: no sweep run in experiment {reads.experiment_name!r} of {reads.uri} "
-            "(sweeps are `python train.py -m ...` or sporeflow.sweep; `latest` is the newest)"
+            "(a sweep parent's run id or name sweep-<date>-<time>; `latest` is the newest)"
         )
     return found
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,11 +87,16 @@ def sweep_jobs(reads: StoreReads, sweep_run_id: str, keys: list[str]) -> list[Jo
     return sorted(jobs, key=lambda j: j.number)
 
 
+SWEEP_NAME = re.compile(r"sweep-\d{4}(-\d{2}){5}")  # the parent's run name, as its start prints it
+
+
 def sweep_run(reads: StoreReads, which: str) -> Any | None:
-    """The sweep parent run `which` names (its MLflow run id, or `latest`: the newest sweep of
-    the experiment); None when there is no such sweep."""
-    if which == "latest":
-        found = reads.search_runs("tags.stage = 'sweep'", max_results=1)
+    """The sweep parent run `which` names (its MLflow run id; its run name
+    `sweep-<date>-<time>`, the newest of that name; or `latest`: the newest sweep of the
+    experiment); None when there is no such sweep."""
+    if which == "latest" or SWEEP_NAME.fullmatch(which):
+        named = "" if which == "latest" else f" and attributes.run_name = '{which}'"
+        found = reads.search_runs(f"tags.stage = 'sweep'{named}", max_results=1)
         return found[0] if found else None
     run = reads.get_run(which)
     return run if run is not None and run.data.tags.get("stage") == "sweep" else None

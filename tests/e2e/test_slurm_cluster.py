@@ -34,6 +34,7 @@ from helpers.train import COMBINED_BATCH, REPO, TRAIN, run_train
 from sporeflow.tracking.journal import header_of, read_records, sibling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+RELEASE_AFTER_S = 2.0  # a requeued job held this long is released (requeued_jobs_released)
 
 SCRIPT = REPO / "scripts" / "slurm-two-nodes.sh"
 NODE0 = "10.77.0.1"
@@ -517,15 +518,26 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
 @contextlib.contextmanager
 def requeued_jobs_released(cluster: Cluster):
     """While inside, a requeued job waits for no one: SLURM holds a requeued job for 120 s
-    (BeginTime) before it may start again; this lifts the hold at once, as an admin can
-    (`scontrol update StartTime=now`), from a thread that looks every second."""
+    (BeginTime) before it may start again; this lifts the hold, as an admin can (`scontrol
+    update StartTime=now`), from a thread that looks every second, once the job was seen held
+    for RELEASE_AFTER_S. Not at once: slurmd refuses a job's launch credential made in the
+    same second (its clock's unit) as the one it revoked when it killed the job's previous
+    start ("Killing non-startable batch JobId=12: Job credential revoked" in slurmctld's log,
+    the job then FAILED), which the 120 s hold exists to avoid."""
     stop = threading.Event()
 
     def release():
+        seen: dict[str, float] = {}  # a held job -> when this thread first saw it held
         while not stop.wait(1.0):
-            held = cluster.on_node0("squeue", "-h", "-t", "PD", "-o", "%i %r").stdout.split()
-            for job, reason in zip(held[::2], held[1::2], strict=True):
-                if reason == "BeginTime":
+            listed = cluster.on_node0("squeue", "-h", "-t", "PD", "-o", "%i %r").stdout.split()
+            held = {
+                job
+                for job, why in zip(listed[::2], listed[1::2], strict=True)
+                if why == "BeginTime"
+            }
+            seen = {job: seen.get(job, time.monotonic()) for job in held}
+            for job, since in seen.items():
+                if time.monotonic() - since >= RELEASE_AFTER_S:
                     cluster.on_node0("scontrol", "update", f"jobid={job}", "StartTime=now")
 
     thread = threading.Thread(target=release, daemon=True)

@@ -61,6 +61,7 @@ from sporeflow.entry.sweep_study import (
 )
 from sporeflow.entry.sweep_summary import Summary, Sweep, end_job_runs, status_line
 from sporeflow.launch import slurm
+from sporeflow.report.sweep_report import SWEEP_NAME_FORMAT
 from sporeflow.runtime import heap
 from sporeflow.tracking.journal import is_key
 from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
@@ -162,7 +163,7 @@ class SweepRun(Callback):
                 file=sys.stderr,
             )
             return
-        name = time.strftime("sweep-%Y-%m-%d-%H-%M-%S")
+        name = time.strftime(SWEEP_NAME_FORMAT)
         run = tracker.start_run(name, tags=self._tags(config, study))
         if study:  # which study's parent stays is decided on MLflow ids: wait for this one's
             self.sweep.run_id = tracker.real_id(run, timeout=tracker.drain_timeout) or run.run_id

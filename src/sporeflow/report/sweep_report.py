@@ -87,7 +87,8 @@ def sweep_jobs(reads: StoreReads, sweep_run_id: str, keys: list[str]) -> list[Jo
     return sorted(jobs, key=lambda j: j.number)
 
 
-SWEEP_NAME = re.compile(r"sweep-\d{4}(-\d{2}){5}")  # the parent's run name, as its start prints it
+SWEEP_NAME_FORMAT = "sweep-%Y-%m-%d-%H-%M-%S"  # a sweep parent's run name (time.strftime)
+SWEEP_NAME = re.compile(r"sweep-\d{4}(-\d{2}){5}")  # a name SWEEP_NAME_FORMAT makes
 
 
 def sweep_run(reads: StoreReads, which: str) -> Any | None:

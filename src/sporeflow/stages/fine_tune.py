@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from sporeflow.core.errors import ConfigError
 from sporeflow.stages.source import Source, resolve
 from sporeflow.stages.spec import FineTuneStart
-from sporeflow.storage.checkpoints import load_checkpoint_file, restore_matching
+from sporeflow.storage.checkpoints import load_checkpoint_file, matching, restore_matching
 from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def check(cfg: DictConfig, network, source: Source | None) -> None:
     a parameter and something is left to train. ConfigError naming the key."""
     names = [p.name for p in network.get_parameters()]
     if source is not None:
-        loaded, _ = restore_matching(load_checkpoint_file(source.weights), network)
+        loaded, _ = matching(load_checkpoint_file(source.weights), network)
         if not loaded:
             raise ConfigError(
                 f"{KEY}={source.name}: none of its weights ({source.weights}) fits "

@@ -136,17 +136,25 @@ def load_weights(network, path: Path) -> None:
     restore_exact(load_checkpoint_file(path), network)
 
 
-def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
-    """Fine-tuning: copy every checkpoint value whose name and shape match a parameter of
-    `network`; returns (the parameters loaded, those left as they were)."""
+def matching(state: dict, network) -> tuple[list[str], list[str]]:
+    """Fine-tuning: the parameters of `network` whose name and shape a checkpoint value matches,
+    and those it does not; compares shapes only (no kernel runs: preflight calls it before
+    MindSpore's device is set, and MindSpore refuses `set_device` after a kernel ran)."""
     loaded, skipped = [], []
     for param in network.get_parameters():
         value = state.get(param.name)
-        if value is None or tuple(value.shape) != tuple(param.shape):
-            skipped.append(param.name)
-            continue
-        overwrite(param, value)
-        loaded.append(param.name)
+        fits = value is not None and tuple(value.shape) == tuple(param.shape)
+        (loaded if fits else skipped).append(param.name)
+    return loaded, skipped
+
+
+def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
+    """Fine-tuning: copy every checkpoint value whose name and shape match a parameter of
+    `network`; returns (the parameters loaded, those left as they were)."""
+    loaded, skipped = matching(state, network)
+    params = {p.name: p for p in network.get_parameters()}
+    for name in loaded:
+        overwrite(params[name], state[name])
     return loaded, skipped
 
 

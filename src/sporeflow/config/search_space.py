@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sporeflow.core.errors import ConfigError
-from sporeflow.core.uris import database_problem, is_database, redacted
+from sporeflow.core.uris import database_problem, is_database, redacted, sqlite_file, sqlite_uri
 
 SYNTAX = (
     "interval(a, b), int(interval(a, b)), tag(log, interval(a, b)), choice(x, y, ...), "
@@ -35,9 +35,9 @@ OPTUNA_SWEEPER = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSw
 
 def storage_url(storage: str | None, launch_dir: Path) -> str | None:
     """`hydra.sweeper.storage` with a relative sqlite path made absolute (from the launch dir)."""
-    prefix = "sqlite:///"
-    if storage and storage.startswith(prefix) and not Path(storage[len(prefix) :]).is_absolute():
-        return f"{prefix}{(launch_dir / storage[len(prefix) :]).resolve()}"
+    path = sqlite_file(storage) if storage else None
+    if path is not None and not path.is_absolute():
+        return sqlite_uri((launch_dir / path).resolve())
     return storage
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 # scheme://user:password@ anywhere in a text (a command line, a YAML file, a param value)
 _CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"]*):[^\s@/'\"]+@")
@@ -26,6 +27,22 @@ def redacted(uri: str) -> str:
 def redact_text(text: str) -> str:
     """Every URI password in a text replaced by *** (what MLflow records of a config)."""
     return _CREDENTIALS.sub(r"\1:***@", text)
+
+
+SQLITE = "sqlite:///"
+
+
+def sqlite_uri(path: str | Path) -> str:
+    """The sqlite:/// URI of a database file, its path %-encoded: SQLAlchemy (MLflow's and
+    Optuna's store) reads '?' as the start of a query and '#' as a fragment, so an unencoded
+    launch folder named 'x y?#' would put the store in a file named 'x y'."""
+    return SQLITE + quote(str(path), safe="/")
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI, %-decoded as SQLAlchemy decodes it (None: another
+    store)."""
+    return Path(unquote(uri[len(SQLITE) :])) if uri.startswith(SQLITE) else None
 
 
 STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https")

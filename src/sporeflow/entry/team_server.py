@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sporeflow.core.uris import database_problem, is_database, redacted
+from sporeflow.core.uris import database_problem, is_database, redacted, sqlite_uri
 from sporeflow.entry.team_auth import TRAINER_ROLE
 
 ADMIN = "admin"
@@ -140,7 +140,7 @@ def auth_env(args: argparse.Namespace, home: Path) -> dict[str, str]:
             f"--host {args.host}: logins are on and there is no admin yet: set "
             f"{ADMIN_PASSWORD_ENV} or give --admin-password-file (never the password itself)"
         )
-    ini = AUTH_INI.format(database=f"sqlite:///{users}", admin=ADMIN, cache_s=AUTH_CACHE_S)
+    ini = AUTH_INI.format(database=sqlite_uri(users), admin=ADMIN, cache_s=AUTH_CACHE_S)
     config.unlink(missing_ok=True)  # written afresh: a server made by an older sporeflow
     private_file(config, lambda: ini)  # gets today's login check
     private_file(users, str)  # an empty SQLite database, 0600: MLflow fills it (password hashes)

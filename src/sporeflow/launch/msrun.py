@@ -87,6 +87,15 @@ def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
     return max(1, (cores or available_cores()) // max(1, local_workers))
 
 
+def override(key: str, value: object) -> str:
+    """`key=value` as Hydra's override grammar reads it back: the value single-quoted and
+    escaped by Hydra's own QuotedString, so a path with a space, '#', '?', '%', '=' or a quote
+    (a launch folder named so) is one value, not a parse error."""
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    return f"{key}={QuotedString(text=str(value), quote=Quote.single).with_quotes()}"
+
+
 def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str], Path]:
     par = cfg.parallel
     local = par.workers // par.nodes
@@ -94,7 +103,7 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
     own = ("hydra.run.dir=", "runtime.threads=", "resume=")
     overrides = [o for o in ctx.overrides if not o.startswith(own)]
     if not resume_off(cfg.resume):  # a requeued job's too (entry.app)
-        overrides.append(f"resume={cfg.resume}")
+        overrides.append(override("resume", cfg.resume))
     threads = cfg.runtime.threads or threads_per_worker(local)
     cmd = [
         "msrun",
@@ -109,7 +118,7 @@ def msrun_command(cfg: DictConfig, ctx: RunContext, port: int) -> tuple[list[str
         "--tail_worker_log=-2",  # a rank no worker has: msrun tails no log (LogFollower shows rank 0's)
         str(ctx.entry_script),
         *overrides,
-        f"hydra.run.dir={ctx.run_dir}",
+        override("hydra.run.dir", ctx.run_dir),
         f"runtime.threads={threads}",
     ]
     return cmd, log_dir

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import yaml
+from mindspore._checkparam import check_file_name_by_regular  # MindSpore's file-name rule
 
 from sporeflow.storage.checkpoints import checkpoint_files
 from sporeflow.storage.files import atomic_path, write_text_atomic
@@ -81,5 +83,32 @@ def package_model(
     network.set_train(False)
     free_batch = ms.Tensor(shape=[None, channels, height, width], dtype=ms.float32)
     with atomic_path(out / MINDIR) as tmp:
-        ms.export(network, free_batch, file_name=str(tmp.with_suffix("")), file_format="MINDIR")
+        export_mindir(network, free_batch, tmp)
     return PackagedModel(out, (channels, height, width), int(num_classes))
+
+
+def export_mindir(network, inputs, dest: Path) -> None:
+    """`mindspore.export` as MINDIR into `dest` (a path ending .mindir). MindSpore refuses a
+    file name outside ``[0-9a-zA-Z@_-.:/\\]`` (a space, '#', '%', a non-ASCII letter anywhere
+    in the launch folder's path): such a file is exported into a temp folder and moved."""
+    if _mindspore_accepts(str(dest)):
+        ms.export(network, inputs, file_name=str(dest.with_suffix("")), file_format="MINDIR")
+        return
+    with tempfile.TemporaryDirectory(prefix="sporeflow-export-", dir=_plain_temp_root()) as tmp:
+        plain = Path(tmp) / "network"
+        ms.export(network, inputs, file_name=str(plain), file_format="MINDIR")
+        shutil.move(plain.with_suffix(".mindir"), dest)
+
+
+def _mindspore_accepts(file_name: str) -> bool:
+    try:
+        check_file_name_by_regular(file_name)
+    except ValueError:
+        return False
+    return True
+
+
+def _plain_temp_root() -> str:
+    """The system's temp folder, or /tmp when $TMPDIR is itself a name MindSpore refuses."""
+    root = tempfile.gettempdir()
+    return root if _mindspore_accepts(root) else "/tmp"

@@ -16,6 +16,7 @@ import sqlite3
 from importlib.metadata import version
 from pathlib import Path
 
+from sporeflow.core.uris import sqlite_uri
 from sporeflow.storage.cache import user_cache_dir
 from sporeflow.storage.files import atomic_path
 from sporeflow.storage.locks import exclusive
@@ -26,7 +27,7 @@ def migrate(db: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{db}"
+    uri = sqlite_uri(db)
     MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # runs every migration
     engine = SqlAlchemyStore._engine_map.pop(uri, None)  # noqa: SLF001  (MLflow caches per URI)
     if engine is not None:

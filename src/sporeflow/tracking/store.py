@@ -30,6 +30,8 @@ from sporeflow.core.uris import (
     database_problem,
     is_database,
     redacted,
+    sqlite_file,
+    sqlite_uri,
     store_uri_problem,
 )
 from sporeflow.storage.locks import exclusive
@@ -63,7 +65,7 @@ class Rejected(StoreError):
 
 
 def default_uri(launch_dir: Path) -> str:
-    return f"sqlite:///{Path(launch_dir).resolve() / 'mlflow.db'}"
+    return sqlite_uri(Path(launch_dir).resolve() / "mlflow.db")
 
 
 def resolve_uri(configured: str | None, launch_dir: Path) -> str:
@@ -86,17 +88,12 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite:/// URI (None for other stores)."""
-    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
-
-
 @contextmanager
 def store_lock(uri: str):
     """Hold an exclusive lock on `<db>.lock` (sqlite) or an advisory lock (PostgreSQL) while a
     store is created or migrated, so concurrent first runs do not race MLflow's schema creation
     ("table ... already exists")."""
-    db = sqlite_path(uri)
+    db = sqlite_file(uri)
     if db is None:
         with database_lock(uri, "mlflow tables"):  # PostgreSQL: an advisory lock
             yield
@@ -305,7 +302,7 @@ class Store:
         does not exist and `create` is off (nothing to read). Raises StoreError."""
         if self._client is not None:
             return True
-        db = sqlite_path(self.uri)
+        db = sqlite_file(self.uri)
         if not create and db is not None and not db.exists():
             return False  # a reader never creates a store
         if self.uri.startswith(("http://", "https://")):

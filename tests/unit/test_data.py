@@ -6,11 +6,13 @@ import gzip
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers.formats import write_cifar_bin, write_idx, write_jpeg_tree
+from helpers.machine import unavailable
 from sporeflow.core.errors import DataError
 from sporeflow.data.digits import Digits, digits_splits, load_digits_split
 from sporeflow.data.idx import IdxImages, ensure_raw
@@ -196,6 +198,8 @@ def test_empty_split_is_a_clear_error(tmp_path):
 def test_debian_fashion_mnist_package_reads(tmp_path):
     """The real Fashion-MNIST files from Debian's dataset-fashion-mnist (installed by .ci/run)."""
     root = "/usr/share/datasets/fashion-mnist"
+    if not Path(root).is_dir():
+        unavailable(f"{root}: Debian's dataset-fashion-mnist is not installed (optional: README)")
     data = IdxImages(
         root=root,
         cache_dir=str(tmp_path / "fm"),

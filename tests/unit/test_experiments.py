@@ -55,6 +55,10 @@ REDUCED = {
         "train.amp_level=O0",
     ],
 }
+# Presets on Fashion-MNIST read a generated IDX folder in the same layout as Debian's package
+# (gzipped files): the package is optional (README), and its own reading is tested in
+# tests/unit/test_data.py
+ON_FASHION_MNIST = {"lenet_fashion_mnist", "mnist_semi_auto"}
 PRESETS = sorted(p.stem for p in (REPO / "experiments").glob("*.yaml"))
 SLOW_PRESETS = {"resnet50_imagenet_dim_reduce"}  # a ResNet-50 graph compiled for two stages
 
@@ -67,8 +71,12 @@ def test_every_preset_has_a_reduced_run():
     "preset",
     [pytest.param(p, marks=[pytest.mark.slow] if p in SLOW_PRESETS else []) for p in PRESETS],
 )
-def test_preset_runs_reduced(tmp_path, preset):
-    proc = run_train([f"experiment={preset}", *SHORT, *REDUCED[preset]], tmp_path, timeout=900)
+def test_preset_runs_reduced(tmp_path, preset, idx_dir):
+    data = [f"dataset.root={idx_dir}", f"dataset.cache_dir={tmp_path / 'cache'}"]
+    own = data if preset in ON_FASHION_MNIST else []
+    proc = run_train(
+        [f"experiment={preset}", *SHORT, *REDUCED[preset], *own], tmp_path, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])

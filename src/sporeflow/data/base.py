@@ -173,16 +173,30 @@ class ImageDataset(ABC):
         """Ops that turn stored bytes into an HWC uint8 image (none: sources yield arrays)."""
         return []
 
+    def file_decode_ops(self) -> list:
+        """Ops that turn a JPEG/PNG file's bytes into an HWC uint8 image of this data set's
+        channels: MindSpore's `vision.Decode` (RGB, what an image folder's split is decoded
+        with: 16-bit, palette and alpha images come out as training sees them), then grey
+        (OpenCV's RGB2GRAY, Pillow's "L" weights) for a one-channel data set."""
+        if self.channels != 1:
+            return [vision.Decode()]
+        return [vision.Decode(), vision.ConvertColor(vision.ConvertMode.COLOR_RGB2GRAY), _hw1]
+
     def stored_size_ops(self) -> list:
         """Ops that give a decoded image of any size the size this data set's eval images have
         before `image_ops` (its stored size); what a user's own image files go through."""
         return [vision.Resize((self.native_size, self.native_size))] if self.native_size else []
 
-    def from_images(self, images: Callable[[], Iterator[np.ndarray]]) -> mds.Dataset:
-        """Batches of other images (HWC uint8, this data set's channels, any size) as the eval
-        split is fed to the network: `images` is called once and yields them in order."""
+    def from_images(
+        self, images: Callable[[], Iterator[np.ndarray]], encoded: bool = False
+    ) -> mds.Dataset:
+        """Batches of other images (any size) as the eval split is fed to the network: `images`
+        is called once and yields them in order, as HWC uint8 arrays of this data set's
+        channels, or (`encoded`) as the bytes of JPEG/PNG files, decoded by MindSpore's decoder
+        as an image folder's training images are (`file_decode_ops`)."""
         data = mds.GeneratorDataset(lambda: ((i,) for i in images()), ["image"], shuffle=False)
-        ops = self.stored_size_ops() + self.image_ops()
+        ops = (self.file_decode_ops() if encoded else []) + self.stored_size_ops()
+        ops += self.image_ops()
         data = data.map(ops, input_columns="image", num_parallel_workers=self.num_parallel_workers)
         return data.batch(self.batch_size)
 
@@ -214,6 +228,11 @@ def recipe_ops(recipe: Sequence[str], on_tensor: bool) -> list:
     """The recipe's ops that take the HWC uint8 image (on_tensor False) or the normalised CHW
     tensor (True), in the recipe's order."""
     return [make() for make, tensor in map(_RECIPES.__getitem__, recipe) if tensor == on_tensor]
+
+
+def _hw1(image: np.ndarray) -> np.ndarray:
+    """H x W -> H x W x 1 (the channel axis a grey image decodes without)."""
+    return image[:, :, None]
 
 
 def _per_channel(value: float | Sequence[float], channels: Annotated[int, Count]) -> list[float]:

@@ -16,8 +16,9 @@ from PIL import Image, UnidentifiedImageError
 from sporeflow.core.errors import DataError
 
 SUFFIXES = (".jpg", ".jpeg", ".png")
+DECODED_FORMATS = ("JPEG", "PNG")  # Pillow's names of what the suffixes promise
 MAX_PIXELS = 50_000_000  # a 50 MP photo decodes to 150 MB of RGB; a larger image is refused
-_PIL_MODE = {1: "L", 3: "RGB"}
+CHANNELS = (1, 3)  # grey or RGB
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,16 @@ class ImageInput:
         small = [(n, s) for n, s in zip(self.names, self.shorter_sides, strict=True)]
         return sorted((p for p in small if p[1] * factor <= side), key=lambda p: p[1])
 
+    @property
+    def encoded(self) -> bool:
+        """A folder's images come as their files' bytes, for MindSpore's decoder to decode as it
+        decodes training images (`ImageDataset.from_images`); a .npy batch's as arrays."""
+        return self.path.is_dir()
+
     def images(self) -> Iterator[np.ndarray]:
-        if self.path.is_dir():
+        if self.encoded:
             for name in self.names:
-                with Image.open(self.path / name) as image:
-                    yield _with_channel_axis(np.asarray(image.convert(_PIL_MODE[self.channels])))
+                yield np.fromfile(self.path / name, np.uint8)
         else:
             for image in np.load(self.path, mmap_mode="r"):
                 yield _with_channel_axis(np.array(image))
@@ -48,7 +54,7 @@ class ImageInput:
 
 def image_input(path: Path, channels: int) -> ImageInput:
     """The checked images at `path`; DataError naming the file and what is allowed."""
-    if channels not in _PIL_MODE:
+    if channels not in CHANNELS:
         raise DataError(f"images of {channels} channels cannot be read from files (1 or 3)")
     if path.is_dir():
         names, sides = _checked_files(path)
@@ -64,14 +70,17 @@ def _checked_files(folder: Path) -> tuple[tuple[str, ...], tuple[int, ...]]:
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
     if not files:
         raise DataError(f"{folder} holds no image files ({', '.join(SUFFIXES)})")
-    sides = tuple(_check_file(file) for file in files)
+    sides = tuple(check_image(file) for file in files)
     return tuple(str(p.relative_to(folder)) for p in files), sides
 
 
-def _check_file(file: Path) -> int:
-    """The shorter side of a readable image of at most MAX_PIXELS, judged by the size its
-    header declares before anything is decoded (a 100 KB PNG can declare 30000 x 30000 pixels:
-    a decompression bomb)."""
+def check_image(file: Path) -> int:
+    """The shorter side of an image MindSpore's decoder reads as it reads a training image: a
+    JPEG or PNG by content (whatever its suffix), of at most MAX_PIXELS as its header declares
+    (judged before anything is decoded: a 100 KB PNG can declare 30000 x 30000 pixels, a
+    decompression bomb), decoded whole once by Pillow, so a truncated or corrupt file is named
+    here (MindSpore's `vision.Decode` dies of SIGFPE on some, issue 60). DataError naming the
+    file and why."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused just below
@@ -79,11 +88,16 @@ def _check_file(file: Path) -> int:
                 width, height = image.size
                 if width * height > MAX_PIXELS:
                     raise DataError(_too_large(file, f"{width} x {height} pixels"))
-                image.verify()
+                if image.format not in DECODED_FORMATS:
+                    raise DataError(
+                        f"{file}: a {image.format} file; images are read by MindSpore's decoder, "
+                        f"which takes {' and '.join(DECODED_FORMATS)}: convert it"
+                    )
+                image.load()
                 return min(width, height)
     except Image.DecompressionBombError:
         raise DataError(_too_large(file, f"over {2 * Image.MAX_IMAGE_PIXELS} pixels")) from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as ex:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as ex:
         raise DataError(f"{file}: not a readable image ({ex})") from None
 
 

@@ -16,6 +16,7 @@ from mindspore.dataset import vision
 from sporeflow.core.errors import DataError
 from sporeflow.core.ranges import Count
 from sporeflow.data.base import DataSource, ImageDataset
+from sporeflow.data.readable import check_readable
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}
@@ -56,6 +57,14 @@ class ImageFolder(ImageDataset):
             )
         return directory
 
+    def check(self) -> None:
+        """The base checks, then every image of both splits decodes (data.readable): a
+        damaged file is refused before work, not met by MindSpore's decoder mid-epoch."""
+        super().check()
+        for split in SPLIT_DIRS:
+            directory = self._split_dir(split)
+            check_readable(directory, _image_files(directory))
+
     def class_names(self):
         """The training split's class folders in sorted order: MindSpore's label numbering."""
         directory = self.root / SPLIT_DIRS["train"]
@@ -69,7 +78,7 @@ class ImageFolder(ImageDataset):
                 f"{directory} has {len(classes)} class folders but dataset.num_classes="
                 f"{self.num_classes}"
             )
-        count = sum(1 for c in classes for f in c.iterdir() if f.suffix in EXTENSIONS)
+        count = len(_image_files(directory))
         if count == 0:
             raise DataError(
                 f"the {split} split {directory} holds no images ({', '.join(EXTENSIONS)}) "
@@ -98,6 +107,14 @@ class ImageFolder(ImageDataset):
 
     def augment_ops(self):
         return [vision.RandomHorizontalFlip(prob=0.5)]
+
+
+def _image_files(split_dir: Path) -> list[Path]:
+    """The files MindSpore's ImageFolderDataset reads of a split: those with one of EXTENSIONS
+    directly in a class folder."""
+    return [
+        f for c in _class_dirs(split_dir) for f in sorted(c.iterdir()) if f.suffix in EXTENSIONS
+    ]
 
 
 def _class_dirs(split_dir: Path) -> list[Path]:

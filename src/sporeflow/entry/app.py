@@ -22,6 +22,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sporeflow.config.paths import from_launch_dir
 from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
@@ -202,6 +203,7 @@ def run_task(cfg: DictConfig) -> float:
     try:
         # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
         _isa_applied(cfg)
+        cfg = from_launch_dir(cfg, ctx.launch_dir)  # relative paths: the launch folder's
         plan = plan_job(cfg, ctx, 0 if worker else slurm.restart_count())
         if not worker:
             _checked_and_claimed(plan)

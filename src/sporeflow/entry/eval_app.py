@@ -14,6 +14,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config.components import build_dataset
+from sporeflow.config.paths import from_launch_dir
 from sporeflow.config.schema import EVAL_KEYS, Split
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
@@ -36,6 +37,7 @@ def run_eval(cfg: DictConfig) -> float:
     """Resolve and check before any work (exit 2 on bad input), then evaluate; returns the
     top-1 accuracy."""
     ctx = run_context()
+    cfg = from_launch_dir(cfg, ctx.launch_dir)  # relative paths: the launch folder's
     signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     lookup = StoreReads.of_config(cfg.tracking, ctx.launch_dir)
     try:

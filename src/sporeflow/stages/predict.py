@@ -63,7 +63,7 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
     network = loaded_network(cfg, source)
     network.set_train(False)
     dataset = build_dataset(cfg)
-    batches = dataset.from_images(images.images)
+    batches = dataset.from_images(images.images, encoded=images.encoded)
     bar = tqdm(total=len(images.names), desc="predict", unit="image", disable=not progress)
     found = []
     with compile_cache.cached(cfg.runtime), bar:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-FALLBACK_COLUMNS = 80  # a terminal that reports no size (a pty nobody sized) still gets a bar
+FALLBACK_SIZE = (80, 24)  # a terminal that reports no size (a pty nobody sized) still gets a bar
 
 
 def on_terminal() -> bool:
@@ -24,8 +24,8 @@ def on_terminal() -> bool:
 
 def bar_options(shown: bool | None = None) -> dict:
     """tqdm's keyword arguments for a bar: `shown` None draws it on a terminal only, True
-    always. Its width follows the terminal's, or is FALLBACK_COLUMNS where there is none or it
-    reports 0 columns (tqdm would draw an empty line)."""
+    always. Its width follows the terminal's, or is FALLBACK_SIZE where there is none or it
+    reports 0 columns (tqdm would draw an empty line: 0 rows leave no line for it)."""
     if not (on_terminal() if shown is None else shown):
         return {"disable": True}
     return {"disable": False, **_width()}
@@ -36,4 +36,6 @@ def _width() -> dict:
         columns = os.get_terminal_size(sys.__stderr__.fileno()).columns  # type: ignore[union-attr]
     except (AttributeError, OSError, ValueError):
         columns = 0
-    return {"dynamic_ncols": True} if columns else {"ncols": FALLBACK_COLUMNS}
+    if columns:
+        return {"dynamic_ncols": True}
+    return {"ncols": FALLBACK_SIZE[0], "nrows": FALLBACK_SIZE[1]}

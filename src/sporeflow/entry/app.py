@@ -245,7 +245,10 @@ def remove_unused_run_dir(run_dir: Path) -> None:
     job log, train.log or eval.log) before sporeflow could check anything."""
     if not run_dir.is_dir():
         return
-    if all(p.name in (".hydra", CLAIM_FILE, mindspore_log.FOLDER) or p.suffix == ".log" for p in run_dir.iterdir()):
+    if all(
+        p.name in (".hydra", CLAIM_FILE, mindspore_log.FOLDER) or p.suffix == ".log"
+        for p in run_dir.iterdir()
+    ):
         shutil.rmtree(run_dir, ignore_errors=True)
         date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty, then the
         if date_dir.parent.name in HYDRA_FOLDERS and not any(date_dir.iterdir()):  # folders

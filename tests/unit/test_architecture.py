@@ -215,6 +215,7 @@ def test_a_loose_module_at_the_root_is_found(tmp_path, monkeypatch):
     [
         ("sporeflow", {"mindspore", "mlflow", "hydra"}),  # the ISA choice must precede MindSpore
         ("sporeflow.stages.runs", {"mindspore"}),  # the launcher's MLflow hooks stay light
+        ("sporeflow.entry.app", {"mindspore"}),  # MindSpore's log variables precede it
         ("sporeflow.launch.msrun", {"mindspore", "mlflow"}),
         ("sporeflow.config.schema", {"mindspore", "mlflow"}),
         ("sporeflow.tracking.tracker", {"mindspore", "mlflow"}),  # the trainer only journals

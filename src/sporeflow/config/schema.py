@@ -43,6 +43,11 @@ class CpuIsa(Enum):
     native = "native"
 
 
+class MindsporeLog(Enum):
+    run_dir = "run_dir"
+    console = "console"
+
+
 class ParallelMode(Enum):
     standalone = "standalone"
     data = "data"  # DATA_PARALLEL
@@ -153,6 +158,10 @@ class RuntimeConfig:
     compile_cache_dir: Optional[str] = None
     """Where the compile cache lives; null: `$XDG_CACHE_HOME/sporeflow/compile`
     (`~/.cache/sporeflow/compile`). Keep it on a local disk (see troubleshooting)."""
+    mindspore_log: MindsporeLog = MindsporeLog.run_dir
+    """MindSpore's own log lines: `run_dir` keeps its warnings off the console (errors only,
+    also in `<run dir>/mindspore_log/`); `console`: MindSpore's default, its warnings on the
+    console. GLOG_* variables you export win over both."""
 
 
 @dataclass

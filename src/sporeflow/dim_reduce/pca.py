@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from sporeflow.core import console
 from sporeflow.dim_reduce.snapshots import LAYOUT_FILE, DimReduceError, read_layout
 from sporeflow.storage.checkpoints import read_checkpoint
 from sporeflow.storage.files import atomic_path
@@ -301,7 +302,10 @@ def streaming_pca(
     # two blocks and k basis columns fit in chunk_mb
     groups = _groups(layout, n, chunk_mb * n / (2 * n + n_component))
     ref = n // 2
-    with tqdm(total=2 * len(groups) * n, desc="pca", unit="read", disable=not progress) as bar:
+    shown = None if progress else False  # a bar on a terminal only, never in a log file
+    with tqdm(
+        total=2 * len(groups) * n, desc="pca", unit="read", **console.bar_options(shown)
+    ) as bar:
         gram = _gram(paths, layout, groups, chunk_mb, ref, bar)
         coef_t = np.ascontiguousarray(_coefficients(gram, n_component).T, dtype=np.float32)
         columns = _basis_columns(paths, layout, groups, chunk_mb, ref, coef_t, bar)

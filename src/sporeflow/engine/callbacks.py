@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from mindspore.train import Callback
 from tqdm import tqdm
 
-from sporeflow.core import signals
+from sporeflow.core import console, signals
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase, save_hooks_state
 from sporeflow.storage.checkpoints import checkpoint_files, prune, save_atomic
@@ -101,13 +102,16 @@ class EvalEachEpoch(HookBase):
         eval_data,
         every_n_epochs: int = 1,
         ema_swap: Callable[[], AbstractContextManager] | None = None,
+        shown: bool | None = False,
     ):
+        """`shown`: a bar over the evaluation's batches, as ProgressBar's `shown`."""
         super().__init__()
         self.bind(record)
         self.model = model
         self.eval_data = eval_data
         self.every = every_n_epochs
         self.ema_swap = ema_swap
+        self.shown = shown
         self.seconds = 0.0  # spent evaluating (its graph's compile included): engine.cost
 
     def evaluate(self) -> dict:
@@ -118,14 +122,16 @@ class EvalEachEpoch(HookBase):
             self.seconds += time.perf_counter() - started
 
     def _evaluate(self) -> dict:
-        result = {
-            k: float(v) for k, v in self.model.eval(self.eval_data, dataset_sink_mode=False).items()
-        }
+        result = {k: float(v) for k, v in self._eval("eval").items()}
         if self.ema_swap is not None:
             with self.ema_swap():
-                ema = self.model.eval(self.eval_data, dataset_sink_mode=False)
+                ema = self._eval("eval ema")
             result.update({f"{k}_ema": float(v) for k, v in ema.items()})
         return result
+
+    def _eval(self, desc: str) -> dict:
+        with EvalBar(self.eval_data.get_dataset_size(), desc, self.shown) as bar:
+            return self.model.eval(self.eval_data, callbacks=[bar], dataset_sink_mode=False)
 
     def after_epoch(self, epoch: int) -> None:
         if epoch % self.every and epoch != self.record.epochs:
@@ -133,12 +139,29 @@ class EvalEachEpoch(HookBase):
         self.record.put_eval(epoch, self.record.global_step(self.cb_params), self.evaluate())
 
 
+class EvalBar(Callback):
+    """A bar over one evaluation's batches, removed when it ends: a large split's evaluation
+    otherwise shows nothing for a minute."""
+
+    def __init__(self, batches: int, desc: str, shown: bool | None):
+        super().__init__()
+        options = console.bar_options(shown)
+        self.bar = tqdm(total=batches, desc=desc, unit="batch", leave=False, **options)
+
+    def on_eval_step_end(self, run_context) -> None:
+        self.bar.update(1)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
 class ProgressBar(HookBase):
     """One tqdm bar over the stage's steps (a resumed stage starts part-way), with the epoch,
     the latest recorded loss and the latest eval accuracy (refreshed right after each eval)."""
 
     def __init__(self, record: EventRecord, stage: str, shown: bool | None = None):
-        """`shown`: None draws the bar on a terminal only (a log file gets no bar lines)."""
+        """`shown`: None draws the bar when the process's real stderr is a terminal
+        (core.console; a log file or pipe gets no bar lines), True always."""
         super().__init__()
         self.bind(record)
         self.bar = tqdm(
@@ -146,9 +169,8 @@ class ProgressBar(HookBase):
             initial=record.steps_before,
             desc=stage,
             unit="step",
-            dynamic_ncols=True,
             mininterval=0.5,
-            disable=None if shown is None else not shown,
+            **console.bar_options(shown),
         )
 
     def _show(self, epoch: int, refresh: bool) -> None:

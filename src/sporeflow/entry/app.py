@@ -29,9 +29,8 @@ from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
 from sporeflow.launch import msrun, slurm
-from sporeflow.runtime import cpu_isa
+from sporeflow.runtime import cpu_isa, mindspore_log
 from sporeflow.stages.job_plan import JobPlan, plan_job
-from sporeflow.storage.checkpoints import is_checkpoint
 from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
@@ -97,6 +96,8 @@ def entry_script(hc) -> Path:
 def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     """What to run after an interruption: resume= from the newest checkpoint (a pipeline
     continues the stage it stopped in, its finished stages kept)."""
+    from sporeflow.storage.checkpoints import is_checkpoint  # MindSpore: after its log's place
+
     saved = sorted(
         (p for p in ctx.run_dir.rglob("epoch_*") if is_checkpoint(p)),
         key=lambda p: p.stat().st_mtime,
@@ -202,6 +203,7 @@ def run_task(cfg: DictConfig) -> float:
         signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
         # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
+        mindspore_log.apply(cfg.runtime.mindspore_log.value, ctx.run_dir)
         _isa_applied(cfg)
         cfg = from_launch_dir(cfg, ctx.launch_dir)  # relative paths: the launch folder's
         plan = plan_job(cfg, ctx, 0 if worker else slurm.restart_count())
@@ -245,7 +247,10 @@ def remove_unused_run_dir(run_dir: Path) -> None:
     job log, train.log or eval.log) before sporeflow could check anything."""
     if not run_dir.is_dir():
         return
-    if all(p.name in (".hydra", CLAIM_FILE) or p.suffix == ".log" for p in run_dir.iterdir()):
+    if all(
+        p.name in (".hydra", CLAIM_FILE, mindspore_log.FOLDER) or p.suffix == ".log"
+        for p in run_dir.iterdir()
+    ):
         shutil.rmtree(run_dir, ignore_errors=True)
         date_dir = run_dir.parent  # Hydra's outputs/<date>/ when it is left empty, then the
         if date_dir.parent.name in HYDRA_FOLDERS and not any(date_dir.iterdir()):  # folders

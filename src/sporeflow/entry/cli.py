@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sporeflow.config.schema import TrackingConfig
-from sporeflow.core import signals, telemetry
+from sporeflow.core import console, signals, telemetry
 from sporeflow.core.processes import start_group, stop_group
 from sporeflow.core.uris import redacted
 from sporeflow.entry import team_server
@@ -410,7 +410,7 @@ def predict(args: argparse.Namespace) -> int:
     except (ConfigError, DataError) as ex:
         print(f"sporeflow predict: {ex}", file=sys.stderr)
         return 2
-    found = predicting.predict(cfg, source, images, progress=sys.stderr.isatty())
+    found = predicting.predict(cfg, source, images, progress=console.on_terminal())
     if found.caveat:
         print(f"[sporeflow] {found.caveat}", file=sys.stderr)
     replaced = " (it replaced the file there)" if out.exists() else ""

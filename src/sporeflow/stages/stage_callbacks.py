@@ -133,6 +133,7 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
         stage.eval_data,
         cfg.callbacks.eval_every_n_epochs,
         stage.parts.ema_swap,
+        shown=None if main and cfg.callbacks.progress_bar else False,
     )
     user = user_hooks(cfg, record)
     snapshots = _snapshots(stage, record)

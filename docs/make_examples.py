@@ -210,7 +210,9 @@ def _tie_count(decision: str, points: int) -> str:
     tied, others = len(tied_points(decision)), points - 1
     worse = others - tied
     return f"the best ties {tied} of the {others} other points" + (
-        f"; {worse} {'is' if worse == 1 else 'are'} shown worse at 5% and not named" if worse else ""
+        f"; {worse} {'is' if worse == 1 else 'are'} shown worse at 5% and not named"
+        if worse
+        else ""
     )
 
 

@@ -207,14 +207,16 @@ def tied_points(decision: str) -> list[str]:
     return re.findall(r"(\S.*?) \([\d.]+\)(?:, |$)", named)
 
 
-def _tie_count(decision: str, points: int) -> str:
-    """How many of the other points the tie names, and that the rest were shown worse."""
-    tied, others = len(tied_points(decision)), points - 1
-    worse = others - tied
-    return f"the best ties {tied} of the {others} other points" + (
-        f"; {worse} {'is' if worse == 1 else 'are'} shown worse at 5% and not named"
-        if worse
-        else ""
+def _tie_count(decision: str, points: int, labels: list[str] | None = None) -> str:
+    """How many of the other points the tie names, and which (or how many) were shown worse:
+    `labels`, every point's, names them."""
+    tied, others = tied_points(decision), points - 1
+    best = re.match(r"tie: (.+?) \(", decision)
+    worse = others - len(tied)
+    unnamed = [p for p in labels or [] if p not in tied and best and p != best[1]]
+    said = ", ".join(unnamed) if labels and len(unnamed) == worse else str(worse)
+    return f"the best ties {len(tied)} of the {others} other points" + (
+        f"; {said} {'is' if worse == 1 else 'are'} shown worse at 5% and not named" if worse else ""
     )
 
 
@@ -242,13 +244,15 @@ def race_block(shown: list[str], decided: list[str]) -> str:
     dropped = [m[1] for ln in shown if (m := re.search(r"dropped: (.+)$", ln)) and m[1] != "none"]
     verdict = "a tie" if decided[0].startswith("tie: ") else "a winner"
     gone = [p.strip() for d in dropped for p in d.split(",") if "=" in p]
+    left = re.search(r"left after \d+ rounds?: (.+)$", shown[-1])
+    labels = [*(left[1].split(", ") if left else []), *gone]
     still_tied = [p for p in gone if p in tied_points(decided[0])]
     reading = (
         f"Read it as: the race trained {ran} stage-2 jobs where the grid over the same seeds "
         f"trains {points * len(shown[1:-1])}; "
-        + (f"it dropped {'; '.join(dropped)}" if dropped else "no setting was shown worse")
+        + (f"it dropped {'; '.join(dropped)}" if dropped else "it dropped no setting")
         + f". The sweep's own decision over what the race ran is {verdict}"
-        + (f" ({_tie_count(decided[0], points)})" if verdict == "a tie" else "")
+        + (f" ({_tie_count(decided[0], points, labels)})" if verdict == "a tie" else "")
         + (
             f", and {len(still_tied)} of the {len(gone)} dropped settings are among the tied: "
             "the race's rank test over seeds drops on weaker evidence than the decision's "

@@ -69,7 +69,7 @@ format: install
 	$(RUN) -m ruff check --fix .
 
 docs-examples: install
-	$(RUN) docs/make_examples.py
+	$(RUN) docs/make_examples.py $(ARGS)
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(RUN) $$b || exit 1; done

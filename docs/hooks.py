@@ -9,7 +9,10 @@
 - `<!-- notebook: NAME.ipynb -->` becomes that notebook of docs/ as the test suite last ran
   it (tests/e2e/test_notebook.py writes its outputs): its text, code, printed output, values
   (a DataFrame as its HTML table) and figures; the console lines a run prints (stderr) are
-  left out.
+  left out;
+- `<!-- raw -->` ... `<!-- /raw -->` holds what a reader of the page's raw markdown (on GitHub,
+  in an editor) needs and the site does not: where the generated part of the page is read. The
+  site drops it; a raw reader sees it (the markers are HTML comments there).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sporeflow.config.reference import groups_markdown, schema_markdown
 REPO = Path(__file__).resolve().parents[1]
 INCLUDE = re.compile(r"<!-- include: (?P<name>[\w.-]+) -->")
 NOTEBOOK = re.compile(r"<!-- notebook: (?P<name>[\w.-]+\.ipynb) -->")
+RAW_ONLY = re.compile(r"<!-- raw -->\n.*?<!-- /raw -->\n", re.S)
 LOG_LINE = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+\]\[")  # Hydra's log lines: a run's console
 # links inside the included root files, rewritten to where their targets are on the site
 ROOT_LINKS = {
@@ -79,6 +83,7 @@ def notebook_markdown(path: Path) -> str:
 
 
 def on_page_markdown(markdown: str, **_) -> str:
+    markdown = RAW_ONLY.sub("", markdown)
     markdown = INCLUDE.sub(_include, markdown)
     markdown = NOTEBOOK.sub(lambda m: notebook_markdown(REPO / "docs" / m["name"]), markdown)
     markdown = markdown.replace("<!-- reference: schema -->", schema_markdown())

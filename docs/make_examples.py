@@ -4,6 +4,11 @@ Each example sits between `<!-- example: NAME -->` and `<!-- /example -->` on a 
 this script runs the page's own commands in a fresh launch dir, puts what they printed in
 place of the old block, and writes the sentence that reads it from the same figures, so the
 prose cannot claim what the output does not show. Nothing else on the page changes.
+
+Each example is two steps: a maker runs the commands and picks the lines shown (`MAKERS`), a
+renderer turns those lines into the block (`RENDER`). tests/unit/test_doc_examples.py renders
+each page's shown lines again with the current renderer and compares the block, so a hand edit
+of a block, or a reading that no longer follows from its lines, fails there.
 """
 
 from __future__ import annotations
@@ -49,8 +54,50 @@ def default_job(launch: Path) -> str:
     return _DEFAULT_JOB["err"]
 
 
-def cost_lines(launch: Path) -> str:
-    """The default dim-reduce job's verdict at equal cost and its cost table, and what they say."""
+def indented(shown: list[str]) -> str:
+    """Lines as a page's indented code block (a blank line stays blank)."""
+    return "\n".join(("    " + ln).rstrip() for ln in shown)
+
+
+def shown_lines(body: str) -> list[str]:
+    """An example block's code lines as the maker picked them: the indented block at its start
+    (the reverse of `indented`)."""
+    lines = []
+    for ln in body.splitlines():
+        if ln.startswith("    ") or (not ln.strip() and lines):
+            lines.append(ln[4:])
+        else:
+            break
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+def train_line(launch: Path) -> list[str]:
+    """`python train.py`'s summary line, the parts that are the reader's own (the run dir, the
+    store's path, the run's id) elided."""
+    err = train(launch)
+    line = next(ln.strip() for ln in err.splitlines() if ln.startswith("[sporeflow] train: "))
+    line = re.sub(r"weights \S+/(\w+\.\w+);", r"weights outputs/.../\1;", line)
+    line = re.sub(r"sqlite:///\S+/mlflow\.db", "sqlite:///.../mlflow.db", line)
+    return [re.sub(r", run ([0-9a-f]{4})[0-9a-f]+$", r", run \1...", line)]
+
+
+def render_train_line(shown: list[str]) -> str:
+    """The default job's summary line and what it says."""
+    (line,) = shown
+    match = re.match(r"\[sporeflow\] train: acc=([\d.]+), loss=([\d.]+), (\d+) images/s", line)
+    updates = re.search(r"\((batch \d+), (\d+) optimizer updates\)", line)
+    assert match and updates, line
+    return (
+        f"{indented(shown)}\n\n(from `python train.py` with this code: the test split's accuracy "
+        f"{match[1]} and loss {match[2]} after {updates[2]} optimizer updates of {updates[1]}; "
+        "images/s is this machine's.)\n"
+    )
+
+
+def cost_lines(launch: Path) -> list[str]:
+    """The default dim-reduce job's verdict at equal cost and its cost table."""
     lines = default_job(launch).splitlines()
     verdict = next(ln.strip() for ln in lines if ln.strip().startswith("at equal cost ("))
     start = next(
@@ -61,39 +108,50 @@ def cost_lines(launch: Path) -> str:
         if len(ln.split()) != 7 or not ln.startswith("  "):
             break
         table.append(ln)
+    return [ln.strip() for ln in [verdict, *table]]
+
+
+def render_cost_lines(shown: list[str]) -> str:
+    """The verdict at equal cost and the cost table, and what they say."""
+    verdict, *table = shown
     passes = {r.split()[0]: float(r.split()[1]) for r in table[1:]}
     ratio = re.search(r"\(([\d.]+)x the passes of (\d+) plain epochs?: (\d+) steps\)", verdict)
     assert ratio and "stage2" in passes and "budget" in passes, verdict
     significant = "not significant" not in verdict
-    body = "\n".join(f"    {ln.strip()}" for ln in [verdict, *table])
     return (
-        f"{body}\n\n(from `python train.py boost=dim_reduce` with this code: stage 2 spent "
+        f"{indented(shown)}\n\n(from `python train.py boost=dim_reduce` with this code: stage 2 spent "
         f"{passes['stage2']:.0f} passes with its snapshots and PCA, {ratio[1]}x what "
         f"{ratio[2]} plain epoch{'s' if ratio[2] != '1' else ''} cost; the budget arm trained "
         f"{ratio[3]} steps for it, and at equal cost the difference "
-        f"{'is' if significant else 'is not'} significant at 5%).\n"
+        f"{'is' if significant else 'is not'} significant at 5%. The snapshots' and the PCA's "
+        "seconds count at the stage's measured seconds per pass: on another run or machine "
+        "these passes, the ratio and the budget's steps differ a little, as the seconds do).\n"
     )
 
 
-def gain_line(launch: Path) -> str:
-    """The default dim-reduce job's line against its best baseline, and what it says."""
+def gain_line(launch: Path) -> list[str]:
+    """The default dim-reduce job's line against its best baseline."""
     err = default_job(launch)
     best = re.search(r"gain \(stage2 - best baseline, acc\).*", err)
     lines = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("stage2 vs ")]
     against = [ln for ln in lines if not ln.startswith("stage2 vs stage1")]
     assert best and against, err[-2000:]
-    line = against[0]
+    return [against[0]]
+
+
+def render_gain_line(shown: list[str]) -> str:
+    """The line against the best baseline, and what it says."""
+    (line,) = shown
     verdict = "is" if "not significant" not in line else "is not"
     return (
-        f"    {line}\n\n"
+        f"{indented(shown)}\n\n"
         f"(from `python train.py boost=dim_reduce` with this code: the gain over that baseline "
         f"{verdict} significant at 5%).\n"
     )
 
 
-def sweep_table(launch: Path) -> str:
-    """The 6-job rho x sigma sweep's table, best first, its decision, and the sentence that
-    reads them."""
+def sweep_table(launch: Path) -> list[str]:
+    """The 6-job rho x sigma sweep's table, best first, and its decision."""
     err = train(launch, *SWEEP)
     lines = err.splitlines()
     start = next(
@@ -104,6 +162,16 @@ def sweep_table(launch: Path) -> str:
         if not re.match(r"\s+\d+\s", ln):
             break
         table.append(ln)
+    decided = [
+        ln.strip() for ln in lines if ln.startswith(("winner: ", "tie: ", "leading: ", "best: "))
+    ]
+    return [ln.rstrip() for ln in [*table, "", *decided]]
+
+
+def render_sweep_table(shown: list[str]) -> str:
+    """The sweep's table and decision, and the sentence that reads them."""
+    blank = shown.index("")
+    table, decided = shown[:blank], shown[blank + 1 :]
     rows = [r.split() for r in table[1:]]
     header = table[0].split()
     p_col, ci_col = header.index("p"), header.index("CI")
@@ -112,9 +180,6 @@ def sweep_table(launch: Path) -> str:
     straddle = [r for r in rows if _straddles(r[ci_field])]
     significant = [r for r in rows if float(r[p_field]) < 0.05]
     best = rows[0]
-    decided = [
-        ln.strip() for ln in lines if ln.startswith(("winner: ", "tie: ", "leading: ", "best: "))
-    ]
     verdict = "a tie" if decided and decided[0].startswith("tie: ") else "a winner"
     reading = (
         f"Read it as: job {best[0]} leads on the objective (stage 2's accuracy); "
@@ -125,10 +190,10 @@ def sweep_table(launch: Path) -> str:
             else "; significant at 5%: " + ", ".join(f"job {r[0]}" for r in significant)
         )
         + f". The sweep's own decision, from stage 2's per-image outcomes of every point, is {verdict}"
+        + (f" ({_tie_count(decided[0], len(rows))})" if verdict == "a tie" else "")
         + (": more eval data or seeds may decide." if verdict == "a tie" else ".")
     )
-    shown = [*table, "", *decided]
-    return "\n".join(("    " + ln).rstrip() for ln in shown) + "\n\n" + reading + "\n"
+    return indented(shown) + "\n\n" + reading + "\n"
 
 
 def _straddles(ci: str) -> bool:
@@ -136,31 +201,58 @@ def _straddles(ci: str) -> bool:
     return low <= 0.0 <= high
 
 
-def race(launch: Path) -> str:
-    """The default job's rho x sigma grid raced over seeds: a line per round, the race's end,
-    the sweep's decision, and the sentence that reads them."""
+def tied_points(decision: str) -> list[str]:
+    """The points a `tie:` line names as not told apart from the best."""
+    named = decision.split(" cannot be told apart from ", 1)[-1].rsplit(" at 5% ", 1)[0]
+    return re.findall(r"(\S.*?) \([\d.]+\)(?:, |$)", named)
+
+
+def _tie_count(decision: str, points: int, labels: list[str] | None = None) -> str:
+    """How many of the other points the tie names, and which (or how many) were shown worse:
+    `labels`, every point's, names them."""
+    tied, others = tied_points(decision), points - 1
+    best = re.match(r"tie: (.+?) \(", decision)
+    worse = others - len(tied)
+    unnamed = [p for p in labels or [] if p not in tied and best and p != best[1]]
+    said = ", ".join(unnamed) if labels and len(unnamed) == worse else str(worse)
+    return f"the best ties {len(tied)} of the {others} other points" + (
+        f"; {said} {'is' if worse == 1 else 'are'} shown worse at 5% and not named" if worse else ""
+    )
+
+
+def race(launch: Path) -> list[str]:
+    """The default job's rho x sigma grid raced over seeds: a line per round, the race's end
+    and the sweep's decision."""
     err = train(launch, "-m", "hparams_search=dim_reduce_race")
     lines = [ln.strip() for ln in err.splitlines()]
     shown = [ln for ln in lines if ln.startswith("[sporeflow] race")]
     decided = [ln for ln in lines if ln.startswith(("winner: ", "tie: "))]
     assert shown and decided, err[-2000:]
-    return race_block(shown, decided)
+    return [*shown, "", *decided]
+
+
+def render_race(lines: list[str]) -> str:
+    """The race's lines and its decision as printed, and the sentence that reads them."""
+    blank = lines.index("")
+    return race_block(lines[:blank], lines[blank + 1 :])
 
 
 def race_block(shown: list[str], decided: list[str]) -> str:
     """The race's lines and its decision as printed, and the sentence that reads them."""
     ran = sum(int(m[1]) for ln in shown if (m := re.search(r"\): (\d+) points", ln)))
+    points = int(re.search(r"race of (\d+) points", shown[0])[1])
     dropped = [m[1] for ln in shown if (m := re.search(r"dropped: (.+)$", ln)) and m[1] != "none"]
     verdict = "a tie" if decided[0].startswith("tie: ") else "a winner"
     gone = [p.strip() for d in dropped for p in d.split(",") if "=" in p]
-    still_tied = [
-        p for p in gone if f"{p} (" in decided[0].split(" cannot be told apart from ")[-1]
-    ]
+    left = re.search(r"left after \d+ rounds?: (.+)$", shown[-1])
+    labels = [*(left[1].split(", ") if left else []), *gone]
+    still_tied = [p for p in gone if p in tied_points(decided[0])]
     reading = (
         f"Read it as: the race trained {ran} stage-2 jobs where the grid over the same seeds "
-        f"trains {6 * len(shown[1:-1])}; "
-        + (f"it dropped {'; '.join(dropped)}" if dropped else "no setting was shown worse")
+        f"trains {points * len(shown[1:-1])}; "
+        + (f"it dropped {'; '.join(dropped)}" if dropped else "it dropped no setting")
         + f". The sweep's own decision over what the race ran is {verdict}"
+        + (f" ({_tie_count(decided[0], points, labels)})" if verdict == "a tie" else "")
         + (
             f", and {len(still_tied)} of the {len(gone)} dropped settings are among the tied: "
             "the race's rank test over seeds drops on weaker evidence than the decision's "
@@ -169,16 +261,22 @@ def race_block(shown: list[str], decided: list[str]) -> str:
             else "."
         )
     )
-    return (
-        "\n".join(("    " + ln).rstrip() for ln in [*shown, "", *decided]) + "\n\n" + reading + "\n"
-    )
+    return indented([*shown, "", *decided]) + "\n\n" + reading + "\n"
 
 
 MAKERS = {
+    "train-line": train_line,
     "gain-line": gain_line,
     "cost-lines": cost_lines,
     "sweep-table": sweep_table,
     "race": race,
+}
+RENDER = {
+    "train-line": render_train_line,
+    "gain-line": render_gain_line,
+    "cost-lines": render_cost_lines,
+    "sweep-table": render_sweep_table,
+    "race": render_race,
 }
 
 
@@ -190,6 +288,11 @@ def examples() -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=sorted(MAKERS), help="examples to regenerate")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: render each block again from its own lines (after a reading changed)",
+    )
     args = parser.parse_args(argv)
     found = examples()
     for name in args.names:
@@ -197,9 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(
                 f"no example {name!r}: docs/ marks {sorted(found)}; this script makes {sorted(MAKERS)}"
             )
-        with tempfile.TemporaryDirectory() as launch:
-            body = MAKERS[name](Path(launch))
         page = found[name]
+        if args.render:
+            old = next(m["body"] for m in BLOCK.finditer(page.read_text()) if m["name"] == name)
+            body = RENDER[name](shown_lines(old))
+        else:
+            with tempfile.TemporaryDirectory() as launch:
+                body = RENDER[name](MAKERS[name](Path(launch)))
         text = BLOCK.sub(
             lambda m, name=name, body=body: (
                 m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0)
@@ -207,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             page.read_text(),
         )
         page.write_text(text)
-        print(f"{page.relative_to(REPO)}: example {name} regenerated", file=sys.stderr)
+        done = "rendered from its lines" if args.render else "regenerated"
+        print(f"{page.relative_to(REPO)}: example {name} {done}", file=sys.stderr)
     return 0
 
 

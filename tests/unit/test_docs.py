@@ -246,3 +246,31 @@ def test_a_notebook_page_shows_text_code_printed_values_and_figures_not_the_cons
         '\n\n<img alt="a figure of the notebook" src="data:image/png;base64,iVBORw0=">'
         "\n\n<table></table>\n"
     )
+
+
+# what marks a generated part of a page: the site puts it in, a raw reader sees only the marker
+GENERATED = re.compile(r"^(<!-- (reference|include|notebook): [\w.-]+ -->|::: [\w.]+)$", re.M)
+RAW_ONLY = re.compile(r"<!-- raw -->\n(?P<note>.*?)<!-- /raw -->\n", re.S)
+
+
+def test_a_raw_page_says_where_its_generated_parts_are_read():
+    """Read raw (on GitHub, as the README invites), a page whose part the site generates says
+    before that part where it is read (the built site: `make docs`); the site leaves that note
+    out (docs/hooks.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    pages = [p for p in sorted((REPO / "docs").glob("*.md")) if GENERATED.search(p.read_text())]
+    assert {p.name for p in pages} >= {"api.md", "tutorial.md", "sweeps.md", "reference.md"}
+    for page in pages:
+        text = page.read_text()
+        for marker in GENERATED.finditer(text):
+            before = text[: marker.start()]
+            notes = list(RAW_ONLY.finditer(before))
+            assert notes, f"{page.name}: {marker[0]} without a raw note before it"
+            assert "make docs" in notes[-1]["note"], f"{page.name}: {notes[-1]['note']}"
+        assert "<!-- raw -->" not in hooks.RAW_ONLY.sub("", text), page.name
+    built = hooks.on_page_markdown((REPO / "docs" / "reference.md").read_text())
+    assert "<!-- raw -->" not in built and "make docs-serve" not in built

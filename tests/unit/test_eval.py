@@ -266,6 +266,7 @@ def png_declaring(width: int, height: int) -> bytes:
 
 
 def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path, capsys):
+    from helpers.pages import documented
     from sporeflow.entry import cli
 
     launch, _ = trained
@@ -293,6 +294,8 @@ def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and said in err, err
         assert not out.exists()
+        if "declares" in said:  # the line docs/troubleshooting.md quotes for a bomb
+            assert documented(err, "troubleshooting.md"), err
     assert cli.main(["predict", str(tmp_path), str(tmp_path / "empty")]) == 2
     assert "not a run dir" in capsys.readouterr().err
 

@@ -297,6 +297,28 @@ def test_a_refusal_in_hydras_own_run_dir_leaves_no_empty_folders(tmp_path, app):
     assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
 
 
+# the commands whose refusals docs/troubleshooting.md quotes: the line each prints is on the page
+QUOTED = [
+    ["optimizer.lrr=0.1"],
+    ["experiment=nope"],
+    ["optimizer.lr=fast"],
+    ["optimizer.lr=-0.1"],
+    ["tracking.uri=mlflow.db"],
+    ["model._target_=builtins.open"],
+]
+
+
+@pytest.mark.parametrize("args", QUOTED, ids=lambda a: a[0])
+def test_the_troubleshooting_page_quotes_the_line_a_refusal_prints(tmp_path, args):
+    from helpers.pages import documented
+
+    code, err = train_cli(args, tmp_path)
+    assert code == 2, err[-3000:]
+    (line,) = err.rstrip("\n").split("\n")
+    line = line.removesuffix("  (python train.py --help lists groups and options)")
+    assert documented(line, "troubleshooting.md"), line
+
+
 def test_every_bad_value_is_reported_at_once(tmp_path):
     """Hydra stops at the first (a type error while composing); the rest are found too."""
     assert refused(["optimizer.lr=-0.1", "epochs=-3", "seed=abc"], tmp_path) == [

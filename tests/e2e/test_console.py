@@ -39,7 +39,8 @@ def test_a_terminal_gets_the_bar_and_no_mindspore_warnings(tmp_path):
     shown = run_on_a_terminal(["debug=quick", "callbacks.progress_bar=true"], tmp_path)
     assert BAR.search(shown), shown[-2000:]
     assert not MINDSPORE_LINE.search(shown), shown[-2000:]
-    assert (tmp_path / "run" / "mindspore_log").is_dir()
+    logged = "".join(p.read_text() for p in (tmp_path / "run" / "mindspore_log").rglob("*.log*"))
+    assert re.search(r"^\[WARNING\] PIPELINE\(", logged, re.M), "no warning in the run's log"
 
 
 def test_a_file_gets_no_bar_and_mindspores_warnings_when_asked(tmp_path):

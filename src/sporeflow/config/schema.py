@@ -159,9 +159,10 @@ class RuntimeConfig:
     """Where the compile cache lives; null: `$XDG_CACHE_HOME/sporeflow/compile`
     (`~/.cache/sporeflow/compile`). Keep it on a local disk (see troubleshooting)."""
     mindspore_log: MindsporeLog = MindsporeLog.run_dir
-    """MindSpore's own log lines: `run_dir` keeps its warnings off the console (errors only,
-    also in `<run dir>/mindspore_log/`); `console`: MindSpore's default, its warnings on the
-    console. GLOG_* variables you export win over both."""
+    """MindSpore's own log lines: `run_dir` writes them (warnings and up) to
+    `<run dir>/mindspore_log/rank_<n>/logs/` and shows only its errors on the console;
+    `console`: MindSpore's default, its warnings on the console. GLOG_* variables you export
+    win over both."""
 
 
 @dataclass

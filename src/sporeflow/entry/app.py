@@ -110,6 +110,13 @@ def resume_hint(cfg: DictConfig, ctx: RunContext) -> str:
     ).replace("  ", " ")
 
 
+def mindspore_loaded(cfg: DictConfig, run_dir: Path) -> None:
+    """MindSpore imported with the job's log settings and CPU ISA (both read once, at load)."""
+    mindspore_log.apply(cfg.runtime.mindspore_log.value, run_dir)
+    _isa_applied(cfg)
+    mindspore_log.load()
+
+
 def _isa_applied(cfg: DictConfig) -> None:
     """The ISA choice, before validation: checking `_target_`s imports MindSpore."""
     isa = cpu_isa.apply(cfg.runtime.cpu_isa.value)
@@ -203,8 +210,7 @@ def run_task(cfg: DictConfig) -> float:
         signals.exit_at_once(lambda: remove_unused_run_dir(ctx.run_dir))
     try:
         # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
-        mindspore_log.apply(cfg.runtime.mindspore_log.value, ctx.run_dir)
-        _isa_applied(cfg)
+        mindspore_loaded(cfg, ctx.run_dir)
         cfg = from_launch_dir(cfg, ctx.launch_dir)  # relative paths: the launch folder's
         plan = plan_job(cfg, ctx, 0 if worker else slurm.restart_count())
         if not worker:

@@ -1,12 +1,14 @@
 """Where MindSpore's own log lines go: off the console, which shows what sporeflow says.
 
 MindSpore (C++ glog and its Python logger) reads the GLOG_* variables once, when it loads, so
-they are set before the first `import mindspore` of the process (entry.app imports it only
-after this). MindSpore 2.10's two halves disagree on GLOG_stderrthreshold (the Python logger
-accepts only 0-4, the C++ side only level names: with a number its WARNING lines still reach
-stderr beside the log file), so the console is kept clear by the level instead: GLOG_v=3,
-errors only, written both to the console and under `<run dir>/mindspore_log/` (one folder per
-rank, `rank_<n>/logs/`). msrun workers inherit it from their launcher.
+they are set before the first `import mindspore` of the process (`load`, which entry.app calls
+right after this). Every line from WARNING up goes to `<run dir>/mindspore_log/rank_<n>/logs/`;
+the console gets errors only. MindSpore 2.10's two halves disagree on GLOG_stderrthreshold:
+the Python logger accepts only 0-4 (it raises at import on a name), the C++ side only level
+names (a number means WARNING). So the process's variable holds the Python half's "3" and,
+for the moment MindSpore loads, the C environment (what the C++ half reads, `os.putenv`) holds
+"ERROR"; then it is put back, so child processes inherit a value both halves read. msrun's
+workers inherit the variables with the mark sporeflow sets and do the same.
 """
 
 from __future__ import annotations
@@ -16,20 +18,42 @@ import sys
 from pathlib import Path
 
 VARIABLES = ("GLOG_v", "GLOG_logtostderr", "GLOG_log_dir", "GLOG_stderrthreshold")
+MARK = "SPOREFLOW_MINDSPORE_LOG"  # the GLOG_* variables are sporeflow's own, not the user's
 FOLDER = "mindspore_log"
-ERRORS = "3"  # GLOG_v: errors and critical only
-WARNINGS = "2"  # MindSpore's own default
+WARNINGS = "2"  # GLOG_v: MindSpore's own default, warnings and up
+CONSOLE_ERRORS = ("3", "ERROR")  # GLOG_stderrthreshold as the Python half / the C++ half read it
 
 
 def apply(choice: str, run_dir: Path) -> Path | None:
     """Set MindSpore's log variables for this process and its children; returns the folder
     its log files go to (None: not set here). A variable the user exported keeps every one of
     theirs; a process where MindSpore is loaded already keeps what it read."""
-    if "mindspore" in sys.modules or any(name in os.environ for name in VARIABLES):
+    if "mindspore" in sys.modules:
+        return None
+    if MARK not in os.environ and any(name in os.environ for name in VARIABLES):
         return None
     if choice == "console":
-        os.environ["GLOG_v"] = WARNINGS  # explicit: msrun's workers otherwise get errors only
+        os.environ.update({"GLOG_v": WARNINGS, MARK: choice})  # msrun's workers get it too
         return None
     folder = Path(run_dir) / FOLDER
-    os.environ.update(GLOG_v=ERRORS, GLOG_logtostderr="0", GLOG_log_dir=str(folder))
+    python_half, cpp_half = CONSOLE_ERRORS
+    os.environ.update(
+        {
+            "GLOG_v": WARNINGS,
+            "GLOG_logtostderr": "0",
+            "GLOG_log_dir": str(folder),
+            "GLOG_stderrthreshold": python_half,
+            MARK: choice,
+        }
+    )
+    os.putenv("GLOG_stderrthreshold", cpp_half)
     return folder
+
+
+def load() -> None:
+    """Import MindSpore with the variables `apply` set, then give child processes the value
+    of GLOG_stderrthreshold that both of MindSpore's halves read."""
+    import mindspore  # noqa: F401 - loading it is the point
+
+    if "GLOG_stderrthreshold" in os.environ:
+        os.putenv("GLOG_stderrthreshold", os.environ["GLOG_stderrthreshold"])

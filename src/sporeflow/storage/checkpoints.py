@@ -140,7 +140,8 @@ def matching(state: dict, network) -> tuple[list[str], list[str]]:
     """Fine-tuning: the parameters of `network` whose name and shape a checkpoint value matches,
     and those it does not; compares shapes only (no kernel runs: preflight calls it before
     MindSpore's device is set, and MindSpore refuses `set_device` after a kernel ran)."""
-    loaded, skipped = [], []
+    loaded: list[str] = []
+    skipped: list[str] = []
     for param in network.get_parameters():
         value = state.get(param.name)
         fits = value is not None and tuple(value.shape) == tuple(param.shape)

@@ -225,3 +225,30 @@ def test_a_resume_past_a_lost_checkpoint_keeps_each_step_once_and_clears_the_old
     assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc")] == [
         per_epoch * e for e in (1, 2, 3, 4)
     ]
+
+
+@pytest.mark.parametrize("trained, asked", [(1, 1), (2, 1)])
+def test_a_resume_with_no_epoch_left_says_nothing_is_left_to_train(tmp_path, trained, asked):
+    """issue 60 item 6: `resume=` on a run that trained its epochs logged `epochs 2..1` and
+    printed `nan images/s`. The same epochs and fewer: one line says nothing is left, the
+    result line has no NaN throughput, and the run records none."""
+    first = run_train([*TINY, f"epochs={trained}"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    resumed = run_train([*TINY, f"epochs={asked}", f"resume={run_dir}"], tmp_path, run_dir="again")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = [line for f in sorted(tmp_path.rglob("train.log")) for line in f.read_text().splitlines()]
+    (said,) = [line for line in log if "nothing left to train" in line]
+    assert said.endswith(
+        f"stage train: nothing left to train: {run_dir}/checkpoints/epoch_{trained:04d}.ckpt is at "
+        f"epoch {trained} of its {asked} (a larger epochs= trains on); its weights are evaluated "
+        "and exported again"
+    ), said
+    assert sum("stage train: epochs" in line for line in log) == 1, log  # the first run's alone
+    (result,) = [
+        line for line in resumed.stderr.splitlines() if line.startswith("[sporeflow] train:")
+    ]
+    assert "nan" not in result and "nothing left to train (batch 32" in result, result
+    (run,) = runs_of(tmp_path)
+    speeds = client_of(tmp_path).get_metric_history(run.info.run_id, "final/images_per_sec")
+    assert [np.isfinite(m.value) for m in speeds] == [True], speeds

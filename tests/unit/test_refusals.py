@@ -236,6 +236,22 @@ CASES = {
         ["tracking.uri='http://127.0.0.1:1/a b'"],
         ["tracking.uri=http://127.0.0.1:1/a b: ", "space"],
     ),
+    "an experiment name over MLflow's limit": (
+        ["tracking.experiment_name=" + "e" * 600],
+        ["tracking.experiment_name=eeee", "600 characters; MLflow keeps at most 500"],
+    ),
+    "a run name over MLflow's limit": (
+        ["tracking.run_name=" + "r" * 300],
+        ["tracking.run_name=rrrr", "300 characters; MLflow keeps at most 250 in a run's name"],
+    ),
+    "a param value over MLflow's limit": (
+        ["sweep.registered_model=" + "m" * 7000],
+        ["sweep.registered_model=mmmm", "7000 characters; MLflow keeps at most 6000 of a param's"],
+    ),
+    "a command line over MLflow's limit of a tag (each value under a param's)": (
+        ["sweep.registered_model=" + "m" * 5000, "tracking.uri=sqlite:////tmp/" + "u" * 4000],
+        ["tag overrides=", "MLflow keeps at most 8000 of a tag's value"],
+    ),
     "stage-1 reuse across nodes": (
         ["boost=dim_reduce", "parallel=data2", "parallel.nodes=2", "boost.stage1_run=0123abcd"],
         ["boost.stage1_run with parallel.nodes=2", "cannot read"],
@@ -415,3 +431,54 @@ def test_a_refused_sweep_job_does_not_tell_a_sweep_to_add_m(tmp_path):
     assert code == 2, err[-3000:]
     assert "validate: no such key" in err
     assert "needs -m" not in err and "several values" not in err, err
+
+
+def deleted_experiment(uri: str, name: str = "sporeflow") -> str:
+    """A store at `uri` whose experiment `name` was deleted in MLflow (its id)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment(name)
+    client.delete_experiment(experiment_id)
+    return experiment_id
+
+
+@pytest.mark.parametrize("where", ["launch dir", "tracking.uri", "MLFLOW_TRACKING_URI"])
+def test_a_deleted_experiment_is_refused_before_any_work(tmp_path, where):
+    """issue 60 item 3: MLflow keeps a deleted experiment's name and refuses runs in it; the job
+    trained, waited 30 s and exited 1 naming neither. The default store, a configured one and
+    the environment's: exit 2, one line saying how to restore it or choose another name."""
+    from helpers.inprocess import run_train_here
+
+    launch, store = tmp_path / "launch", tmp_path / "store"
+    launch.mkdir()
+    store.mkdir()
+    db = launch / "mlflow.db" if where == "launch dir" else store / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    experiment_id = deleted_experiment(uri)
+    args = [f"tracking.uri={uri}"] if where == "tracking.uri" else []
+    env = {"MLFLOW_TRACKING_URI": uri} if where == "MLFLOW_TRACKING_URI" else {}
+    done = run_train_here([*TINY, *args], launch, env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.rstrip("\n").split("\n")
+    assert line.startswith(
+        f"Config error: tracking.experiment_name=sporeflow: experiment {experiment_id} was "
+        f"deleted in the MLflow store {uri}; restore it ("
+    ), line
+    assert f"mlflow experiments restore --experiment-id {experiment_id})" in line
+    assert "or choose another tracking.experiment_name" in line
+    assert not (launch / "run").exists()
+
+
+def test_mlflow_s_limits_are_the_ones_checked_before_work():
+    """The limits are written in sporeflow (the check imports no MLflow); MLflow's own."""
+    from mlflow.store.tracking.dbmodels.models import SqlRun
+    from mlflow.utils import validation
+
+    from sporeflow.tracking import store
+
+    assert store.MAX_EXPERIMENT_NAME_LENGTH == validation.MAX_EXPERIMENT_NAME_LENGTH
+    assert store.MAX_KEY_LENGTH == validation.MAX_ENTITY_KEY_LENGTH
+    assert store.MAX_PARAM_LENGTH == validation.MAX_PARAM_VAL_LENGTH
+    assert store.MAX_TAG_LENGTH == validation.MAX_TAG_VAL_LENGTH
+    assert store.MAX_RUN_NAME_LENGTH == SqlRun.__table__.c.name.type.length

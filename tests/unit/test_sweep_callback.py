@@ -318,3 +318,36 @@ def stage_predictions(launch, run, stage) -> np.ndarray:
     with tempfile.TemporaryDirectory() as tmp:
         path = f"predictions/{stage}/predictions.npy"
         return np.load(client_of(launch).download_artifacts(run.info.run_id, path, tmp)).astype(int)
+
+
+def test_a_sweep_failed_by_a_trial_without_a_value_names_the_trial_and_what_it_returned(tmp_path):
+    """issue 60 item 6: an Optuna sweep whose trial's job returned a non-finite value ended
+    `sweep FAILED: 2 jobs finished, 0 failed`. The real Optuna sweeper and train.py's entry
+    here; the diverging job trains on (stop_on_divergence=false) and returns its loss, inf."""
+    import re
+
+    from helpers.inprocess import train_cli
+
+    args = [
+        "-m",
+        "hydra/sweeper=sporeflow_optuna",
+        *TINY,
+        "epochs=1",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db",
+        "optimizer.lr=choice(0.01,1e6)",
+        "callbacks.stop_on_divergence=false",
+        "sweep.objective=loss",
+    ]
+    code, err = train_cli(args, tmp_path, run_dir=None)
+    assert code == 1, err[-3000:]
+    (head,) = [line for line in err.splitlines() if line.startswith("[sporeflow] sweep FAILED")]
+    assert "jobs finished, 0 failed" not in head, head
+    assert re.match(
+        r"\[sporeflow\] sweep FAILED: 1 of 2 trials failed: trial (\d) \(job \1\): the job "
+        r"returned (inf|nan), not a finite number \(more than hydra.sweeper.max_failure_rate=0.0 "
+        r"allows\); its jobs: 2 ran to their end, 0 raised; MLflow run ",
+        head,
+    ), head

@@ -233,7 +233,9 @@ class OptunaSweeper(LaunchingSweeper):
         if failed:
             summary = f"{len(failed)} of {len(records)} trials failed: " + "; ".join(failed)
             if len(failed) > self.max_failure_rate * len(records):
-                raise SweepJobsFailed(summary)
+                raise SweepJobsFailed(
+                    f"{summary} (more than hydra.sweeper.max_failure_rate={self.max_failure_rate} allows)"
+                )
             print(
                 f"[sporeflow] {summary} (within max_failure_rate={self.max_failure_rate})",
                 file=sys.stderr,

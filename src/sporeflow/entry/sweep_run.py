@@ -283,7 +283,8 @@ class SweepRun(Callback):
         elif error is not None:
             parent.set_tags({"sporeflow.failure": short_error(error)})
         parent.end(status)
-        head = status_line(status, count, self.run_id, tracker.uri)
+        why = str(error) if status == "FAILED" and not failed and error is not None else ""
+        head = status_line(status, count, self.run_id, tracker.uri, why)
         print("\n".join([head, *lines]), file=sys.stderr)
 
     def _summary_lines(

@@ -43,14 +43,18 @@ class Sweep:
     started: float = 0.0  # when this sweep started: older job dirs in its sweep dir are not its own
 
 
-def status_line(status: str, count: Counter, run_id: str, uri: str) -> str:
-    """ "[sporeflow] sweep FINISHED: 6 jobs finished, 0 failed; MLflow run ... (uri)"."""
+def status_line(status: str, count: Counter, run_id: str, uri: str, why: str = "") -> str:
+    """ "[sporeflow] sweep FINISHED: 6 jobs finished, 0 failed; MLflow run ... (uri)". A sweep
+    failed by something other than a job that raised (its sweeper: a trial whose job returned
+    NaN) says that first, and its jobs' counts after it, so the line does not read "FAILED: 2
+    jobs finished, 0 failed"."""
     killed = f", {count['KILLED']} stopped with it" if count["KILLED"] else ""
     pruned = f", {count['PRUNED']} pruned by the Optuna pruner" if count["PRUNED"] else ""
-    return (
-        f"[sporeflow] sweep {status}: {count['COMPLETED']} jobs finished, {count['FAILED']} "
-        f"failed{killed}{pruned}; MLflow run {run_id} ({uri})"
-    )
+    if why:
+        jobs = f"{why}; its jobs: {count['COMPLETED']} ran to their end, {count['FAILED']} raised"
+    else:
+        jobs = f"{count['COMPLETED']} jobs finished, {count['FAILED']} failed"
+    return f"[sporeflow] sweep {status}: {jobs}{killed}{pruned}; MLflow run {run_id} ({uri})"
 
 
 def end_job_runs(tracker: Tracker, sweep_run_id: str, outcome: dict) -> None:

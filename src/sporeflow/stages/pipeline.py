@@ -9,6 +9,7 @@ Both go through one StageRunner (stages.runner), which owns each stage's life.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 
@@ -59,9 +60,11 @@ def run_plain(runner: StageRunner) -> dict:
     result = runner.run(spec, resume=resumed)
     if runner.worker.is_main:
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+        speed = result.images_per_sec  # NaN: no step ran (a resume with no epoch left)
+        trained = f"{speed:.0f} images/s" if math.isfinite(speed) else "nothing left to train"
         print(
-            f"[sporeflow] {result.name}: {summary}, {result.images_per_sec:.0f} images/s "
-            f"({result.batching}); weights {result.checkpoint}; {runner.tracker.describe(result.run_id)}",
+            f"[sporeflow] {result.name}: {summary}, {trained} ({result.batching}); weights "
+            f"{result.checkpoint}; {runner.tracker.describe(result.run_id)}",
             file=sys.stderr,
         )
     return result.metrics

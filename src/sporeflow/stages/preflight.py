@@ -18,11 +18,12 @@ from sporeflow.engine import compile_cache
 from sporeflow.runtime.mindspore_context import device_problem, refuse_compile_cache
 from sporeflow.stages import fine_tune
 from sporeflow.stages.job_plan import JobPlan
+from sporeflow.stages.runs import record_problems
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
 )
-from sporeflow.tracking.store import store_refusal
+from sporeflow.tracking.store import experiment_refusal, resolve_uri, store_refusal
 from sporeflow.tracking.store_reads import StoreReads
 
 
@@ -67,12 +68,23 @@ def check_fine_tune(plan: JobPlan) -> None:
 def check_store(plan: JobPlan) -> None:
     """A database store (postgresql://...) must connect and accept the credentials, a server
     that answers must take this machine's login: no journal can make a wrong password right.
-    (An HTTP server that is down is not refused: its records wait in the journal,
+    What the store would refuse of the job's records - a deleted experiment, a name, param or
+    tag over MLflow's limits - is refused here, not found by the writer after training. (An
+    HTTP server that is down is not refused: its records wait in the journal,
     docs/troubleshooting.md.)"""
     tracking = plan.run.tracking
-    refusal = store_refusal(tracking.uri, tracking.experiment_name) if tracking.enabled else None
+    if not tracking.enabled:
+        return
+    refusal = store_refusal(tracking.uri, tracking.experiment_name)
     if refusal:
         raise ConfigError(refusal)
+    problems = record_problems(plan.cfg, plan.ctx)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    uri = resolve_uri(tracking.uri, plan.ctx.launch_dir)
+    refusal = experiment_refusal(uri, tracking.experiment_name)
+    if refusal:
+        raise ConfigError(f"tracking.experiment_name={tracking.experiment_name}: {refusal}")
 
 
 def check_resume(plan: JobPlan) -> None:

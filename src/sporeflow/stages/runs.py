@@ -16,7 +16,16 @@ from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
 from sporeflow.core.signals import Requeued
 from sporeflow.storage.run_marker import read_run_marker
-from sporeflow.tracking.store import StoreError
+from sporeflow.tracking.store import (
+    MAX_EXPERIMENT_NAME_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_PARAM_LENGTH,
+    MAX_RUN_NAME_LENGTH,
+    MAX_TAG_LENGTH,
+    StoreError,
+    shown,
+    too_long,
+)
 from sporeflow.tracking.sync import sync, wait_for_writers
 from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
@@ -63,22 +72,60 @@ def record_config(
     artifacts."""
     plain = container(cfg)
     run.log_params({**flatten(plain), **(changed or {})})
-    run.set_tags(
-        {
-            "stage": stage,
-            "experiment": cfg.experiment or "",
-            "git_commit": ctx.git_commit or "",
-            "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
-            "overrides": " ".join(ctx.overrides),
-            "run_dir": str(ctx.run_dir),
-            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-        }
-    )
+    run.set_tags(config_tags(cfg, ctx, stage))
     run.log_text(OmegaConf.to_yaml(plain), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
     if ctx.hydra_dir is not None:  # as text: log_text takes URI passwords out
         for path in sorted(ctx.hydra_dir.glob("*.yaml")):
             run.log_text(path.read_text(), f"config/hydra/{path.name}")
+
+
+def config_tags(cfg: DictConfig, ctx: RunContext, stage: str) -> dict[str, str]:
+    """The tags every run of the job gets from its config and command line."""
+    return {
+        "stage": stage,
+        "experiment": cfg.experiment or "",
+        "git_commit": ctx.git_commit or "",
+        "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
+        "overrides": " ".join(ctx.overrides),
+        "run_dir": str(ctx.run_dir),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+    }
+
+
+def record_problems(cfg: DictConfig, ctx: RunContext) -> list[str]:
+    """What MLflow would refuse (or cut) of what the job records - its experiment's and run's
+    names, the config's params, the tags - one line per key, so that it is said before work
+    and not by the writer after training (MLflow's limits: tracking.store)."""
+    name, tracking = run_name(cfg, ctx), cfg.tracking
+    name_key = f"tracking.run_name={shown(name)}" if tracking.run_name else f"the run name {name!r}"
+    checks = [
+        (
+            f"tracking.experiment_name={shown(tracking.experiment_name)}",
+            tracking.experiment_name,
+            MAX_EXPERIMENT_NAME_LENGTH,
+            " in an experiment's name: choose a shorter one",
+        ),
+        (
+            name_key,
+            name,
+            MAX_RUN_NAME_LENGTH,
+            " in a run's name: choose a shorter tracking.run_name",
+        ),
+    ]
+    for kind, values, limit in (
+        ("param", flatten(container(cfg), limit=None), MAX_PARAM_LENGTH),
+        ("tag", config_tags(cfg, ctx, "train"), MAX_TAG_LENGTH),
+    ):
+        for key, value in values.items():
+            checks.append((f"{kind} {shown(key)}", key, MAX_KEY_LENGTH, f" in a {kind}'s key"))
+            label = key if kind == "param" else f"tag {key}"
+            checks.append((f"{label}={shown(value)}", value, limit, f" of a {kind}'s value"))
+    return [
+        f"{key}: {problem}{what}"
+        for key, value, limit, what in checks
+        if (problem := too_long(value, limit))
+    ]
 
 
 PRUNED_TAG = "sporeflow.pruned"

@@ -7,6 +7,7 @@ the hooks' state), continues at the next epoch and in the same MLflow run."""
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,19 +181,28 @@ def _exported(final: dict, ema_ranked: bool) -> dict:
     return {k: v for k, v in final.items() if not k.endswith("_ema")}
 
 
+def plan_line(stage: PreparedStage, batching: str) -> str:
+    """What the stage will train; a resume of a stage that trained all its epochs says there
+    is nothing left (it read "epochs 2..1" before): its weights are only evaluated and exported."""
+    spec = stage.spec
+    if stage.start_epoch >= spec.epochs:
+        return (
+            f"stage {spec.name}: nothing left to train: {stage.resumed_from} is at epoch "
+            f"{stage.start_epoch} of its {spec.epochs} (a larger epochs= trains on); its "
+            "weights are evaluated and exported again"
+        )
+    return (
+        f"stage {spec.name}: epochs {stage.start_epoch + 1}..{spec.epochs} x "
+        f"{stage.steps_per_epoch} steps; {batching}"
+    )
+
+
 def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     """Train up to the spec's epochs (or until a hook stops it), evaluate, export `final.ckpt`,
     report to the run."""
     cfg, spec = stage.cfg, stage.spec
     batching = describe_batching(cfg, spec.epochs, stage.steps_per_epoch, spec.max_steps)
-    log.info(
-        "stage %s: epochs %d..%d x %d steps; %s",
-        spec.name,
-        stage.start_epoch + 1,
-        spec.epochs,
-        stage.steps_per_epoch,
-        batching,
-    )
+    log.info("%s", plan_line(stage, batching))
     if stage.worker.is_main:
         _tag_batching(stage, run)
         record_data(run, stage.data)
@@ -213,7 +223,10 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
         if last_epoch in hooks.cost.by_epoch:  # its epoch's end put cost/passes at this step
             spent.pop("cost/passes")
         run.log_metrics({**end_metrics(exported, classified), **spent}, last_step)
-        run.log_metrics({"final/images_per_sec": hooks.throughput.mean}, last_step, flush=True)
+        speed = hooks.throughput.mean  # NaN when no step ran: not a measurement
+        run.log_metrics(
+            {"final/images_per_sec": speed} if math.isfinite(speed) else {}, last_step, flush=True
+        )
         run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(
         spec.name,

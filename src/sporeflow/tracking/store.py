@@ -20,7 +20,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,7 +40,13 @@ from sporeflow.tracking.sqlite_store import create_sqlite_store
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
+# MLflow's limits (mlflow.utils.validation, and its runs table's name column), written here so
+# a check before work imports no MLflow; tests/unit/test_store_limits.py holds them to MLflow's.
+MAX_EXPERIMENT_NAME_LENGTH = 500
+MAX_RUN_NAME_LENGTH = 250  # runs.name is VARCHAR(250): a database store refuses a longer one
+MAX_KEY_LENGTH = 250  # a param's or tag's key
+MAX_PARAM_LENGTH = 6000  # a param's value
+MAX_TAG_LENGTH = 8000  # a tag's value
 BATCH_LIMIT = 1000  # metrics per log_batch call (MLflow's limit)
 PARAM_BATCH_LIMIT = 100
 BUSY_RETRIES = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a busy sqlite store
@@ -76,15 +82,18 @@ def default_artifact_root(uri: str, launch_dir: Path) -> Path | None:
     return Path(launch_dir).resolve() / "mlartifacts" if uri == default_uri(launch_dir) else None
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; values cut to MLflow's limit."""
+def flatten(
+    tree: Mapping[str, Any], prefix: str = "", limit: int | None = MAX_PARAM_LENGTH
+) -> dict[str, str]:
+    """{"optimizer": {"lr": 0.1}} -> {"optimizer.lr": "0.1"}; values cut to MLflow's limit
+    (`limit=None`: whole, for the check that refuses an over-long one before work)."""
     flat: dict[str, str] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
+            flat.update(flatten(value, f"{name}.", limit))
         else:
-            flat[name] = str(getattr(value, "value", value))[:MAX_PARAM_LENGTH]
+            flat[name] = str(getattr(value, "value", value))[:limit]
     return flat
 
 
@@ -174,6 +183,88 @@ def store_refusal(configured: str | None, experiment: str | None = None) -> str 
         problem = login_problem(uri) or (experiment and write_problem(uri, experiment))
         return f"{key}={redacted(uri)}: {problem}" if problem else None
     return None
+
+
+def too_long(value: str, limit: int) -> str | None:
+    """Why MLflow will refuse (or cut) `value`, in words that follow `key=...: `; None if it fits."""
+    if len(value) <= limit:
+        return None
+    return f"{len(value)} characters; MLflow keeps at most {limit}"
+
+
+def shown(value: str, width: int = 60) -> str:
+    """A value short enough for a one-line refusal: an over-long one cut, marked with ..."""
+    return value if len(value) <= width else value[:width] + "..."
+
+
+def experiment_refusal(uri: str, name: str) -> str | None:
+    """Why runs cannot be created in experiment `name` of the store at `uri` (resolved: the
+    default sqlite file included), in words that follow `tracking.experiment_name=...: `:
+    it was deleted (MLflow keeps a deleted experiment's name and refuses runs in it). None when
+    it is active, does not exist yet, or the store cannot be read now (the journal waits)."""
+    found = _experiment_state(uri, name)
+    if found is None or found[1] != "deleted":
+        return None
+    experiment_id = found[0]
+    return (
+        f"experiment {experiment_id} was deleted in the MLflow store {redacted(uri)}; "
+        f"restore it (MLFLOW_TRACKING_URI={redacted(uri)} mlflow experiments restore "
+        f"--experiment-id {experiment_id}) or choose another tracking.experiment_name"
+    )
+
+
+def _experiment_state(uri: str, name: str) -> tuple[str, str] | None:
+    """(id, lifecycle stage) of experiment `name`, read the cheapest way the store allows: a
+    sqlite file with sqlite3 (no MLflow import: a plain job's trainer never imports it), a
+    database with SQLAlchemy, a server with one REST call. None if not found or not readable."""
+    db = sqlite_path(uri)
+    if db is not None:
+        return _sqlite_experiment_state(db, name)
+    if is_database(uri):
+        return _database_experiment_state(uri, name)
+    if uri.startswith(("http://", "https://")) and not server_problem(uri):
+        return _server_experiment_state(uri, name)
+    return None
+
+
+EXPERIMENT_STATE_SQL = "SELECT experiment_id, lifecycle_stage FROM experiments WHERE name = :name"
+
+
+def _sqlite_experiment_state(db: Path, name: str) -> tuple[str, str] | None:
+    import sqlite3
+
+    if not db.is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            row = con.execute(EXPERIMENT_STATE_SQL, {"name": name}).fetchone()
+    except sqlite3.Error:
+        return None  # not an MLflow store yet, or busy: the writer's own checks apply
+    return (str(row[0]), str(row[1])) if row else None
+
+
+def _database_experiment_state(uri: str, name: str) -> tuple[str, str] | None:
+    import sqlalchemy
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect() as con:
+            row = con.execute(sqlalchemy.text(EXPERIMENT_STATE_SQL), {"name": name}).fetchone()
+    except (SQLAlchemyError, ModuleNotFoundError, ValueError):
+        return None
+    return (str(row[0]), str(row[1])) if row else None
+
+
+def _server_experiment_state(uri: str, name: str, timeout: float = 5.0) -> tuple[str, str] | None:
+    import urllib.parse
+
+    query = urllib.parse.urlencode({"experiment_name": name})
+    try:
+        found = _server_json(uri, f"/api/2.0/mlflow/experiments/get-by-name?{query}", timeout)
+        return str(found["experiment"]["experiment_id"]), found["experiment"]["lifecycle_stage"]
+    except (OSError, ValueError, KeyError):
+        return None  # urllib's HTTPError is an OSError: no such experiment, or no answer
 
 
 def _server_json(uri: str, path: str, timeout: float) -> dict:

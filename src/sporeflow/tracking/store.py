@@ -217,7 +217,7 @@ def _experiment_state(uri: str, name: str) -> tuple[str, str] | None:
     """(id, lifecycle stage) of experiment `name`, read the cheapest way the store allows: a
     sqlite file with sqlite3 (no MLflow import: a plain job's trainer never imports it), a
     database with SQLAlchemy, a server with one REST call. None if not found or not readable."""
-    db = sqlite_path(uri)
+    db = sqlite_file(uri)
     if db is not None:
         return _sqlite_experiment_state(db, name)
     if is_database(uri):

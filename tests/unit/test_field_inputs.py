@@ -218,3 +218,28 @@ def test_a_grey_data_sets_predictions_see_the_grey_training_array(tmp_path):
         output_numpy=True
     )
     np.testing.assert_allclose(predicted[0], reference[0], atol=1e-6)
+
+
+# --- one class numbering: the training split's ---------------------------------------------
+
+
+def test_a_split_missing_a_class_is_labelled_by_the_training_splits_folders(tmp_path):
+    """train/{a,b,c}, val/{a,c}: every val/c image is class 2 (MindSpore's own numbering of
+    val's folders made it 1, and the run reported acc=0.5000 for a perfect network)."""
+    root = image_tree(tmp_path / "data", train=4, val=3)
+    shutil.rmtree(root / "val" / "b")
+    data = ImageFolder(root=str(root), image_size=32, num_classes=3, batch_size=6)
+    data.check()
+    (batch,) = data.create("test", shuffle=False).create_tuple_iterator(output_numpy=True)
+    images, labels = batch
+    assert sorted(labels.tolist()) == [0, 0, 0, 2, 2, 2]
+    for image, label in zip(images, labels, strict=True):  # class k is bright in channel k
+        assert image.mean(axis=(1, 2)).argmax() == label
+
+
+@pytest.mark.parametrize("extra", ["d", "zz"])
+def test_a_split_with_a_class_the_training_split_lacks_is_refused(tmp_path, extra):
+    root = image_tree(tmp_path / "data", train=2, val=1)
+    shutil.copytree(root / "val" / "a", root / "val" / extra)
+    with pytest.raises(DataError, match=f"class folder\\(s\\) {extra} not in the training split"):
+        ImageFolder(root=str(root), image_size=32, num_classes=4).check()

@@ -7,6 +7,7 @@ eval Decode, Resize(image_size * 256 / 224), CenterCrop(image_size); then Normal
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +21,7 @@ from sporeflow.data.readable import check_readable
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}
+log = logging.getLogger(__name__)
 
 
 class ImageFolder(ImageDataset):
@@ -61,9 +63,32 @@ class ImageFolder(ImageDataset):
         """The base checks, then every image of both splits decodes (data.readable): a
         damaged file is refused before work, not met by MindSpore's decoder mid-epoch."""
         super().check()
+        self._check_classes()
         for split in SPLIT_DIRS:
             directory = self._split_dir(split)
             check_readable(directory, _image_files(directory))
+
+    def _check_classes(self) -> None:
+        """Every split is labelled by the training split's class folders: a class the training
+        split lacks cannot be labelled (refused); one a split lacks is said in one line."""
+        trained = self.class_names() or []
+        directory = self._split_dir("test")
+        found = [d.name for d in _class_dirs(directory)]
+        unknown = [name for name in found if name not in trained]
+        if unknown:
+            raise DataError(
+                f"{directory}: class folder(s) {', '.join(unknown)} not in the training split "
+                f"{self._split_dir('train')} (its classes: {', '.join(trained)}); "
+                "every split is labelled by the training split's folders"
+            )
+        missing = [name for name in trained if name not in found]
+        if missing:
+            log.info(
+                "%s holds no %s: its images are labelled by the training split's %d classes",
+                directory,
+                ", ".join(missing),
+                len(trained),
+            )
 
     def class_names(self):
         """The training split's class folders in sorted order: MindSpore's label numbering."""
@@ -91,8 +116,13 @@ class ImageFolder(ImageDataset):
         return DataSource(self.root.name, str(self.root), [self._split_dir(split)], "")
 
     def _source(self, split, sampler):
+        classes = self.class_names() or []  # the training split's numbering for every split
         return mds.ImageFolderDataset(
-            str(self._split_dir(split)), sampler=sampler, extensions=EXTENSIONS, decode=False
+            str(self._split_dir(split)),
+            sampler=sampler,
+            extensions=EXTENSIONS,
+            class_indexing={name: label for label, name in enumerate(classes)},
+            decode=False,
         )
 
     def decode_ops(self, split):

@@ -19,6 +19,7 @@ from helpers.requeue import signal_at, slurm_env
 from helpers.store import by_stage, runs_of
 from sporeflow.core import signals
 from sporeflow.core.errors import CheckpointError
+from sporeflow.launch import slurm
 from sporeflow.launch.slurm import requeue_refusal
 from sporeflow.storage.run_marker import (
     PIPELINE,
@@ -214,3 +215,25 @@ def test_a_requeued_pipeline_continues_each_stage_where_it_stopped_and_ends_as_o
             np.testing.assert_allclose(
                 mine[name], value, rtol=1e-5, atol=1e-7, err_msg=f"{stage} {name}"
             )
+
+
+@pytest.mark.parametrize("name", ["x y", "no#1", "what?", "é ü", "it's"])
+def test_a_sweep_folder_reaches_sbatch_as_one_quoted_value(tmp_path, name):
+    """submitit's own sbatch script: each #SBATCH path a shell-quoted word that reads back as
+    the folder (sbatch reads a quoted #SBATCH value as one word; not run on a cluster here)."""
+    import shlex
+
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    folder = tmp_path / name / ".submitit" / "%j"
+    script = _make_sbatch_string(command="python -c pass", folder=folder)
+    outputs = [ln for ln in script.splitlines() if ln.startswith("#SBATCH --output=")]
+    (value,) = shlex.split(outputs[0].removeprefix("#SBATCH --output="))
+    assert value.startswith(str(folder.parent) + "/")
+    assert slurm.folder_refusal(str(tmp_path / name)) is None
+
+
+@pytest.mark.parametrize("name", ["100%", "a%jb", "%%"])
+def test_a_sweep_folder_with_a_percent_sign_is_refused_before_submitting(tmp_path, name):
+    refusal = slurm.folder_refusal(str(tmp_path / name))
+    assert refusal is not None and refusal.startswith(f"hydra.sweep.dir={tmp_path / name}: ")

@@ -98,7 +98,8 @@ class SlurmLauncher(HydraSlurm):
     ) -> Sequence[JobReturn]:
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        refusal = slurm.requeue_refusal(self.params)  # before any job is submitted
+        # before any job is submitted
+        refusal = slurm.requeue_refusal(self.params) or slurm.folder_refusal(str(sweep_dir))
         if refusal:
             raise ConfigError(refusal)
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,7 @@ class SweepRun(Callback):
                 race.checked(sweeper, task)
         except ConfigError:
             return False
-        return not _requeue_refused(config)
+        return not _slurm_refused(config)
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
         study = study_tags(config)
@@ -315,12 +315,13 @@ class SweepRun(Callback):
         print(f"[sporeflow] sweep: no job ran, so it leaves no MLflow run {hint}", file=sys.stderr)
 
 
-def _requeue_refused(config: DictConfig) -> bool:
-    """SLURM requeue settings the launcher refuses before submitting (launch.slurm)."""
+def _slurm_refused(config: DictConfig) -> bool:
+    """SLURM settings or a sweep folder the launcher refuses before submitting (launch.slurm)."""
     if not _on_a_cluster(config):
         return False
     launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    return slurm.requeue_refusal(launcher) is not None
+    folder = str(config.hydra.sweep.dir)
+    return (slurm.requeue_refusal(launcher) or slurm.folder_refusal(folder)) is not None
 
 
 def _on_a_cluster(config: DictConfig) -> bool:

@@ -53,6 +53,20 @@ def requeue_refusal(launcher: dict) -> str | None:
     return None
 
 
+def folder_refusal(sweep_dir: str) -> str | None:
+    """Why SLURM cannot run a sweep whose folder is `sweep_dir` (one line), else None. SLURM
+    reads '%' in a job's log path as a pattern (`%j`: the job id) and submitit reads the same
+    path back without it, so a folder named with '%' (a launch folder '100%') would lose every
+    job's log and result; a space, '#' or '?' is quoted (submitit writes `#SBATCH` values
+    through shlex)."""
+    if "%" not in sweep_dir:
+        return None
+    return (
+        f"hydra.sweep.dir={sweep_dir}: SLURM reads '%' in a job's log path as a pattern; "
+        "start the sweep in a folder without '%', or give hydra.sweep.dir without it"
+    )
+
+
 def python_ignoring_the_warning(python: str) -> str:
     """The command a job's tasks start Python with (submitit's `python`): `python` with SIGUSR2
     ignored until the job's code chooses (SlurmLauncher.__call__: requeue, or ignore). SLURM's

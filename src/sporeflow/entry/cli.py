@@ -395,6 +395,11 @@ def _add_user_parser() -> argparse.ArgumentParser:
 
 def predict(args: argparse.Namespace) -> int:
     """A run's final weights on a folder of images or a .npy batch -> one CSV row per image."""
+    from sporeflow.runtime import mindspore_log
+
+    # no run dir: MindSpore's own lines go to the temp folder's, off the console
+    mindspore_log.apply("run_dir", Path(tempfile.gettempdir()) / "sporeflow-predict")
+    mindspore_log.load()
     from sporeflow.core.errors import ConfigError, DataError
     from sporeflow.stages import predict as predicting
     from sporeflow.stages.source import resolve

@@ -42,6 +42,11 @@ def make_inputs(tmp):
     write_jpeg_tree(tmp / "tree_ok", train=1, val=1)
     write_jpeg_tree(tmp / "tree", train=1, val=1)
     shutil.rmtree(tmp / "tree" / "val")  # ImageFolder without val/
+    write_jpeg_tree(tmp / "tree_cut", train=1, val=1)  # one JPEG cut after 300 bytes
+    cut = tmp / "tree_cut" / "train" / "n02" / "0.JPEG"
+    cut.write_bytes(cut.read_bytes()[:300])
+    write_jpeg_tree(tmp / "tree_extra", train=1, val=1)  # a val/ class train/ lacks
+    shutil.copytree(tmp / "tree_extra" / "val" / "n01", tmp / "tree_extra" / "val" / "n09")
     np.save(tmp / "basis_shape.npy", np.zeros((4, 10), np.float32))
     np.save(tmp / "basis_int.npy", np.zeros((4, 10), np.int64))
     np.save(tmp / "basis_pickle.npy", np.array([{"evil": 1}], dtype=object), allow_pickle=True)
@@ -122,6 +127,14 @@ CASES = {
         ["lacks data_batch_1.bin"],
     ),
     "ImageFolder without val/": (["dataset=imagenet", "dataset.root={tmp}/tree"], ["lacks val/"]),
+    "ImageFolder with an image the decoder cannot read": (
+        ["dataset=imagenet", "dataset.root={tmp}/tree_cut", "dataset.num_classes=3"],
+        ["{tmp}/tree_cut/train/n02/0.JPEG: not a readable image"],
+    ),
+    "ImageFolder whose val/ has a class train/ lacks": (
+        ["dataset=imagenet", "dataset.root={tmp}/tree_extra", "dataset.num_classes=4"],
+        ["{tmp}/tree_extra/val: class folder(s) n09 not in the training split"],
+    ),
     "ImageFolder with more classes than num_classes": (
         ["dataset=imagenet", "dataset.root={tmp}/tree_ok", "dataset.num_classes=2"],
         ["3 class folders", "num_classes=2"],

@@ -44,7 +44,7 @@ def test_the_msrun_command_reruns_the_job_with_its_own_overrides(compose_cfg, tm
         str(ctx.entry_script),
         "parallel=data2",
         "epochs=2",
-        f"hydra.run.dir={ctx.run_dir}",
+        f"hydra.run.dir='{ctx.run_dir}'",  # quoted for Hydra's parser (a space in the path)
         f"runtime.threads={threads}",
     ]
 

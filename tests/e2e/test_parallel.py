@@ -183,7 +183,7 @@ def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
         f"--log_dir={tmp_path / 'run' / 'msrun_logs'}",
     ]
     assert "/x/train.py" in cmd and "epochs=3" in cmd and "hydra.run.dir=elsewhere" not in cmd
-    assert f"hydra.run.dir={tmp_path / 'run'}" in cmd
+    assert f"hydra.run.dir='{tmp_path / 'run'}'" in cmd  # quoted for Hydra's parser
     assert cmd[-1] == f"runtime.threads={threads_per_worker(4)}"
 
 

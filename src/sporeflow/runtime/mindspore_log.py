@@ -13,6 +13,7 @@ workers inherit the variables with the mark sporeflow sets and do the same.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -57,3 +58,21 @@ def load() -> None:
 
     if "GLOG_stderrthreshold" in os.environ:
         os.putenv("GLOG_stderrthreshold", os.environ["GLOG_stderrthreshold"])
+    if os.environ.get(MARK) == "run_dir":
+        _file_best_effort()
+
+
+def _file_best_effort() -> None:
+    """MindSpore's Python log file is best effort: on a full disk (the run dir's) its handler
+    would print '--- Logging error ---' and a traceback onto the console for every line it
+    cannot write, beside the one line that says the disk is full. A lost line of MindSpore's
+    log is not worth that."""
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("ME.") and isinstance(logger, logging.Logger):
+            for handler in logger.handlers:
+                if isinstance(handler, logging.FileHandler):
+                    handler.handleError = _ignored  # type: ignore[method-assign]
+
+
+def _ignored(record: logging.LogRecord) -> None:
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mindspore as ms
 import pytest
 
-from helpers.train import COMBINED_BATCH, RHO_SWEEP, multirun, run_train
+from helpers.train import COMBINED_BATCH, ODD_FOLDER, RHO_SWEEP, multirun, run_train
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,8 @@ def standalone_on_the_combined_batch(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def rho_sweep(tmp_path_factory):
     """`python train.py -m RHO_SWEEP`: (the launch dir after the sweep, the finished process)."""
-    cwd = tmp_path_factory.mktemp("rho_sweep")
+    cwd = tmp_path_factory.mktemp("rho_sweep") / ODD_FOLDER
+    cwd.mkdir()
     proc = multirun(cwd, *RHO_SWEEP)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return cwd, proc

@@ -1,15 +1,18 @@
 """Every documented command once in a fresh process, in a launch folder whose path holds a space,
-'?', '#', '%' and a non-ASCII letter.
+'?', '#', '%' and a non-ASCII letter (helpers.train.ODD_FOLDER).
 
 A fresh process walks paths the in-process tier cannot see: MindSpore is set up there once for
 the whole session, so a kernel run before `set_device` (fine-tuning's check did that: issue 60)
 only fails here. And the folder's name reaches other programs' rules: MindSpore's file names
-(the MINDIR export), the store's URI (SQLAlchemy reads '?' and '#'), msrun's command line
-(Hydra's override grammar). One small job each; the first run is shared by the others.
+(the MINDIR export), the store's URI (SQLAlchemy reads '?' and '#'), Hydra's override grammar.
+One small job each; the first run is shared by the others. A sweep and a dim-reduce pipeline run
+in such a folder in the shared `rho_sweep` (tests/e2e/conftest.py), msrun's data-parallel
+workers in test_parallel.py::test_data2_matches_standalone_on_the_combined_batch.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -17,67 +20,47 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers.store import only_run
-from helpers.train import REPO, TRAIN, multirun_command, sporeflow_cli
+from helpers.store import client_of, only_run
+from helpers.train import ODD_FOLDER, REPO, run_train, sporeflow_cli, train_command
 from sporeflow.core.uris import sqlite_uri
 from sporeflow.launch.msrun import override
 
 pytestmark = pytest.mark.e2e
 
-ODD_NAME = "launch dir ?#%é"  # every character issue 60 reported, in one folder
 
-
-def _run(cwd, *argv, timeout=600) -> subprocess.CompletedProcess:
+def _run(cwd, *argv) -> subprocess.CompletedProcess:
+    """`python ARGV` in `cwd` to its end, as train.py is run (helpers.train's environment)."""
+    env = {**train_command([], cwd)[1], "MLFLOW_TRACKING_URI": ""}
     proc = subprocess.run(
-        [sys.executable, *map(str, argv)],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        [sys.executable, *map(str, argv)], cwd=cwd, env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
-def _env() -> dict:
-    from helpers.train import train_command
-
-    return {**train_command([], REPO)[1], "MLFLOW_TRACKING_URI": ""}
-
-
-def _train(cwd, run_dir: str, *args: str) -> subprocess.CompletedProcess:
-    return _run(
-        cwd,
-        TRAIN,
-        override("hydra.run.dir", cwd / run_dir),
-        "callbacks.progress_bar=false",
-        *args,
-    )
+def _train(cwd, run_dir: str, *args: str) -> None:
+    proc = run_train([*args], cwd, env={"MLFLOW_TRACKING_URI": ""}, run_dir=run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory):
     """(the launch folder, the run dir of `python train.py debug=quick` run in it)."""
-    cwd = tmp_path_factory.mktemp("fresh") / ODD_NAME
+    cwd = tmp_path_factory.mktemp("fresh") / ODD_FOLDER
     cwd.mkdir()
     _train(cwd, "first", "debug=quick")
     return cwd, cwd / "first"
 
 
 def _runs(cwd):
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=sqlite_uri(cwd / "mlflow.db"))
-    return client.search_runs(
-        [e.experiment_id for e in client.search_experiments()], max_results=100
-    )
+    client = client_of(cwd)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
 def test_a_plain_run_writes_its_model_and_its_store_inside_the_folder(odd):
     cwd, first = odd
     assert (first / "model" / "network.mindir").stat().st_size > 0
-    assert not (cwd.parent / "launch dir ").exists()  # SQLAlchemy's cut at '?' before the fix
+    assert not (cwd.parent / ODD_FOLDER.split("?")[0]).exists()  # SQLAlchemy cut at '?'
     _, run = only_run(sqlite_uri(cwd / "mlflow.db"))
     assert run.info.status == "FINISHED" and run.data.metrics["final/acc"] > 0.3
 
@@ -90,8 +73,6 @@ def test_fine_tuning_from_a_run_works_in_a_fresh_process(odd):
 
 
 def test_resume_continues_a_run_for_more_epochs(odd):
-    import shutil
-
     cwd, first = odd
     copy = cwd / "continued"
     shutil.copytree(first, copy)
@@ -112,23 +93,6 @@ def test_eval_and_predict_read_the_run(odd):
     done = sporeflow_cli(cwd, "predict", str(first), str(images))
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((cwd / "predictions.csv").read_text().splitlines()) == 1 + 3
-
-
-def test_a_sweep_and_a_dim_reduce_pipeline(odd):
-    cwd, _ = odd
-    cmd, _ = multirun_command(cwd, "debug=quick", "optimizer.lr=0.01,0.02")
-    cmd[cmd.index(next(a for a in cmd if a.startswith("hydra.sweep.dir=")))] = override(
-        "hydra.sweep.dir", cwd / "multirun"
-    )
-    _run(cwd, *cmd[1:])
-    _train(cwd, "pipeline", "debug=dim_reduce", "boost.baselines=[]")
-    assert (cwd / "pipeline" / "stage2" / "model" / "network.mindir").is_file()
-
-
-def test_data_parallel_workers_start_under_msrun(odd):
-    cwd, _ = odd
-    _train(cwd, "data2", "debug=quick", "parallel=data2")
-    assert (cwd / "data2" / "checkpoints" / "rank_0" / "final.ckpt").is_file()
 
 
 def test_the_python_api_in_a_new_interpreter(odd):

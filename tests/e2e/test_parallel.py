@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.store import runs_of
-from helpers.train import COMBINED_BATCH, REPO, run_train
+from helpers.store import client_of, runs_of
+from helpers.train import COMBINED_BATCH, ODD_FOLDER, REPO, run_train
 from sporeflow.config.strategies import check_strategy
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
@@ -25,7 +25,7 @@ def weights(path):
 
 @pytest.mark.slow
 def test_data2_matches_standalone_on_the_combined_batch(tmp_path, standalone_on_the_combined_batch):
-    par = tmp_path / "par"
+    par = tmp_path / ODD_FOLDER  # msrun's command line and its workers' paths quoted
     par.mkdir()
     proc = run_train([*COMBINED_BATCH, "parallel=data2"], par, timeout=600)  # the global batch
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -37,7 +37,7 @@ def test_data2_matches_standalone_on_the_combined_batch(tmp_path, standalone_on_
         np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)  # bit-identical
         np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
-    client = MlflowClient(f"sqlite:///{par}/mlflow.db")
+    client = client_of(par)
     runs = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # rank 0 alone tracked
     assert runs[0].data.params["parallel.workers"] == "2"

@@ -15,6 +15,7 @@ from helpers.train import CONF, TRAIN
 from sporeflow.config.validation import validate
 from sporeflow.core.context import RunContext
 from sporeflow.entry.python_api import root_logger_kept
+from sporeflow.launch.msrun import override
 
 # a network and data set small enough that a whole pipeline takes seconds (random labels:
 # these runs check mechanics, not learning)
@@ -118,7 +119,7 @@ def train_cli(
 
     from sporeflow.entry.app import run_cli
 
-    where = [f"hydra.run.dir={Path(launch_dir) / run_dir}"] if run_dir is not None else []
+    where = [override("hydra.run.dir", Path(launch_dir) / run_dir)] if run_dir is not None else []
     # the job is named after train.py, as when it runs as a script
     flags = [a for a in args if a in ("-m", "--multirun")]  # Hydra reads flags before overrides
     argv = [str(TRAIN.with_name(f"{app}.py")), *flags, *where, f"hydra.job.name={app}"]

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from sporeflow.core.uris import sqlite_uri
+
 
 def client_of(launch_dir: Path) -> MlflowClient:
-    return MlflowClient(f"sqlite:///{Path(launch_dir) / 'mlflow.db'}")
+    return MlflowClient(sqlite_uri(Path(launch_dir) / "mlflow.db"))
 
 
 def runs_of(launch_dir: Path, experiment: str = "sporeflow") -> list:

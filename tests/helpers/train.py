@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sporeflow.launch.msrun import override
+
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
 TRAIN = REPO / "train.py"
@@ -16,6 +18,11 @@ TESTS = REPO / "tests"
 # worker sees whole batches, so the weights can match)
 COMBINED_BATCH = ["+dataset.drop_remainder=true", "epochs=2", "dataset.batch_size=32"]
 # the dim-reduce sweep: two jobs that share stage 1 and the baselines
+# a launch folder named with every character issue 60 reported (a space, '?', '#', '%', a
+# non-ASCII letter): the shared sweep, a data-parallel job and tests/e2e/test_fresh_process.py
+# run in one, so each path handed to another program's rules (a store URI, MindSpore's file
+# names, msrun's and Hydra's command lines) is tried at no extra cost
+ODD_FOLDER = "launch dir ?#%é"
 RHO_SWEEP = ["debug=dim_reduce", "boost.baselines=[baseline,snapshot_mean]", "boost.rho=0.4,0.7"]
 
 
@@ -26,7 +33,7 @@ def train_command(args, cwd: Path, run_dir: str | None = "run", env: dict | None
         k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ONEDNN_MAX_CPU_ISA")
     }
     full_env.update(env or {})  # runtime.cpu_isa=auto chooses the ISA, unless a test exports one
-    where = [f"hydra.run.dir={cwd / run_dir}"] if run_dir is not None else []
+    where = [override("hydra.run.dir", cwd / run_dir)] if run_dir is not None else []
     cmd = [sys.executable, str(TRAIN), *where, "callbacks.progress_bar=false", *args]
     return cmd, full_env
 
@@ -49,7 +56,7 @@ def multirun_command(cwd: Path, *args: str) -> tuple[list[str], dict]:
         str(TRAIN),
         "-m",
         *args,
-        f"hydra.sweep.dir={cwd / 'multirun'}",
+        override("hydra.sweep.dir", cwd / "multirun"),
         "callbacks.progress_bar=false",
     ]
     return cmd, {**os.environ, "MLFLOW_TRACKING_URI": ""}

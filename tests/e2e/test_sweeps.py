@@ -24,6 +24,7 @@ from helpers.browser import ASSISTANT_CLOSED, Browser, chromium, keep_for_docs
 from helpers.machine import unavailable
 from helpers.store import by_stage, client_of, runs_of
 from helpers.train import multirun, sporeflow_cli, start_multirun
+from sporeflow.core.uris import sqlite_uri
 from sporeflow.entry.cli import server_env
 from sporeflow.report import views
 
@@ -416,7 +417,7 @@ def _mlflow_server(cwd: Path) -> tuple[subprocess.Popen, int]:
             str(Path(sys.executable).parent / "mlflow"),
             "server",
             "--backend-store-uri",
-            f"sqlite:///{cwd / 'mlflow.db'}",
+            sqlite_uri(cwd / "mlflow.db"),  # %-encoded: the shared sweep's folder has '?', '#'...
             "--host",
             "127.0.0.1",
             "--port",

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # MLflow's limits (mlflow.utils.validation, and its runs table's name column), written here so
-# a check before work imports no MLflow; tests/unit/test_store_limits.py holds them to MLflow's.
+# a check before work imports no MLflow; held to MLflow's own by tests/unit/test_refusals.py
+# (test_mlflow_s_limits_are_the_ones_checked_before_work).
 MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_RUN_NAME_LENGTH = 250  # runs.name is VARCHAR(250): a database store refuses a longer one
 MAX_KEY_LENGTH = 250  # a param's or tag's key

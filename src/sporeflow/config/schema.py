@@ -456,8 +456,10 @@ class SweepConfig:
     """How a sweep (`-m`) ranks its jobs and what it registers."""
 
     objective: str = "auto"
-    """What a sweep ranks jobs by and Optuna optimises: `auto` (stage2/acc with
-    boost=dim_reduce, else acc), `acc`, `loss`, `gain`, `<stage>/acc`, `<stage>/loss`."""
+    """What a sweep ranks jobs by and Optuna optimises, always on the validation split:
+    `auto` (val/stage2/acc with boost=dim_reduce, else val/acc), `val/acc`, `val/loss`,
+    `val/gain`, `val/gain_at_cost`, `val/<stage>/acc`, `val/<stage>/loss`; the names without
+    `val/` stand for these. A `test/` objective is refused (config.objective)."""
     registered_model: Optional[str] = None
     """The best job's model goes to MLflow's Model Registry under this name, one version per
     sweep; null = `<model>-<dataset>`, `""` = no registration."""
@@ -529,12 +531,10 @@ class RunConfig:
                 f"parallel.workers={par.workers}; choose a multiple of {par.workers}, or set "
                 "parallel.per_worker_batch=true to make dataset.batch_size per worker"
             )
-        choices = objective.allowed(self.dim_reduce, [b.value for b in self.boost.baselines])
-        if self.sweep.objective not in choices:
-            yield (
-                f"sweep.objective={self.sweep.objective!r} with boost={self.boost.name.value}; "
-                f"allowed: {', '.join(choices)}"
-            )
+        baselines = [b.value for b in self.boost.baselines]
+        refused = objective.refusal(self.sweep.objective, self.dim_reduce, baselines)
+        if refused:
+            yield f"{refused} (boost={self.boost.name.value})"
         rgb_only = [op.value for op in self.augment.ops if op in RGB_ONLY_OPS]
         channels = self.dataset.get("channels", 3)
         if rgb_only and channels != 3:

@@ -1,7 +1,7 @@
 """sporeflow's own hooks (engine.hooks.HookBase) a stage composes: they measure into the stage's
 EventRecord, or act on it.
 
-Metric names: `train/loss`, `eval/<metric>` (and `eval/<metric>_ema`), `train/images_per_sec`,
+Metric names: `train/loss`, `val/<metric>` (and `val/<metric>_ema`), `train/images_per_sec`,
 with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
 the record there (rank 0). Order matters within a step and an epoch end: measuring callbacks
 come before those that read what was measured (`stages.stage_callbacks.stage_hooks` builds the list).
@@ -92,8 +92,9 @@ class StepLoss(HookBase):
 
 
 class EvalEachEpoch(HookBase):
-    """Evaluate on the test split every n epochs (and after the last), into the record as
-    `eval/<metric>`, and `eval/<metric>_ema` with the EMA weights swapped in when `ema_swap` is given."""
+    """Evaluate on the validation split every n epochs (and after the last), into the record as
+    `val/<metric>`, and `val/<metric>_ema` with the EMA weights swapped in when `ema_swap` is
+    given: what best-k, early stopping, the pruner and the progress bar read."""
 
     def __init__(
         self,
@@ -122,10 +123,10 @@ class EvalEachEpoch(HookBase):
             self.seconds += time.perf_counter() - started
 
     def _evaluate(self) -> dict:
-        result = {k: float(v) for k, v in self._eval("eval").items()}
+        result = {k: float(v) for k, v in self._eval("val").items()}
         if self.ema_swap is not None:
             with self.ema_swap():
-                ema = self._eval("eval ema")
+                ema = self._eval("val ema")
             result.update({f"{k}_ema": float(v) for k, v in ema.items()})
         return result
 
@@ -157,7 +158,7 @@ class EvalBar(Callback):
 
 class ProgressBar(HookBase):
     """One tqdm bar over the stage's steps (a resumed stage starts part-way), with the epoch,
-    the latest recorded loss and the latest eval accuracy (refreshed right after each eval)."""
+    the latest recorded loss and the latest validation accuracy (refreshed right after each eval)."""
 
     def __init__(self, record: EventRecord, stage: str, shown: bool | None = None):
         """`shown`: None draws the bar when the process's real stderr is a terminal
@@ -178,9 +179,9 @@ class ProgressBar(HookBase):
         loss = self.record.latest("train/loss")
         if loss is not None:
             post["loss"] = f"{loss:.4f}"
-        acc = self.record.latest("eval/acc")
+        acc = self.record.latest("val/acc")
         if acc is not None:
-            post["acc"] = f"{acc:.4f}"
+            post["val_acc"] = f"{acc:.4f}"
         self.bar.set_postfix(post, refresh=refresh)
 
     def after_step(self, step: int) -> None:

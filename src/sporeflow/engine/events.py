@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Event:
-    name: str  # e.g. "train/loss", "eval/acc", "train/images_per_sec"
+    name: str  # e.g. "train/loss", "val/acc", "train/images_per_sec"
     value: float
     step: int  # global optimizer step of the stage (continues across a resume)
 
@@ -53,10 +53,11 @@ class EventRecord:
             queue.append(event)
 
     def put_eval(self, epoch: int, step: int, result: dict) -> None:
-        """An evaluation after `epoch`: kept by epoch, and each metric as `eval/<metric>`."""
+        """An evaluation of the validation split after `epoch`: kept by epoch, and each metric
+        as `val/<metric>` (what every choice during training reads)."""
         self.evals.append((epoch, dict(result)))
         for key, value in result.items():
-            self.put(f"eval/{key}", value, step)
+            self.put(f"val/{key}", value, step)
 
     def latest(self, name: str) -> float | None:
         event = self._latest.get(name)

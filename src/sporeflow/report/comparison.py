@@ -28,6 +28,8 @@ def save_figure(fig, path: Path) -> Path:
 
 
 def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
+    """The baseline with the best `metric` in `results`: pass validation results, since
+    choosing it is a choice (a test-chosen best baseline would bias the gain downward)."""
     others = [
         (m[metric], name)
         for name, m in results.items()
@@ -36,9 +38,10 @@ def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
     return max(others)[1] if others else None
 
 
-def gain(results: dict[str, dict], metric: str = "acc") -> float:
-    """stage2's metric minus the best baseline's (NaN when no baseline ran)."""
-    best = best_baseline(results, metric)
+def gain(results: dict[str, dict], metric: str = "acc", chosen_by: dict | None = None) -> float:
+    """stage2's metric minus the best baseline's (NaN when no baseline ran); the best one as
+    `chosen_by` (validation results) ranks them, else as `results` do."""
+    best = best_baseline(chosen_by or results, metric)
     return results["stage2"][metric] - results[best][metric] if best else float("nan")
 
 
@@ -70,15 +73,24 @@ def one_line_summary(results: dict[str, dict]) -> str:
     return line
 
 
-def summary_table(results: dict[str, dict]) -> str:
-    lines = [f"  {'stage':14s} {'acc':>8s} {'loss':>8s}"]
-    for stage, metrics in results.items():
+def summary_table(val: dict[str, dict], tested: dict[str, dict]) -> str:
+    """Every stage's accuracy on the validation images (what choices read) and its accuracy
+    and loss on the test images (what it reports), then the gains on both."""
+    nan = float("nan")
+    lines = [f"  {'stage':14s} {'val acc':>8s} {'test acc':>8s} {'test loss':>9s}"]
+    for stage, metrics in tested.items():
         lines.append(
-            f"  {stage:14s} {metrics.get('acc', float('nan')):8.4f} {metrics.get('loss', float('nan')):8.4f}"
+            f"  {stage:14s} {val.get(stage, {}).get('acc', nan):8.4f} "
+            f"{metrics.get('acc', nan):8.4f} {metrics.get('loss', nan):9.4f}"
         )
-    lines.append(f"  gain (stage2 - best baseline, acc): {gain(results):+.4f}")
-    if BUDGET in results and "stage2" in results:
-        lines.append(f"  gain at equal cost (stage2 - budget, acc): {gain_at_cost(results):+.4f}")
+    lines.append(
+        f"  gain (stage2 - best baseline, acc): test {gain(tested, chosen_by=val):+.4f}, val {gain(val):+.4f}"
+    )
+    if BUDGET in tested and "stage2" in tested:
+        lines.append(
+            f"  gain at equal cost (stage2 - budget, acc): test {gain_at_cost(tested):+.4f}, "
+            f"val {gain_at_cost(val):+.4f}"
+        )
     return "\n".join(lines)
 
 
@@ -171,7 +183,9 @@ def _paired_metrics(prefix: str, cmp) -> dict[str, float]:
     }
 
 
-def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dict, object]:
+def pipeline_metrics(
+    results: dict[str, dict], correct: dict, chosen_by: dict | None = None
+) -> tuple[dict, dict, object]:
     """A pipeline's comparison: (metrics as its run records them, stage 2's paired comparison
     with every other stage, the one with the best baseline or None).
 
@@ -187,7 +201,7 @@ def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dic
         if k in ("acc", "loss")
     }
     first = {"stage2/acc": metrics.pop("stage2/acc")} if "stage2/acc" in metrics else {}
-    metrics = {**first, "gain": gain(results), **metrics}
+    metrics = {**first, "gain": gain(results, chosen_by=chosen_by), **metrics}
     paired = {
         other: compare_paired(correct["stage2"], right)
         for other, right in correct.items()
@@ -195,7 +209,7 @@ def pipeline_metrics(results: dict[str, dict], correct: dict) -> tuple[dict, dic
     }
     for other, cmp in paired.items():
         metrics.update(_paired_metrics(f"vs_{other}/", cmp))
-    gain_cmp = paired.get(best_baseline(results))
+    gain_cmp = paired.get(best_baseline(chosen_by or results))
     if gain_cmp is not None:
         metrics.update(_paired_metrics("gain_", gain_cmp))
     if BUDGET in paired:

@@ -70,6 +70,7 @@ from sporeflow.stages.spec import (
 )
 from sporeflow.stages.stage_result import (
     PREDICTIONS,
+    TEST_PREDICTIONS,
     StageResult,
     load_predictions,
     load_result,
@@ -231,7 +232,7 @@ class DimReducePipeline:
         run_id = run.info.run_id
         return StageResult(
             name,
-            reuse.final_metrics(run),
+            reuse.prefixed(run, "final/val/"),
             final_weights(run_dir, self.worker.rank),
             float("nan"),
             reuse.eval_curve(self.tracker.reads, run),
@@ -240,6 +241,8 @@ class DimReducePipeline:
             stage_dir=run_dir,
             reused_from=run_id,
             cost=reuse.cost_metrics(run),
+            test_metrics=reuse.prefixed(run, "test/"),
+            test_correct=load_predictions(run_dir, TEST_PREDICTIONS),
         )
 
     def _usable_stage1(self, run, run_dir: Path) -> StageResult | None:
@@ -353,7 +356,7 @@ class DimReducePipeline:
 
         def usable(run, run_dir: Path) -> StageResult | None:
             found = self._reused(spec.name, run, run_dir)
-            if found.correct is None:  # its paired comparison would silently drop out
+            if found.val_correct is None:  # its paired comparison would silently drop out
                 log.info(
                     "%s: run %s has no predictions.npy in %s", spec.name, run.info.run_id, run_dir
                 )
@@ -384,38 +387,57 @@ class DimReducePipeline:
         self.parent.flush()
 
     def _log_predictions(self) -> None:
-        """Every stage's right/wrong per test image on the pipeline's run (reused stages
-        included), `predictions/<stage>/predictions.npy`: what a sweep's decision pairs."""
+        """Every stage's right/wrong per validation and per test image on the pipeline's run
+        (reused stages included), `predictions/<stage>/`: what a sweep's decision pairs (the
+        validation file) and what its report pairs (the test file)."""
         for name, result in self.stages.items():
-            path = result.stage_dir / PREDICTIONS if result.stage_dir else None
-            if path is not None and path.is_file():
-                self.parent.log_artifact(path, f"predictions/{name}")
+            for file in (PREDICTIONS, TEST_PREDICTIONS):
+                path = result.stage_dir / file if result.stage_dir else None
+                if path is not None and path.is_file():
+                    self.parent.log_artifact(path, f"predictions/{name}")
 
     def _compare(self) -> dict[str, float]:
-        results = {name: r.metrics for name, r in self.stages.items()}
-        correct = {name: r.correct for name, r in self.stages.items() if r.correct is not None}
-        metrics, paired, gain_cmp = pipeline_metrics(results, correct)
+        """The comparison on both splits: `val/...` (what a sweep decides on) and `test/...`
+        (what it reports; the table, figure and paired lines read it, with the validation's
+        paired lines below)."""
+        val = {name: r.metrics for name, r in self.stages.items()}
+        tested = {name: r.test_metrics for name, r in self.stages.items()}
+        val_correct = {
+            n: r.val_correct for n, r in self.stages.items() if r.val_correct is not None
+        }
+        test_correct = {
+            n: r.test_correct for n, r in self.stages.items() if r.test_correct is not None
+        }
+        val_metrics, val_paired, _ = pipeline_metrics(val, val_correct)
+        test_metrics, paired, gain_cmp = pipeline_metrics(tested, test_correct, chosen_by=val)
+        metrics = {
+            **{f"val/{k}": v for k, v in val_metrics.items()},
+            **{f"test/{k}": v for k, v in test_metrics.items()},
+        }
         if self.pca_seconds is None and self.continued and (self.home / PCA_SECONDS).is_file():
             self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
         if self.pca_seconds is not None:
             metrics["pca_seconds"] = self.pca_seconds
-        costs = log_costs(self, metrics, correct)
+        costs = log_costs(self, metrics, val_correct)
         self.parent.log_metrics(metrics, 0, flush=True)
         self._log_curves()
         self._log_predictions()
         described = self.budget.describe() if self.budget else None
-        table = summary_table(results) + ("\n" + paired_lines(paired, described) if paired else "")
+        table = summary_table(val, tested)
+        for split, found in (("test", paired), ("validation", val_paired)):
+            if found:
+                table += f"\n  paired on the {split} images:\n" + paired_lines(found, described)
         table += "\n" + costs
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
-            n_eval = len(correct["stage2"]) if "stage2" in correct else None
-            plot = comparison_plot(results, self.home / "comparison.png", n_eval, gain_cmp)
+            n_test = len(test_correct["stage2"]) if "stage2" in test_correct else None
+            plot = comparison_plot(tested, self.home / "comparison.png", n_test, gain_cmp)
             if plot is not None:
                 self.parent.log_artifact(plot)
             trained = "\n".join(
                 f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
             )
-            self._say(results, f"{table}\n{trained}")
+            self._say(tested, f"{table}\n{trained}")
         return metrics
 
     def _say(self, results: dict[str, dict], table: str) -> None:

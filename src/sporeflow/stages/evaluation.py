@@ -17,7 +17,7 @@ from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.stages.build import model_around
 from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.spec import StageSpec
-from sporeflow.stages.stage_result import StageResult, end_metrics, judged, save_predictions
+from sporeflow.stages.stage_result import StageResult, ended, save_predictions
 from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
 from sporeflow.tracking.tracker import TrackedRun
 
@@ -37,8 +37,9 @@ def network_with(cfg: DictConfig, base: Path, weights: dict):
 def evaluate_weights(
     cfg: DictConfig, spec: StageSpec, weights: dict, data, run: TrackedRun
 ) -> StageResult:
-    """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s test
-    split; final weights, predictions and the model kept like a trained stage's."""
+    """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s
+    validation split (its metrics) and test split (reported); final weights, predictions and
+    the model kept like a trained stage's."""
     if spec.init_weights is None:
         raise ValueError(f"{spec.name}: an evaluated stage needs the weights it starts from")
     reuse = cfg.runtime.reuse_graphs
@@ -47,23 +48,26 @@ def evaluate_weights(
     model = model_around(network, network, loss_fn, reuse, loss_fn=loss_fn)
     if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
-    eval_data = data.create("test")
-    result = {k: float(v) for k, v in model.eval(eval_data, dataset_sink_mode=False).items()}
+    val_data, test_data = data.create("val"), data.create("test")
+    result = {k: float(v) for k, v in model.eval(val_data, dataset_sink_mode=False).items()}
     final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"
     path = save_atomic(network, final)
-    correct, classified = judged(model, eval_data)
-    run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
+    end = ended(model, result, val_data, test_data)
+    for saved in save_predictions(spec.stage_dir, end):
+        run.log_artifact(saved, checksum=True)
     record_data(run, data)
-    record_model(cfg, run, network, path, eval_data, spec.stage_dir, 0)
-    run.log_metrics(end_metrics(result, classified), 0, flush=True)
-    run.log_metrics({f"eval/{k}": v for k, v in result.items()}, 0, flush=True)
+    record_model(cfg, run, network, path, test_data, spec.stage_dir, 0)
+    run.log_metrics({f"val/{k}": v for k, v in result.items()}, 0)
+    run.log_metrics(end.metrics(), 0, flush=True)
     return StageResult(
         spec.name,
-        result,
+        end.val,
         path,
         float("nan"),
         [(0, result)],
-        correct=correct,
+        val_correct=end.val_correct,
         run_id=run.run_id,
         stage_dir=spec.stage_dir,
+        test_metrics=end.test,
+        test_correct=end.test_correct,
     )

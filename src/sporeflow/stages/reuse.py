@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
+from sporeflow.stages.stage_result import PREDICTIONS, TEST_PREDICTIONS
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.run_files import MANIFEST, unverified_here
 from sporeflow.tracking.store_reads import StoreReads
@@ -90,8 +91,10 @@ def finished_runs(reads: StoreReads, tag: str, fingerprint: str) -> list:
     return reads.finished_with_tag(tag, fingerprint)
 
 
-def final_metrics(run) -> dict:
-    return {k[len("final/") :]: v for k, v in run.data.metrics.items() if k.startswith("final/")}
+def prefixed(run, prefix: str) -> dict:
+    """A finished run's metrics under `prefix`, named without it: `final/val/` (its exported
+    weights on validation: a StageResult's metrics), `test/` (on test: its test_metrics)."""
+    return {k[len(prefix) :]: v for k, v in run.data.metrics.items() if k.startswith(prefix)}
 
 
 def cost_metrics(run) -> dict:
@@ -100,11 +103,11 @@ def cost_metrics(run) -> dict:
 
 
 def eval_curve(reads: StoreReads, run) -> list[tuple[int, dict]]:
-    """A finished run's eval accuracy by epoch as [(epoch, {"acc": value})]: each evaluation's
+    """A finished run's validation accuracy by epoch as [(epoch, {"acc": value})]: each evaluation's
     step over the run's steps per epoch, so `callbacks.eval_every_n_epochs=2` gives epochs 2,
     4, ... (its tag `batch.steps_per_epoch`; for runs without it, the last evaluation's step
     over the run's `epochs`: a stage always evaluates after its last epoch)."""
-    history = reads.metric_history(run.info.run_id, "eval/acc")
+    history = reads.metric_history(run.info.run_id, "val/acc")
     if not history:
         return []
     per_epoch = _steps_per_epoch(run, history[-1][0])
@@ -237,11 +240,12 @@ def wait_for_other_machines(
 
 def share(run: TrackedRun, stage_dir: Path, snapshots: Path | None = None) -> None:
     """Leave what another machine needs to reuse this run beside it in the store: its
-    predictions (its final weights are logged already) and, for stage 1, its snapshots with
-    their file times, unless they are larger than MAX_SHARED_SNAPSHOTS_MB."""
-    predictions = Path(stage_dir) / "predictions.npy"
-    if predictions.is_file():
-        run.log_artifact(predictions, checksum=True)
+    predictions on both splits (its final weights are logged already) and, for stage 1, its
+    snapshots with their file times, unless they are larger than MAX_SHARED_SNAPSHOTS_MB."""
+    for name in (PREDICTIONS, TEST_PREDICTIONS):
+        predictions = Path(stage_dir) / name
+        if predictions.is_file():
+            run.log_artifact(predictions, checksum=True)
     if snapshots is None or not snapshots.is_dir():
         return
     files = sorted(p for p in snapshots.iterdir() if p.is_file())

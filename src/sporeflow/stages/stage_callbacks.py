@@ -130,7 +130,7 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
     evaluator = EvalEachEpoch(
         record,
         stage.parts.model,
-        stage.eval_data,
+        stage.val_data,
         cfg.callbacks.eval_every_n_epochs,
         stage.parts.ema_swap,
         shown=None if main and cfg.callbacks.progress_bar else False,

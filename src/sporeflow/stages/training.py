@@ -1,5 +1,6 @@
 """One stage's training, once its run is open: the parts built and a resumed checkpoint
-loaded (`prepare`), then hooks -> fit (engine) -> final eval -> files -> the run (`train`).
+loaded (`prepare`), then hooks -> fit (engine), evaluating on the validation split -> the
+exported weights measured on validation and, once, on test -> files -> the run (`train`).
 
 A resumed stage restores the newest complete checkpoint (weights, optimizer state, EMA, step,
 the hooks' state), continues at the next epoch and in the same MLflow run."""
@@ -29,9 +30,9 @@ from sporeflow.stages.outputs import record_data, record_model
 from sporeflow.stages.spec import StageSpec
 from sporeflow.stages.stage_callbacks import StageHooks, stage_hooks
 from sporeflow.stages.stage_result import (
+    Ended,
     StageResult,
-    end_metrics,
-    judged,
+    ended,
     save_predictions,
     with_passes,
 )
@@ -61,7 +62,8 @@ class PreparedStage:
     start_batches: int  # of epoch start_epoch + 1, trained before a stop mid-epoch
     resumed_from: Path | None  # the checkpoint a resumed stage continues from
     train_data: object
-    eval_data: object
+    val_data: object  # every evaluation during training reads it: what choices see
+    test_data: object  # read once, at the stage's end: what reports show
     steps_per_epoch: int
     parts: StageParts
     data: object  # the ImageDataset both splits come from
@@ -129,6 +131,7 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
         start_batches,
         path,
         train_data,
+        data.create("val"),
         data.create("test"),
         steps_per_epoch,
         parts,
@@ -213,16 +216,16 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
     final = latest[1] if latest is not None else hooks.evaluator.evaluate()
     last_epoch = latest[0] if latest is not None else spec.epochs  # a hook may stop early
     ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
-    exported = _exported(final, ema_ranked)
     last_step = last_epoch * stage.steps_per_epoch
-    weights, (correct, classified) = _export(stage, run, ema_ranked, last_step)
+    weights, end = _export(stage, run, ema_ranked, _exported(final, ema_ranked), last_step)
     cost = hooks.cost.cost()
     if stage.worker.is_main:
-        run.log_artifact(save_predictions(spec.stage_dir, correct), checksum=True)
+        for path in save_predictions(spec.stage_dir, end):
+            run.log_artifact(path, checksum=True)
         spent = cost.metrics()
         if last_epoch in hooks.cost.by_epoch:  # its epoch's end put cost/passes at this step
             spent.pop("cost/passes")
-        run.log_metrics({**end_metrics(exported, classified), **spent}, last_step)
+        run.log_metrics({**end.metrics(), **spent}, last_step)
         speed = hooks.throughput.mean  # NaN when no step ran: not a measurement
         run.log_metrics(
             {"final/images_per_sec": speed} if math.isfinite(speed) else {}, last_step, flush=True
@@ -230,37 +233,42 @@ def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
         run.log_artifact(weights, "checkpoints", checksum=True)
     return StageResult(
         spec.name,
-        exported,
+        end.val,
         weights,
         hooks.throughput.mean,
         with_passes(record.evals, hooks.cost.by_epoch),
         batching,
-        correct,
+        end.val_correct,
         run.run_id,
         spec.stage_dir,
         cost=cost.metrics(),
+        test_metrics=end.test,
+        test_correct=end.test_correct,
     )
 
 
-def _export(stage: PreparedStage, run: TrackedRun, ema_ranked: bool, last_step: int):
-    """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
-    per-image predictions of the exported weights, and (rank 0) the packaged model on the run."""
+def _export(
+    stage: PreparedStage, run: TrackedRun, ema_ranked: bool, val: dict, last_step: int
+) -> tuple[Path, Ended]:
+    """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the exported
+    weights measured on validation and test (`val`: their last validation metrics), and (rank
+    0) the packaged model on the run."""
     parts, fmt = stage.parts, checkpoint_format(stage.cfg)
     swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
     with swapped():
         weights = save_atomic(parts.network, stage.ckpt_dir / f"final.{fmt}")
-        outcome = judged(parts.model, stage.eval_data)
+        end = ended(parts.model, val, stage.val_data, stage.test_data)
         if stage.worker.is_main:
             record_model(
                 stage.cfg,
                 run,
                 parts.network,
                 weights,
-                stage.eval_data,
+                stage.test_data,
                 stage.spec.stage_dir,
                 last_step,
             )
     if parts.ema_swap is not None and not ema_ranked:
         with parts.ema_swap():
             save_atomic(parts.network, stage.ckpt_dir / f"final_ema.{fmt}")
-    return weights, outcome
+    return weights, end

@@ -17,7 +17,13 @@ from sporeflow.storage.files import sha256_file
 
 CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 FETCHED_DIR = Path(".sporeflow") / "runs"  # under the launch dir: runs copied from the store
-SHARED = ["checkpoints", "snapshots", "pca", "predictions.npy"]  # a run dir's reusable files
+SHARED = [
+    "checkpoints",
+    "snapshots",
+    "pca",
+    "predictions.npy",
+    "test_predictions.npy",
+]  # a run dir's reusable files
 MANIFEST = "manifest.json"  # snapshot file -> mtime_ns (the PCA basis cache key includes it)
 
 

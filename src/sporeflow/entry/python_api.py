@@ -34,14 +34,15 @@ if TYPE_CHECKING:  # the store's reads import MLflow at first use, not with spor
 TRAIN = "train"
 DEFAULT_CONF = Path(__file__).resolve().parents[3] / "conf"  # the checkout's, beside train.py
 EXPERIMENT = "sporeflow"  # tracking.experiment_name's default
-NOT_STAGES = ("final", "curve", "cost", "system", "train", "eval")  # metric prefixes
+SPLITS = ("val", "test")  # a pipeline's comparison metrics: val/<stage>/acc, test/<stage>/acc
 
 
 @dataclass(frozen=True)
 class RunResult:
     """One finished job, as recorded. `metrics` are its MLflow run's final metrics
-    (`final/acc` for a plain run; a pipeline's `stage2/acc`, `gain`, ... on its parent run);
-    `stages` a pipeline's stages by name with their metrics (`stages["budget"]["acc"]`)."""
+    (`final/val/acc` and `test/acc` for a plain run; a pipeline's `val/stage2/acc`,
+    `test/stage2/acc`, `val/gain`, `test/gain`, ... on its parent run); `stages` a pipeline's
+    stages by name with their metrics on `split` (`stages["budget"]["acc"]`: validation)."""
 
     run_dir: Path
     objective: float  # what train.py returns: `sweep.objective` of this job
@@ -52,21 +53,27 @@ class RunResult:
 
     @property
     def stages(self) -> dict[str, dict[str, float]]:
-        """A pipeline's stages (stage1, stage2, each baseline) with their final acc and loss;
-        empty for a plain run."""
-        if "stage2/acc" not in self.metrics:
-            return {}
+        """A pipeline's stages (stage1, stage2, each baseline) with their exported weights' acc
+        and loss on the validation split; empty for a plain run."""
+        return self.stages_on("val")
+
+    def stages_on(self, split: str) -> dict[str, dict[str, float]]:
+        """`stages` on `split` (val or test)."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
         found: dict[str, dict[str, float]] = {}
         for key, value in self.metrics.items():
-            stage, _, name = key.partition("/")
-            if name in ("acc", "loss") and stage not in NOT_STAGES:
+            head, _, rest = key.partition("/")
+            stage, _, name = rest.partition("/")
+            if head == split and name in ("acc", "loss") and not stage.startswith("vs_"):
                 found.setdefault(stage, {})[name] = value
         return found
 
     @property
     def gain(self) -> float | None:
-        """A pipeline's stage 2 minus its best baseline at equal epochs (None: a plain run)."""
-        return self.metrics.get("gain")
+        """A pipeline's stage 2 minus its best baseline (chosen on validation) at equal
+        epochs, on the test images (None: a plain run)."""
+        return self.metrics.get("test/gain")
 
 
 @dataclass(frozen=True)

@@ -87,10 +87,12 @@ class Summary:
 
     def __init__(self, tracker: Tracker, parent: TrackedRun, sweep: Sweep):
         self.tracker, self.parent, self.sweep = tracker, parent, sweep
+        self._jobs: list = []  # the sweep's jobs as `lines` read them
 
     def lines(self, failed: list[dict], count: Counter) -> list[str]:
         sweep = self.sweep
         jobs = report.sweep_jobs(self.tracker.reads, sweep.run_id, sweep.keys)
+        self._jobs = jobs
         key = report.objective_key(jobs, sweep.objective)
         ranked = report.ranked(jobs, key)
         header, rows = report.table_rows(ranked, sweep.keys)
@@ -173,13 +175,16 @@ class Summary:
                 f"best: {said} (no per-image tie test for a {key} objective: ranked, not decided)"
             ]
         else:
-            lines = [decision.line(key), f"{'best' if winner else 'leading'}: {said}"]
+            on_test = selected_on_test(self._jobs)
+            lines = [decision.line(key, "test" if on_test else "validation")]
+            lines.append(f"{'best' if winner else 'leading'}: {said}")
             point = decision.best
             if len(point.seeds) > 1:  # the job table ranks single jobs: another may top it
                 lines[-1] = (
                     f"{'best' if winner else 'leading'}: {point.label} ({len(point.seeds)} seeds "
                     f"pooled, {key} {point.accuracy:.4f}); its best job: {said}"
                 )
+            lines += self._reported(point, key, on_test)
         name = self.sweep.registered_model
         if name:
             value = f"{best.metrics[key]:.6g}"
@@ -190,6 +195,38 @@ class Summary:
             kind = verdict.get("sporeflow.decision", "undecided")
             lines.append(f"its model: {registered(name, number)}, tagged {kind}")
         return lines
+
+    def _reported(self, point, key: str, on_test: bool) -> list[str]:
+        """The chosen point on the test images, the estimate nothing chose (its metrics on the
+        parent: `best/test/value`, `best/test/ci_low|ci_high`, `best/optimism`), and how much
+        validation flattered it; on test-chosen points (dataset.val_split=0) a warning."""
+        tested = report.reported(self.tracker.reads, self._jobs, point, key)
+        if tested is None:
+            return []
+        low, high = tested.ci95
+        optimism = point.accuracy - tested.accuracy
+        self.parent.log_metrics(
+            {
+                "best/test/value": tested.accuracy,
+                "best/test/ci_low": low,
+                "best/test/ci_high": high,
+                "best/optimism": optimism,
+            },
+            0,
+        )
+        images = sum(o.size for o in tested.outcomes.values())
+        said = (
+            f"reported: {point.label} on the test images {tested.accuracy:.4f} (95% CI "
+            f"{low:.4f}..{high:.4f}, {images} images)"
+        )
+        if on_test:
+            return [
+                f"{said}; optimistic: dataset.val_split=0, so the test images chose it too "
+                "(the winner's curse: set dataset.val_split for an estimate nothing chose)"
+            ]
+        return [
+            f"{said}: the estimate nothing chose; optimism (validation minus test) {optimism:+.4f}"
+        ]
 
     def _trials(self, jobs: list) -> list[str]:
         """An Optuna sweep: each trial's value on the parent (step = trial number), the trial
@@ -227,6 +264,11 @@ def leading_job(ranked: list, key: str, decision: Decision | None):
         jobs = set(decision.best.jobs.values())
         return next(j for j in ranked if j.number in jobs)
     return ranked[0] if ranked and key in ranked[0].metrics else None
+
+
+def selected_on_test(jobs: list) -> bool:
+    """Whether the sweep's jobs chose on the test split (dataset.val_split=0: tagged so)."""
+    return any(j.selection == "test" for j in jobs)
 
 
 def decision_tags(decision: Decision | None) -> dict[str, str]:

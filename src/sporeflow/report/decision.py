@@ -207,10 +207,12 @@ class Decision:
             )
         return [*header, "verdict"], rows
 
-    def line(self, objective: str) -> str:
+    def line(self, objective: str, split: str = "validation") -> str:
+        """The verdict in one line; `split`: which images decided (validation, or test when a
+        sweep had no validation split)."""
         seeds = len(self.best.seeds)
         images = sum(o.size for o in self.best.outcomes.values()) // max(seeds, 1)
-        evidence = f"(Holm, {seeds} seed{'s' * (seeds != 1)}, {images} test images each)"
+        evidence = f"(Holm, {seeds} seed{'s' * (seeds != 1)}, {images} {split} images each)"
         best = f"{self.best.label} ({objective} {self.best.accuracy:.4f})"
         if not self.others:
             return f"tie: only one point, {best}: nothing to compare it with"
@@ -220,7 +222,7 @@ class Decision:
         names = ", ".join(f"{p.label} ({p.accuracy:.4f})" for p in tied)
         return (
             f"tie: {best} cannot be told apart from {names} at 5% {evidence}; "
-            "more seeds or test images may decide"
+            f"more seeds or {split} images may decide"
         )
 
 

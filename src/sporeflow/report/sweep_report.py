@@ -26,20 +26,27 @@ from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
 
-# metric columns, in this order, when any job has them: (MLflow key, header)
+ARMS = ("stage1", "stage2", "baseline", "annealed", "snapshot_mean", "budget")
+# metric columns, in this order, when any job has them: (MLflow key, header). Validation (what
+# decides) beside test (what reports); a job recorded before the validation split shows its
+# `eval` metrics (read on the test images) as such.
 METRIC_COLUMNS = (
-    ("stage1/acc", "stage1"),
-    ("stage2/acc", "stage2"),
-    ("baseline/acc", "baseline"),
-    ("annealed/acc", "annealed"),
-    ("snapshot_mean/acc", "snapshot_mean"),
-    ("budget/acc", "budget"),
-    ("gain", "gain"),
-    ("gain_at_cost", "gain_at_cost"),
-    ("final/acc", "acc"),
-    ("final/loss", "loss"),
+    *((f"{split}/{arm}/acc", f"{arm} {split}") for arm in ARMS for split in ("val", "test")),
+    *(
+        (f"{split}/{g}", f"{g} {split}")
+        for g in ("gain", "gain_at_cost")
+        for split in ("val", "test")
+    ),
+    ("final/val/acc", "val acc"),
+    ("test/acc", "test acc"),
+    ("final/val/loss", "val loss"),
+    ("test/loss", "test loss"),
+    *((f"{arm}/acc", f"{arm} eval") for arm in ARMS),
+    ("gain", "gain eval"),
+    ("final/acc", "eval acc"),
 )
-PAIRED_KEYS = ("gain_ci_low", "gain_ci_high", "gain_p_value")  # the gain's interval and p-value
+GAIN = "test/gain"  # the gain a sweep's figures show: on the test images, reported
+GAIN_CI = ("test/gain_ci_low", "test/gain_ci_high", "test/gain_p_value")  # reported on test
 AT_COST = "gain_at_cost"  # decided on stage 2 right minus the budget arm right, per image
 CURVE_PREFIX = "curve/"  # a pipeline's per-epoch eval accuracy of every stage, on one epoch axis
 
@@ -55,6 +62,9 @@ class Job:
     failure: str = ""
     pipeline: bool = False
     seed: str = ""  # the seed it ran with (a point's jobs differ only there)
+    selection: str = (
+        "val"  # the split its choices read (tag sporeflow.selection; val_split=0: test)
+    )
 
 
 def swept_values(overrides: str, params: dict, keys: list[str]) -> dict:
@@ -82,6 +92,7 @@ def sweep_jobs(reads: StoreReads, sweep_run_id: str, keys: list[str]) -> list[Jo
                 tags.get("sporeflow.failure", ""),
                 tags.get("stage") == "pipeline",
                 run.data.params.get("seed", ""),
+                tags.get("sporeflow.selection", "val"),
             )
         )
     return sorted(jobs, key=lambda j: j.number)
@@ -143,71 +154,97 @@ def point_label(job: Job, keys: list[str]) -> str:
 
 
 def decided_stage(key: str, pipeline: bool) -> str | None:
-    """Whose per-image outcomes decide an objective: `<stage>/acc` that stage's, `gain` stage
-    2's (a point's baselines are its seed's, shared by every point), `acc` the plain run's;
-    None for a loss (no per-image outcome to pair). `gain_at_cost`: stage 2's, less its own
-    budget arm's (`job_scores`: every point has its own budget arm)."""
+    """Whose per-image outcomes decide an objective (`key`: its metric, config.objective):
+    `val/<stage>/acc` that stage's, `val/gain` stage 2's (a point's baselines are its seed's,
+    shared by every point), `final/val/acc` the plain run's; None for a loss (no per-image
+    outcome to pair). `val/gain_at_cost`: stage 2's, less its own budget arm's (every point
+    has its own budget arm)."""
     if key.endswith("loss"):
         return None
     if not pipeline:
         return "final"
-    return "stage2" if key in ("gain", AT_COST) else key.partition("/")[0]
+    named = key.removeprefix("val/")
+    return "stage2" if named in ("gain", AT_COST) else named.partition("/")[0]
 
 
-def job_outcomes(reads: StoreReads, job: Job, stage: str) -> np.ndarray | None:
-    """Right/wrong per test image of the job's `stage`, from its run's artifacts (a pipeline
-    keeps every stage's under predictions/<stage>/); None when the store has none."""
-    wanted = "predictions" if job.pipeline else "predictions.npy"
+def job_outcomes(
+    reads: StoreReads, job: Job, stage: str, file: str = "predictions.npy"
+) -> np.ndarray | None:
+    """Right/wrong per image of the job's `stage`, from its run's artifacts (a pipeline keeps
+    every stage's under predictions/<stage>/): `file` predictions.npy the validation images
+    (what decides), test_predictions.npy the test images (what reports); None when the store
+    has none."""
+    wanted = "predictions" if job.pipeline else file
     with tempfile.TemporaryDirectory() as tmp:
         if not reads.download(job.run_id, [wanted], Path(tmp)):
             return None
-        path = Path(tmp) / (f"predictions/{stage}/predictions.npy" if job.pipeline else wanted)
+        path = Path(tmp) / (f"predictions/{stage}/{file}" if job.pipeline else wanted)
         return np.load(path, allow_pickle=False) if path.is_file() else None
+
+
+def scored(reads: StoreReads, job: Job, key: str, file: str) -> np.ndarray | None:
+    """The per-image outcomes `key` is decided on for one job (`file`: which split's)."""
+    stage = decided_stage(key, job.pipeline)
+    found = None if stage is None else job_outcomes(reads, job, stage, file)
+    if found is not None and key.endswith(AT_COST):
+        budget = job_outcomes(reads, job, "budget", file)
+        found = None if budget is None else found.astype(np.int8) - budget.astype(np.int8)
+    return found
+
+
+def seed_of(job: Job) -> int:
+    return int(job.seed) if job.seed.lstrip("-").isdigit() else job.number
 
 
 def sweep_decision(
     reads: StoreReads, jobs: list[Job], keys: list[str], key: str
 ) -> Decision | None:
     """The decision between the sweep's points (its finished jobs grouped by their settings but
-    the seed); None when the objective has no per-image outcomes."""
+    the seed), on their validation images; None when the objective has no per-image outcomes."""
     points: dict[str, Point] = {}
     for job in jobs:
-        stage = decided_stage(key, job.pipeline)
-        if job.status != "FINISHED" or stage is None or key not in job.metrics:
+        if job.status != "FINISHED" or key not in job.metrics:
             continue
-        found = job_outcomes(reads, job, stage)
-        if found is not None and key == AT_COST:
-            budget = job_outcomes(reads, job, "budget")
-            found = None if budget is None else found.astype(np.int8) - budget.astype(np.int8)
+        found = scored(reads, job, key, "predictions.npy")
         if found is None:
             continue
         point = points.setdefault(point_label(job, keys), Point(point_label(job, keys)))
-        seed = int(job.seed) if job.seed.lstrip("-").isdigit() else job.number
-        point.jobs[seed], point.outcomes[seed] = job.number, found
+        point.jobs[seed_of(job)], point.outcomes[seed_of(job)] = job.number, found
     return decide(list(points.values()))
+
+
+def reported(reads: StoreReads, jobs: list[Job], point: Point, key: str) -> Point | None:
+    """The chosen point's outcomes on the test images (its jobs' test_predictions.npy): the
+    estimate nothing chose. None when a job has none (recorded before the validation split)."""
+    by_number = {j.number: j for j in jobs}
+    tested = Point(point.label)
+    for seed, number in point.jobs.items():
+        found = scored(reads, by_number[number], key, "test_predictions.npy")
+        if found is None:
+            return None
+        tested.jobs[seed], tested.outcomes[seed] = number, found
+    return tested
 
 
 def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) as strings: job, status, each swept key, each stage's accuracy, gain and
     its 95% interval and McNemar p when the jobs are pipelines."""
     metrics = [(k, h) for k, h in METRIC_COLUMNS if any(k in j.metrics for j in jobs)]
-    paired = any("gain_ci_low" in j.metrics for j in jobs)
+    low, high, p = GAIN_CI
+    paired = any(low in j.metrics for j in jobs)
     header = ["job", "status", *keys, *(h for _, h in metrics)] + (
-        ["gain 95% CI", "p"] if paired else []
+        ["test gain 95% CI", "p"] if paired else []
     )
     rows = []
     for job in jobs:
         m = job.metrics
         row = [str(job.number), job.status, *(short_value(job.values.get(k, "")) for k in keys)]
         row += [
-            (format(m[k], "+.4f" if k.startswith("gain") else ".4f") if k in m else "-")
-            for k, _ in metrics
+            (format(m[k], "+.4f" if "gain" in k else ".4f") if k in m else "-") for k, _ in metrics
         ]
         if paired:
-            row.append(
-                f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" if "gain_ci_low" in m else "-"
-            )
-            row.append(format(m["gain_p_value"], ".3g") if "gain_p_value" in m else "-")
+            row.append(f"{m[low]:+.4f}..{m[high]:+.4f}" if low in m else "-")
+            row.append(format(m[p], ".3g") if p in m else "-")
         rows.append(row)
     return header, rows
 
@@ -240,11 +277,13 @@ def _axis(values: list[str]) -> tuple[list, bool]:
 
 def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | None:
     """One panel per swept key: each finished job's gain (or objective) against that key's
-    value, with the gain's 95% interval; a dashed line at zero gain."""
-    done = [j for j in jobs if key in j.metrics or "gain" in j.metrics]
+    value, with the gain's 95% interval; a dashed line at zero gain. The gain shown is the
+    test images' (what reports), its best baseline chosen on validation."""
+    low, high, _ = GAIN_CI
+    done = [j for j in jobs if key in j.metrics or GAIN in j.metrics]
     if not done or not keys:
         return None
-    y_key = "gain" if any("gain" in j.metrics for j in done) else key
+    y_key = GAIN if any(GAIN in j.metrics for j in done) else key
     done = [j for j in done if y_key in j.metrics]
     try:
         import matplotlib
@@ -258,20 +297,20 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
         for ax, swept in zip(axes[0], keys, strict=False):
             xs, numeric = _axis([j.values.get(swept, "") for j in done])
             ys = [j.metrics[y_key] for j in done]
-            if y_key == "gain" and all("gain_ci_low" in j.metrics for j in done):
+            if y_key == GAIN and all(low in j.metrics for j in done):
                 err = [
-                    [y - j.metrics["gain_ci_low"] for y, j in zip(ys, done, strict=False)],
-                    [j.metrics["gain_ci_high"] - y for y, j in zip(ys, done, strict=False)],
+                    [y - j.metrics[low] for y, j in zip(ys, done, strict=False)],
+                    [j.metrics[high] - y for y, j in zip(ys, done, strict=False)],
                 ]
                 ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=3, color="#2a7")
             else:
                 ax.plot(xs, ys, "o", color="#2a7")
-            if y_key == "gain":
+            if y_key == GAIN:
                 ax.axhline(0.0, color="#888", linestyle="--", linewidth=1)
             ax.set_xlabel(swept + ("" if numeric else " (category)"))
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(
-            "gain: stage2 - best baseline (acc, 95% CI)" if y_key == "gain" else y_key
+            "test gain: stage2 - best baseline (acc, 95% CI)" if y_key == GAIN else y_key
         )
         fig.suptitle(f"{len(done)} jobs: {y_key} against each swept parameter", fontsize=10)
         return save_figure(fig, path)
@@ -281,7 +320,7 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
 
 
 def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
-    """The best job's per-epoch eval accuracy: stage 1, then stage 2 and each baseline from
+    """The best job's per-epoch validation accuracy: stage 1, then stage 2 and each baseline from
     where stage 1 ended (the `curve/<stage>` metrics of its pipeline run)."""
     order = ["stage1", "stage2", "baseline", "annealed", "snapshot_mean"]
     stages = sorted(
@@ -326,7 +365,7 @@ def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
                 label=f"{stage} {points[-1][1]:.4f}",
             )
         ax.set_xlabel("epoch (stage 2 and baselines continue from stage 1)")
-        ax.set_ylabel("eval accuracy")
+        ax.set_ylabel("validation accuracy")
         ax.set_title(f"best job {job.number}: {job.name}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")

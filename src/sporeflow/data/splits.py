@@ -25,8 +25,8 @@ def held_out(labels: np.ndarray, val_split: float, split_seed: int) -> np.ndarra
     (shape (N,), the split's class labels in stored order), shape (M,), M = 0 when `val_split`
     is 0.
 
-    The rule: `val_split` in (0, 1) is a fraction, the total M0 = round(val_split * N); an
-    integer >= 1 is the total itself. M0 is allocated to the classes in proportion to their
+    The rule: `val_split` in (0, 1) is a fraction, the total M0 = round(val_split * N) (Python's
+    round: halves to even); an integer >= 1 is the total itself. M0 is allocated to the classes in proportion to their
     sizes by largest remainder (ties: the smaller class label); every class with at least two
     images then holds out at least one (so a few-image class is validated too and M may exceed
     M0). Each class's images are drawn without replacement by `np.random.default_rng(split_seed)`,
@@ -34,7 +34,7 @@ def held_out(labels: np.ndarray, val_split: float, split_seed: int) -> np.ndarra
     allowed or leaves the training split, a class or the validation split without images."""
     labels = np.asarray(labels)
     total = _total(val_split, len(labels))
-    if total == 0:
+    if val_split == 0:
         return np.zeros(0, np.int64)
     classes, counts = np.unique(labels, return_counts=True)
     per_class = np.maximum(_largest_remainder(total, counts), counts >= 2)

@@ -17,7 +17,6 @@ from sporeflow.data.idx import IdxImages
 from sporeflow.data.image_folder import EXTENSIONS, ImageFolder
 from sporeflow.data.sampling import EpochSampler
 from sporeflow.data.splits import held_out
-from sporeflow.data.synthetic import Synthetic
 from sporeflow.stages import provenance
 
 

@@ -292,3 +292,18 @@ def test_image_folder_labels_follow_mindspores_reading_order(tmp_path):
     colours = [int(image[0, 0, 0]) for image, _ in read_back]
     assert len(colours) == len(listing) == 20 and sorted(colours) == list(range(20))
     assert colours != sorted(colours), "the folders were made in another order than read"
+
+
+def test_the_split_is_part_of_every_reuse_and_finished_job_key(compose_cfg):
+    """The dataset node is in stage 1's reuse key and in a sweep job's key whole: val_split and
+    split_seed with it (the training seed is a key of its own)."""
+    from sporeflow.stages.finished_jobs import job_key
+    from sporeflow.stages.reuse import stage1_config
+
+    made = {"data": "same"}
+    cfgs = [
+        compose_cfg(["dataset=synthetic", *keys])
+        for keys in ([], ["dataset.split_seed=1"], ["dataset.val_split=0.2"])
+    ]
+    assert len({stage1_config(cfg) for cfg in cfgs}) == 3
+    assert len({job_key(cfg, made) for cfg in cfgs}) == 3

@@ -49,7 +49,7 @@ def test_a_process_compiling_another_graph_at_an_index_is_not_handed_the_cached_
     assert computed(script, "add_one", tmp_path / "cache") == 4.0
 
 
-OUTCOMES = ("final/acc", "final/loss", "final/acc_class_3", "eval/loss", "train/loss")
+OUTCOMES = ("final/val/acc", "final/val/loss", "test/acc_class_3", "val/loss", "train/loss")
 JOB = ["debug=dim_reduce", "boost.baselines=[]", "tracking.log_model=false"]  # stage 1 and 2
 
 

@@ -64,7 +64,7 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     rows = [line for line in table.stdout.splitlines()[1:] if line.strip()]
     assert sorted(r.split()[0] for r in rows) == ["1", "2"], rows
     (row,) = [r for r in rows if r.split()[0] == "2"]
-    for key in ("stage1/acc", "stage2/acc", "baseline/acc", "gain"):
+    for key in ("test/stage1/acc", "test/stage2/acc", "test/baseline/acc", "test/gain"):
         values = [p.data.metrics[key] for p in parents]
         assert f"{statistics.fmean(values):.4f}+-{statistics.stdev(values):.4f}" in row, key
     assert row.split()[0] == "2" and "seed=" not in row
@@ -73,7 +73,7 @@ def test_compare_aggregates_a_seed_sweep(tmp_path):
     for parent in parents:
         line = next(ln for ln in plain.stdout.splitlines() if ln.startswith(parent.info.run_id))
         m = parent.data.metrics
-        assert f"{m['gain_ci_low']:+.4f}..{m['gain_ci_high']:+.4f}" in line
+        assert f"{m['test/gain_ci_low']:+.4f}..{m['test/gain_ci_high']:+.4f}" in line
 
 
 @pytest.mark.slow

@@ -359,4 +359,4 @@ def test_a_worker_crashing_after_its_work_is_done_leaves_the_job_finished(tmp_pa
         "worker_1.done",
     ]
     (run,) = runs_of(tmp_path)
-    assert run.info.status == "FINISHED" and "final/acc" in run.data.metrics
+    assert run.info.status == "FINISHED" and "final/val/acc" in run.data.metrics

@@ -62,7 +62,7 @@ def test_a_plain_run_writes_its_model_and_its_store_inside_the_folder(odd):
     assert (first / "model" / "network.mindir").stat().st_size > 0
     assert not (cwd.parent / ODD_FOLDER.split("?")[0]).exists()  # SQLAlchemy cut at '?'
     _, run = only_run(sqlite_uri(cwd / "mlflow.db"))
-    assert run.info.status == "FINISHED" and run.data.metrics["final/acc"] > 0.3
+    assert run.info.status == "FINISHED" and run.data.metrics["final/val/acc"] > 0.3
 
 
 def test_fine_tuning_from_a_run_works_in_a_fresh_process(odd):
@@ -100,7 +100,7 @@ def test_the_python_api_in_a_new_interpreter(odd):
     code = (
         "import sporeflow\n"
         "r = sporeflow.run(['debug=quick', 'callbacks.progress_bar=false'])\n"
-        "assert r.metrics['final/acc'] > 0.3, r.metrics\n"
+        "assert r.metrics['final/val/acc'] > 0.3, r.metrics\n"
         "print('API', r.run_id)\n"
     )
     proc = _run(cwd, "-c", code)

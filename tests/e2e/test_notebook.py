@@ -41,7 +41,7 @@ def test_the_tutorial_runs_top_to_bottom_and_shows_what_the_store_holds(tmp_path
     store = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
 
     acc, run_id = ast.literal_eval(result_of(code[0]))
-    assert store.get_run(run_id).data.metrics["final/acc"] == acc
+    assert store.get_run(run_id).data.metrics["final/val/acc"] == acc
     assert printed(code[1]).startswith("Config error: optimizer.lr='fast': must be a number")
     decision, verdict = printed(code[3]).splitlines()[:2]
     (sweep,) = store.search_runs(

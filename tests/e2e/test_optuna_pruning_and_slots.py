@@ -67,19 +67,19 @@ def test_a_trial_behind_the_others_is_pruned_after_its_first_epoch(pruned_sweep)
 
 
 def test_what_a_trial_is_told_is_what_its_run_recorded(pruned_sweep):
-    """Each epoch's reported value is that epoch's eval/acc in MLflow; a complete trial's
-    value is its run's final/acc."""
+    """Each epoch's reported value is that epoch's val/acc in MLflow; a complete trial's
+    value is its run's final/val/acc."""
     cwd, _ = pruned_sweep
     client = client_of(cwd)
     runs = {int(r.data.tags["sweep.job"]): r for r in by_stage(runs_of(cwd))["train"]}
     for trial in study_of(cwd).get_trials():
-        history = client.get_metric_history(runs[trial.number].info.run_id, "eval/acc")
+        history = client.get_metric_history(runs[trial.number].info.run_id, "val/acc")
         by_epoch = {i + 1: m.value for i, m in enumerate(sorted(history, key=lambda m: m.step))}
         assert trial.intermediate_values == pytest.approx(
             {e: by_epoch[e] for e in trial.intermediate_values}
         )
         if trial.state.name == "COMPLETE":
-            assert trial.value == pytest.approx(runs[trial.number].data.metrics["final/acc"])
+            assert trial.value == pytest.approx(runs[trial.number].data.metrics["final/val/acc"])
 
 
 def test_a_pruned_job_ends_killed_with_the_reason_and_its_epoch_saved(pruned_sweep):

@@ -70,7 +70,7 @@ def test_a_warned_parallel_job_stops_every_rank_at_one_step_and_its_requeue_fini
     (run,) = runs_of(warned)
     assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
     (reference,) = runs_of(straight)
-    for key in ("train/loss", "eval/acc"):
+    for key in ("train/loss", "val/acc"):
         got, want = history(warned, run, key), history(straight, reference, key)
         assert [s for s, _ in got] == [s for s, _ in want], f"{key}: each step once"
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-5)

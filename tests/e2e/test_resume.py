@@ -60,5 +60,5 @@ def test_sigkill_mid_training_then_resume_matches_uninterrupted(tmp_path):
     assert run.info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert steps == list(range(1, 4 * 45 + 1))  # continued at the right step, nothing doubled
-    acc_steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc_ema")]
+    acc_steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/acc_ema")]
     assert acc_steps == [45, 90, 135, 180]

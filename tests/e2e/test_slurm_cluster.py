@@ -296,7 +296,10 @@ def test_a_dim_reduce_job_runs_on_two_nodes_under_slurm(cluster, two_node_pipeli
     runs = pipeline_runs(cluster, two_node_pipeline)
     assert set(runs) == {"sweep", "pipeline", *PIPELINE_STAGES}
     assert {r.info.status for r in runs.values()} == {"FINISHED"}
-    assert "stage2/acc" in runs["pipeline"].data.metrics or "gain" in runs["pipeline"].data.metrics
+    assert (
+        "val/stage2/acc" in runs["pipeline"].data.metrics
+        or "val/gain" in runs["pipeline"].data.metrics
+    )
     job = [two_node_pipeline / "multirun" / node for node, _ in NODE_DIRS]
     bases = [np.load(next((d / "stage1" / "pca").glob("pca_k8_*.npy"))) for d in job]
     np.testing.assert_array_equal(bases[0], bases[1])
@@ -571,7 +574,7 @@ def test_a_two_node_job_warned_before_its_limit_continues_on_both_nodes(cluster,
     assert run.info.status == "FINISHED" and run.data.tags["sporeflow.requeues"] == "1"
     client = MlflowClient(f"sqlite:///{cluster.store}")
     steps_per_epoch = int(run.data.tags["batch.steps_per_epoch"])
-    evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/acc"))
+    evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/acc"))
     assert evals == [e * steps_per_epoch for e in range(1, 7)], "every epoch evaluated once"
     losses = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert losses == list(range(1, 6 * steps_per_epoch + 1)), "every step's loss once"
@@ -668,7 +671,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     client = MlflowClient(f"sqlite:///{cluster.store}")
     job = sweep_runs(cluster, a)[1][0]
     assert job.info.status == "FINISHED" and job.data.tags["sporeflow.requeues"] == "2"
-    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "eval/acc"))
+    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "val/acc"))
     steps_per_epoch = int(job.data.tags["batch.steps_per_epoch"])
     assert evals == [e * steps_per_epoch for e in range(1, 31)], "every epoch evaluated once"
     losses = sorted(m.step for m in client.get_metric_history(job.info.run_id, "train/loss"))
@@ -679,7 +682,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
     job = sweep_runs(cluster, c)[1][0]
     assert job.info.status == "FINISHED" and job.data.tags["sporeflow.requeues"] == "1"
     steps_per_epoch = int(job.data.tags["batch.steps_per_epoch"])
-    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "eval/acc"))
+    evals = sorted(m.step for m in client.get_metric_history(job.info.run_id, "val/acc"))
     assert evals == [e * steps_per_epoch for e in range(1, 13)], "C: every epoch evaluated once"
     losses = sorted(m.step for m in client.get_metric_history(job.info.run_id, "train/loss"))
     assert losses == list(range(1, 12 * steps_per_epoch + 1)), "C: every step's loss once"
@@ -761,7 +764,7 @@ def test_a_two_node_pipeline_warned_in_stage_1_and_stage_2_continues_both_on_bot
     client = MlflowClient(f"sqlite:///{cluster.store}")
     for stage in PIPELINE_STAGES:
         mine, theirs = (
-            [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/acc")]
+            [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "val/acc")]
             for r in (got[stage], want[stage])
         )
         assert sorted(s for s, _ in mine) == sorted(s for s, _ in theirs), f"{stage}: each once"

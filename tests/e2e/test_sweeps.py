@@ -52,9 +52,15 @@ def test_a_sweep_is_one_parent_run_with_jobs_named_by_what_differs(rho_sweep):
     ]
     assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {sweep.info.run_id}
     # the parent holds the best job, recomputed here from the jobs' own runs
-    best = max(pipelines, key=lambda p: p.data.metrics["stage2/acc"])
-    assert sweep.data.metrics["best/stage2/acc"] == pytest.approx(best.data.metrics["stage2/acc"])
+    best = max(pipelines, key=lambda p: p.data.metrics["val/stage2/acc"])
+    assert sweep.data.metrics["best/val/stage2/acc"] == pytest.approx(
+        best.data.metrics["val/stage2/acc"]
+    )
     assert sweep.data.params["best.boost.rho"] == best.data.params["boost.rho"]
+    # decided on validation, reported on the test images nothing chose (one seed: its job's)
+    assert sweep.data.metrics["best/test/value"] == pytest.approx(
+        best.data.metrics["test/stage2/acc"], abs=1e-6
+    )
     assert sweep.data.tags["sweep.best_run_id"] == best.info.run_id
     # a winner only if stage 2's per-image outcomes (the pipelines' own artifacts) say so:
     # the exact McNemar test of statsmodels, here the only comparison (Holm changes nothing)
@@ -96,18 +102,19 @@ def test_a_sweep_trains_stage1_and_each_baseline_once(rho_sweep):
     assert second.data.tags["snapshot_mean_reused_from"] == stages["snapshot_mean"][0].info.run_id
     for pipeline in (first, second):  # the comparison still shows every arm per job
         assert (
-            pipeline.data.metrics["baseline/acc"] == stages["baseline"][0].data.metrics["final/acc"]
+            pipeline.data.metrics["val/baseline/acc"]
+            == stages["baseline"][0].data.metrics["final/val/acc"]
         )
         assert (
-            "gain_p_value" in pipeline.data.metrics
-            and "vs_baseline/p_value" in pipeline.data.metrics
+            "val/gain_p_value" in pipeline.data.metrics
+            and "test/vs_baseline/p_value" in pipeline.data.metrics
         )
         # stage 1's per-epoch curve is on every pipeline, reused or not, equal to stage 1's own
         curve = [m.value for m in client.get_metric_history(pipeline.info.run_id, "curve/stage1")]
         own = [
             m.value
             for m in sorted(
-                client.get_metric_history(stages["stage1"][0].info.run_id, "eval/acc"),
+                client.get_metric_history(stages["stage1"][0].info.run_id, "val/acc"),
                 key=lambda m: m.step,
             )
         ]
@@ -126,11 +133,11 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
     assert [r["boost.rho"] for r in rows] and set(r["boost.rho"] for r in rows) == {"0.4", "0.7"}
     _, runs = store(cwd)
     pipelines = {p.data.params["boost.rho"]: p for p in by_stage(runs)["pipeline"]}
-    expected = sorted(pipelines, key=lambda rho: -pipelines[rho].data.metrics["stage2/acc"])
+    expected = sorted(pipelines, key=lambda rho: -pipelines[rho].data.metrics["val/stage2/acc"])
     assert [r["boost.rho"] for r in rows] == expected
     for row in rows:
         assert float(row["stage2"]) == pytest.approx(
-            pipelines[row["boost.rho"]].data.metrics["stage2/acc"], abs=5e-5
+            pipelines[row["boost.rho"]].data.metrics["val/stage2/acc"], abs=5e-5
         )
     markdown = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
     assert markdown.splitlines()[0].startswith("| job | status | boost.rho |")
@@ -190,8 +197,8 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
             job.info.status == "FINISHED"
             and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
         )
-        assert len(client.get_metric_history(job.info.run_id, "eval/acc")) == 2
-        assert "final/acc" in job.data.metrics and job.data.params["optimizer.lr"] in (
+        assert len(client.get_metric_history(job.info.run_id, "val/acc")) == 2
+        assert "final/val/acc" in job.data.metrics and job.data.params["optimizer.lr"] in (
             "0.01",
             "0.02",
         )
@@ -203,11 +210,13 @@ def test_joblib_runs_two_jobs_at_once_on_one_sqlite_store(tmp_path):
         tmp_path, "compare", "--sweep", "latest", "--format", "csv"
     )  # plain runs: acc, loss
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
-    best_first = sorted(jobs, key=lambda j: -j.data.metrics["final/acc"])
+    best_first = sorted(jobs, key=lambda j: -j.data.metrics["final/val/acc"])
     assert [r["optimizer.lr"] for r in rows] == [
         j.data.params["optimizer.lr"] for j in best_first
     ], table.stderr
-    assert float(rows[0]["acc"]) == pytest.approx(best_first[0].data.metrics["final/acc"], abs=5e-5)
+    assert float(rows[0]["val_acc"]) == pytest.approx(
+        best_first[0].data.metrics["final/val/acc"], abs=5e-5
+    )
 
 
 def test_a_sigkilled_joblib_job_is_counted_by_its_sweep(tmp_path):
@@ -263,7 +272,7 @@ def test_data_parallel_jobs_under_joblib_each_run_their_own_msrun(tmp_path):
             job.info.status == "FINISHED"
             and job.data.tags["mlflow.parentRunId"] == sweep.info.run_id
         )
-        assert job.data.tags["batch.workers"] == "2" and "final/acc" in job.data.metrics
+        assert job.data.tags["batch.workers"] == "2" and "final/val/acc" in job.data.metrics
         run_dir = Path(job.data.tags["run_dir"])
         assert (run_dir / "msrun_logs" / "worker_0.log").is_file() and (
             run_dir / "msrun_logs" / "worker_1.log"
@@ -323,7 +332,7 @@ def test_optuna_search_records_trials_and_continues_its_study(tmp_path):
         trial
     ) in trials:  # each trial's value is its job's stage-2 accuracy, its params the job's config
         job = pipelines[trial.number]
-        assert trial.value == pytest.approx(job.data.metrics["stage2/acc"])
+        assert trial.value == pytest.approx(job.data.metrics["val/stage2/acc"])
         for key, value in trial.params.items():
             assert float(job.data.params[key]) == pytest.approx(value)
             assert low_high(key)[0] <= value <= low_high(key)[1]
@@ -462,14 +471,18 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
         links = dict(line.split(None, 1) for line in proc.stdout.splitlines() if line.strip())
         assert "viewStateShareKey=" in links["sweep"] and "compareRunsMode=CHART" in links["charts"]
         _, runs = store(cwd)
-        pipelines = sorted(by_stage(runs)["pipeline"], key=lambda r: -r.data.metrics["stage2/acc"])
+        pipelines = sorted(
+            by_stage(runs)["pipeline"], key=lambda r: -r.data.metrics["val/stage2/acc"]
+        )
         names = [p.info.run_name for p in pipelines]
         # the deciding metrics the jobs have, in the order the table shows them (by name)
         metrics = sorted(k for k in views.DECIDING if k in pipelines[0].data.metrics)
-        assert {"stage1/acc", "stage2/acc", "gain", "gain_p_value"} <= set(metrics)
+        assert {"val/stage1/acc", "val/stage2/acc", "test/gain", "test/gain_p_value"} <= set(
+            metrics
+        )
         with Browser(tmp_path / "profile", width=2400, height=900) as browser:
             browser.open(links["sweep"], ASSISTANT_CLOSED)
-            text = browser.wait_for_text([*names, *metrics, "boost.rho", "Sort: stage2/acc"])
+            text = browser.wait_for_text([*names, *metrics, "boost.rho", "Sort: val/stage2/acc"])
             time.sleep(1)  # let the grid settle before reading it
             rows = browser.grid_rows()
             # the jobs in the objective's order, each row's values equal to the store's
@@ -483,7 +496,9 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
             browser.screenshot(tmp_path / "sweep_runs.png")
             keep_for_docs(tmp_path / "sweep_runs.png")
             browser.open(links["charts"])
-            browser.wait_for_text(["stage1/acc vs. stage2/acc", "boost.rho vs. stage2/acc"])
+            browser.wait_for_text(
+                ["val/stage1/acc vs. val/stage2/acc", "boost.rho vs. val/stage2/acc"]
+            )
             time.sleep(2)  # the plots draw after their titles
             browser.screenshot(tmp_path / "sweep_charts.png")
             keep_for_docs(tmp_path / "sweep_charts.png")
@@ -499,7 +514,7 @@ def test_mlflow_ui_opens_the_sweep_with_its_deciding_columns_and_charts(rho_swee
         assert version.run_id == stage2.info.run_id, "the version is the best job's stage 2"
         assert version.tags["sweep"] == sweep.info.run_id
         assert float(version.tags["value"]) == pytest.approx(
-            max(p.data.metrics["stage2/acc"] for p in pipelines), abs=1e-6
+            max(p.data.metrics["val/stage2/acc"] for p in pipelines), abs=1e-6
         )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -514,10 +529,10 @@ def test_a_loss_objective_ranks_the_lowest_loss_first(tmp_path):
     (parent,) = stages["sweep"]
     jobs = stages["train"]
     assert len(jobs) == 2
-    lowest = min(jobs, key=lambda r: r.data.metrics["final/loss"])
+    lowest = min(jobs, key=lambda r: r.data.metrics["final/val/loss"])
     assert parent.data.tags["sweep.best_run_id"] == lowest.info.run_id
     assert parent.data.metrics["best/final/loss"] == pytest.approx(
-        lowest.data.metrics["final/loss"]
+        lowest.data.metrics["final/val/loss"]
     )
 
 

@@ -97,10 +97,10 @@ def test_a_job_tracks_straight_into_postgresql(postgres, tmp_path):
     config = MlflowClient(db).download_artifacts(run.info.run_id, "config", str(tmp_path / "got"))
     assert not [p for p in Path(config).rglob("*.*") if "team-secret" in p.read_text()]
     history = sorted(
-        MlflowClient(db).get_metric_history(run.info.run_id, "eval/acc"), key=lambda m: m.step
+        MlflowClient(db).get_metric_history(run.info.run_id, "val/acc"), key=lambda m: m.step
     )
     assert len(history) == 2 and history[0].step < history[1].step  # one per epoch
-    assert run.data.metrics["final/acc"] == history[-1].value
+    assert run.data.metrics["final/val/acc"] == history[-1].value
     # the tables are PostgreSQL's: the database itself holds the run
     assert postgres.psql("SELECT count(*) FROM runs", database="direct").strip() == "1"
 
@@ -287,7 +287,7 @@ def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_
     assert sorted(int(r.data.params["seed"]) for r in jobs) == list(range(1, 9))
     assert len({frozenset(r.data.params) for r in jobs}) == 1  # every param of every job
     client = MlflowClient(db)
-    for key, expected in (("eval/acc", {2}), ("train/loss", None)):  # per epoch; every n steps
+    for key, expected in (("val/acc", {2}), ("train/loss", None)):  # per epoch; every n steps
         counts = {len(client.get_metric_history(job.info.run_id, key)) for job in jobs}
         assert counts == (expected or counts) and len(counts) == 1 and 0 not in counts, (
             key,
@@ -470,7 +470,7 @@ def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server
     study = optuna.load_study(study_name="lr", storage=storage)
     for job in jobs:  # each job's run is its trial's: same number, same value
         trial = study.trials[int(job.data.tags["sweep.job"])]
-        assert trial.value == pytest.approx(job.data.metrics["final/acc"])
+        assert trial.value == pytest.approx(job.data.metrics["final/val/acc"])
 
     again = sporeflow_search(tmp_path / "a", storage, url, 5)
     _, err = again.communicate(timeout=600)
@@ -524,7 +524,7 @@ def test_a_second_machine_reuses_stage1_and_the_baseline_from_the_server(team_se
     copied = fetched / "checkpoints" / "final.ckpt"
     assert hashlib.sha256(copied.read_bytes()).hexdigest() == digest
     assert bases and [p.name for p in (fetched / "pca").glob("*.npy")] == bases, "a's basis"
-    assert "gain_p_value" in mine.data.metrics, "the comparison had the baseline's predictions"
+    assert "val/gain_p_value" in mine.data.metrics, "the comparison had the baseline's predictions"
     assert "pca_seconds" not in mine.data.metrics, "no PCA computed on b"
 
     # someone who can write to the server's artifact folder replaces stage 1's weights: machine

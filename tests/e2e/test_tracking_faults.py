@@ -290,7 +290,7 @@ def test_a_killed_trainer_leaves_its_records_and_its_writer_ends_the_runs_killed
     for run in runs.values():
         assert run.info.status == "KILLED"
         assert f"process {proc.pid} on" in run.data.tags["sporeflow.closed"]
-    evals = client_of(tmp_path).get_metric_history(runs["stage1"].info.run_id, "eval/acc")
+    evals = client_of(tmp_path).get_metric_history(runs["stage1"].info.run_id, "val/acc")
     assert sorted(m.step for m in evals)[:2] == [45, 90], (
         "epochs journalled before the kill are missing"
     )
@@ -318,5 +318,5 @@ def test_both_killed_then_sporeflow_sync_completes_the_record_killed(tmp_path):
     (run,) = runs_of(tmp_path)
     assert run.info.status == "KILLED"
     assert f"process {proc.pid} on" in run.data.tags["sporeflow.closed"]
-    evals = client_of(tmp_path).get_metric_history(run.info.run_id, "eval/acc")
+    evals = client_of(tmp_path).get_metric_history(run.info.run_id, "val/acc")
     assert len(evals) >= 2, "the epochs journalled before the kill are missing"

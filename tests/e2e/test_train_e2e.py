@@ -38,4 +38,4 @@ def test_the_training_process_of_the_default_job_never_imports_mlflow(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PROBE mlflow imported: False" in proc.stderr
     _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
-    assert run.info.status == "FINISHED" and run.data.metrics["final/acc"] > 0.5
+    assert run.info.status == "FINISHED" and run.data.metrics["final/val/acc"] > 0.5

@@ -100,7 +100,7 @@ def test_resume_true_goes_on_in_the_newest_run_dir_with_its_best_checkpoints(tmp
     assert (run_dir / "train.log").read_text().count("stage train: epochs") == 2
     (run,) = runs_of(tmp_path)
     assert run.info.status == "FINISHED"
-    accs = client_of(tmp_path).get_metric_history(run.info.run_id, "eval/acc")
+    accs = client_of(tmp_path).get_metric_history(run.info.run_id, "val/acc")
     assert len(accs) == 4
     best = max(accs, key=lambda m: (m.value, -m.step))
     epoch = best.step // 45
@@ -184,8 +184,8 @@ def test_a_safetensors_run_resumes_like_an_uninterrupted_ckpt_run_and_is_evaluat
     assert evaluated.data.tags["sporeflow.weights"] == str(
         run_dir / "checkpoints" / "final.safetensors"
     )
-    assert evaluated.data.metrics["eval/acc"] == trained.data.metrics["final/acc"]
-    assert len(client.get_metric_history(trained.info.run_id, "eval/acc")) == 3
+    assert evaluated.data.metrics["val/acc"] == trained.data.metrics["final/val/acc"]
+    assert len(client.get_metric_history(trained.info.run_id, "val/acc")) == 3
 
     example = np.load(run_dir / "model" / "input_example.npy")
     served = Classifier(run_dir / "model").predict(example)
@@ -219,10 +219,10 @@ def test_a_resume_past_a_lost_checkpoint_keeps_each_step_once_and_clears_the_old
     assert run.info.status == "FINISHED"
     assert "sporeflow.failure" not in run.data.tags
     per_epoch = 4  # 128 images, batch 32
-    for key in ("train/loss", "eval/acc", "cost/passes"):
+    for key in ("train/loss", "val/acc", "cost/passes"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), (key, sorted(steps))
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/acc")] == [
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")] == [
         per_epoch * e for e in (1, 2, 3, 4)
     ]
 

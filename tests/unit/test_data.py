@@ -384,7 +384,7 @@ def test_a_job_trains_with_a_recipe_and_records_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-    assert run.info.status == "FINISHED" and "final/acc" in run.data.metrics
+    assert run.info.status == "FINISHED" and "final/val/acc" in run.data.metrics
     assert run.data.params["augment.ops"] == "['trivialaugment', 'random_erasing']"
 
 
@@ -432,7 +432,7 @@ def test_a_job_trains_on_mixed_batches_and_evaluates_on_integer_labels(tmp_path,
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["augment.mix"] == mix
-    assert np.isfinite(run.data.metrics["final/loss"]) and "final/acc" in run.data.metrics
+    assert np.isfinite(run.data.metrics["final/val/loss"]) and "final/val/acc" in run.data.metrics
 
 
 def test_a_dim_reduce_pipeline_trains_both_stages_on_mixed_batches(tmp_path):
@@ -450,4 +450,4 @@ def test_a_dim_reduce_pipeline_trains_both_stages_on_mixed_batches(tmp_path):
     stages = {r.data.tags["stage"]: r for r in runs}
     assert {"stage1", "stage2", "snapshot_mean"} <= set(stages)
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert np.isfinite(stages["stage2"].data.metrics["final/loss"])
+    assert np.isfinite(stages["stage2"].data.metrics["final/val/loss"])

@@ -65,7 +65,10 @@ def test_a_point_clearly_ahead_of_all_others_is_the_winner():
     decision = decide([*weak, strong])
     assert decision.best is strong and decision.kind == "winner" and decision.tied == []
     line = decision.line("stage2/acc")
-    assert line.startswith("winner: rho=0.4 (stage2/acc 0.") and "2 seeds, 2000 test images" in line
+    assert (
+        line.startswith("winner: rho=0.4 (stage2/acc 0.")
+        and "2 seeds, 2000 validation images" in line
+    )
 
 
 def test_points_within_the_noise_are_a_tie_however_the_order_falls():

@@ -28,13 +28,13 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
         (child,) = by_stage[stage]
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert child.info.status == "FINISHED"
-        assert 0.1 < parent.data.metrics[f"{stage}/acc"] <= 1.0
-        assert f"{stage}/loss" in parent.data.metrics
+        assert 0.1 < parent.data.metrics[f"val/{stage}/acc"] <= 1.0
+        assert f"val/{stage}/loss" in parent.data.metrics
     best_baseline = max(
-        parent.data.metrics[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean")
+        parent.data.metrics[f"val/{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean")
     )
-    assert parent.data.metrics["gain"] == pytest.approx(
-        parent.data.metrics["stage2/acc"] - best_baseline
+    assert parent.data.metrics["val/gain"] == pytest.approx(
+        parent.data.metrics["val/stage2/acc"] - best_baseline
     )
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"comparison.png", "comparison.txt"} <= artifacts
@@ -55,8 +55,8 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(parent.info.run_id))
     assert (
-        f"{parent.data.metrics['stage2/acc']:.4f}" in row
-        and f"{parent.data.metrics['gain']:+.4f}" in row
+        f"{parent.data.metrics['val/stage2/acc']:.4f}" in row
+        and f"{parent.data.metrics['val/gain']:+.4f}" in row
     )
 
     run_dir = tmp_path / "run"
@@ -74,20 +74,22 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     }
     assert {len(r) for r in right.values()} == {360}
     for stage, r in right.items():
-        assert r.mean() == pytest.approx(parent.data.metrics[f"{stage}/acc"], abs=1e-6), stage
+        assert r.mean() == pytest.approx(parent.data.metrics[f"val/{stage}/acc"], abs=1e-6), stage
     best = max(
-        ("baseline", "annealed", "snapshot_mean"), key=lambda b: parent.data.metrics[f"{b}/acc"]
+        ("baseline", "annealed", "snapshot_mean"), key=lambda b: parent.data.metrics[f"val/{b}/acc"]
     )
     b, c = int((right["stage2"] & ~right[best]).sum()), int((~right["stage2"] & right[best]).sum())
     m = parent.data.metrics
-    assert m["gain_images"] == b - c and m["gain"] == pytest.approx((b - c) / 360, abs=1e-6)
-    assert m["gain_p_value"] == pytest.approx(binomtest(min(b, c), b + c).pvalue if b + c else 1.0)
-    assert m["gain_ci_low"] <= m["gain"] <= m["gain_ci_high"]
+    assert m["val/gain_images"] == b - c and m["val/gain"] == pytest.approx((b - c) / 360, abs=1e-6)
+    assert m["val/gain_p_value"] == pytest.approx(
+        binomtest(min(b, c), b + c).pvalue if b + c else 1.0
+    )
+    assert m["val/gain_ci_low"] <= m["val/gain"] <= m["val/gain_ci_high"]
     (line,) = [
         ln for ln in proc.stderr.splitlines() if f"stage2 vs {best}: {b - c:+d} images" in ln
     ]
-    verdict = "not significant at 5%" if m["gain_p_value"] >= 0.05 else "significant at 5%"
-    assert verdict in line and ("not significant" in line) == (m["gain_p_value"] >= 0.05), line
+    verdict = "not significant at 5%" if m["val/gain_p_value"] >= 0.05 else "significant at 5%"
+    assert verdict in line and ("not significant" in line) == (m["val/gain_p_value"] >= 0.05), line
     # the annealed baseline really used the annealed learning rate
     (annealed,) = by_stage["annealed"]
     assert float(annealed.data.params["optimizer.lr"]) == pytest.approx(0.1 * 0.02)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from helpers.train import REPO
-from sporeflow.report.sweep_report import Job, render, table_rows
+from sporeflow.report.sweep_report import GAIN_CI, METRIC_COLUMNS, Job, render, table_rows
 
 BLOCK = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /example -->", re.S)
 
@@ -57,15 +57,16 @@ def test_the_default_jobs_summary_line_has_the_current_format():
     body = examples()["train-line"]
     (line,) = [ln.strip() for ln in body.splitlines() if ln.startswith("    ")]
     match = re.fullmatch(
-        r"\[sporeflow\] train: acc=(\d\.\d{4}), loss=(\d+\.\d{4}), \d+ images/s "
+        r"\[sporeflow\] train: val acc=(\d\.\d{4}), val loss=(\d+\.\d{4}), "
+        r"test acc=(\d\.\d{4}), test loss=(\d+\.\d{4}), \d+ images/s "
         r"\(batch (\d+), (\d+) optimizer updates\); weights outputs/\.\.\./final\.ckpt; "
         r"MLflow sqlite:///\.\.\./mlflow\.db, run [0-9a-f]{4}\.\.\.",
         line,
     )
     assert match, line
     cfg = compose([])
-    assert int(match[3]) == global_batch_size(cfg)
-    assert int(match[4]) % cfg.epochs == 0, (match[4], cfg.epochs)  # the same updates each epoch
+    assert int(match[5]) == global_batch_size(cfg)
+    assert int(match[6]) % cfg.epochs == 0, (match[6], cfg.epochs)  # the same updates each epoch
 
 
 def _decision_line(line: str, others: int) -> str:
@@ -79,7 +80,8 @@ def _decision_line(line: str, others: int) -> str:
     from sporeflow.report.decision import Decision, Point, Versus
 
     head = re.match(
-        r"(tie|winner): (.+?) \((\S+) (\d\.\d{4})\).*\(Holm, (\d+) seeds?, (\d+) test images each\)",
+        r"(tie|winner): (.+?) \((\S+) (\d\.\d{4})\).*"
+        r"\(Holm, (\d+) seeds?, (\d+) (test|validation) images each\)",
         line,
     )
     assert head, line
@@ -103,7 +105,7 @@ def _decision_line(line: str, others: int) -> str:
     versus += [
         Versus(point(f"worse {i}", 0.0), SimpleNamespace(images=1), 0.0) for i in range(worse)
     ]
-    return Decision(best, versus).line(head[3])
+    return Decision(best, versus).line(head[3], head[7])
 
 
 def test_the_decision_lines_are_what_report_decision_prints_for_their_figures():
@@ -175,17 +177,8 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     metrics = {
         k: 0.5
         for k in (
-            "stage1/acc",
-            "stage2/acc",
-            "baseline/acc",
-            "annealed/acc",
-            "snapshot_mean/acc",
-            "budget/acc",
-            "gain",
-            "gain_at_cost",
-            "gain_ci_low",
-            "gain_ci_high",
-            "gain_p_value",
+            *(key for key, _ in METRIC_COLUMNS if key.startswith(("val/", "test/"))),
+            *GAIN_CI,
         )
     }
     header, _ = table_rows(
@@ -194,7 +187,7 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     assert lines[0].split() == render(header, []).split()
     rows = [ln.split() for ln in lines[1:]]
     assert len(rows) == 6
-    ci = lines[0].split().index("CI") - 2  # the header's "gain 95% CI" is one field in a row
+    ci = lines[0].split().index("CI") - 3  # the header's "test gain 95% CI" is one field in a row
     straddling = sum(float(r[ci].split("..")[0]) <= 0 <= float(r[ci].split("..")[1]) for r in rows)
     assert f"{straddling} of 6 gain intervals straddle zero" in body
 

@@ -68,7 +68,7 @@ def test_callbacks_measure_into_the_record(tmp_path):
     losses = [e for e in queue if e.name == "train/loss"]
     assert [e.step for e in losses] == list(range(2, 25, 2))  # every 2nd of 24 global steps
     assert losses[-1].value < losses[0].value
-    assert [e.step for e in queue if e.name == "eval/acc"] == [8, 16, 24]
+    assert [e.step for e in queue if e.name == "val/acc"] == [8, 16, 24]
     (startup,) = [e for e in queue if e.name == "train/seconds_to_first_step"]  # once, at step 1
     assert startup.step == 1 and alive_before_fit < startup.value < alive_after_fit
     assert [epoch for epoch, _ in record.evals] == [1, 2, 3]

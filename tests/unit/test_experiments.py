@@ -83,7 +83,7 @@ def test_preset_runs_reduced(tmp_path, preset, idx_dir):
     assert runs and all(
         r.info.status == "FINISHED" and r.data.tags["experiment"] == preset for r in runs
     )
-    assert any("final/acc" in r.data.metrics or "stage2/acc" in r.data.metrics for r in runs)
+    assert any("final/val/acc" in r.data.metrics or "stage2/acc" in r.data.metrics for r in runs)
 
 
 def test_the_documented_reduced_example_is_the_one_tested():

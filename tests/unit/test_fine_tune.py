@@ -93,7 +93,7 @@ def test_a_five_class_run_fine_tuned_from_ten_classes_skips_only_the_classifier_
     five_digit_classes(data)
     tuned = five_class_run(tmp_path / "tuned", data, f"train.init_from={source / 'run'}")
     scratch = five_class_run(tmp_path / "scratch", data)
-    accs = tuned.data.metrics["final/acc"], scratch.data.metrics["final/acc"]
+    accs = tuned.data.metrics["final/val/acc"], scratch.data.metrics["final/val/acc"]
     assert accs[0] > accs[1], f"fine-tuned {accs[0]:.4f}, from scratch {accs[1]:.4f}"
     assert tuned.data.tags["sporeflow.init_from"] == str(source / "run")
     assert tuned.data.tags["sporeflow.init_from_run"] == final_run(source).info.run_id

@@ -174,7 +174,7 @@ def test_a_job_gives_what_it_gives_alone_after_another_in_one_process(
     the later job compiles neither a stage-2 graph nor an eval graph of its own."""
     alone, after, compiled_after = _alone_and_after_another(monkeypatch, tmp_path, job, other)
     assert not {"DimReduceStep", "WithEvalCell"} & set(compiled_after), compiled_after
-    for key in ("stage2/acc", "stage2/loss", "stage1/acc", "baseline/acc"):
+    for key in ("val/stage2/acc", "val/stage2/loss", "val/stage1/acc", "val/baseline/acc"):
         assert after.metrics[key] == alone.metrics[key], key
     reached, expected = (
         ms.load_checkpoint(str(after.weights)),

@@ -106,13 +106,13 @@ def test_a_hook_stops_a_stage_and_its_state_survives_a_resume(compose_cfg, launc
     per_epoch = int(run.data.tags["batch.steps_per_epoch"])
     assert [step // per_epoch for step in history] == [1, 2, 3]
     assert (launch / "first" / "checkpoints" / "final.ckpt").is_file()
-    assert run.data.metrics["final/acc"] == pytest.approx(history[3 * per_epoch])
+    assert run.data.metrics["final/val/acc"] == pytest.approx(history[3 * per_epoch])
 
 
 def run_history(launch, run_id) -> dict:
     from helpers.store import client_of
 
-    return {m.step: m.value for m in client_of(launch).get_metric_history(run_id, "eval/acc")}
+    return {m.step: m.value for m in client_of(launch).get_metric_history(run_id, "val/acc")}
 
 
 HOLDER = "helpers.resource_hooks.HoldsAFile"

@@ -31,7 +31,11 @@ def test_run_returns_what_its_mlflow_run_recorded_and_its_weights_predict(tmp_pa
         result = sporeflow.run(QUICK)
     recorded = MlflowClient(result.uri).get_run(result.run_id)
     assert result.uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert result.metrics["final/acc"] == recorded.data.metrics["final/acc"] == result.objective
+    assert (
+        result.metrics["final/val/acc"]
+        == recorded.data.metrics["final/val/acc"]
+        == result.objective
+    )
     assert result.run_dir.parent.parent == tmp_path / "outputs"
     assert recorded.data.tags["run_dir"] == str(result.run_dir)
     assert result.weights == result.run_dir / "checkpoints" / "final.ckpt"
@@ -91,7 +95,7 @@ def test_a_sweep_returns_its_jobs_and_the_decision_compare_prints(tmp_path, monk
     assert set(swept.jobs["status"]) == {"FINISHED"}
     for _, job in swept.jobs.iterrows():
         recorded = MlflowClient(swept.uri).get_run(job["run_id"]).data.metrics
-        assert job["final/acc"] == recorded["final/acc"]
+        assert job["final/val/acc"] == recorded["final/val/acc"]
     assert list(swept.points["verdict"])[0] in ("winner", "leading")
     again = sporeflow.results()  # latest, from the store alone
     assert again.run_id == swept.run_id and again.verdict == swept.verdict

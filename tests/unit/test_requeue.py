@@ -84,7 +84,7 @@ def test_a_warned_job_stops_at_the_next_step_and_its_requeue_finishes_the_same_r
     (run,) = runs_of(tmp_path)
     assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
     reference, want, ref_launch = straight
-    for key in ("train/loss", "eval/acc", "eval/loss"):
+    for key in ("train/loss", "val/acc", "val/loss"):
         got, expected = history(tmp_path, run, key), history(ref_launch, reference, key)
         assert [s for s, _ in got] == [s for s, _ in expected], f"{key}: each step once"
         np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-5)
@@ -183,14 +183,14 @@ def test_a_requeued_pipeline_continues_each_stage_where_it_stopped_and_ends_as_o
     assert sorted(got) == sorted(want) == sorted(["pipeline", *STAGES])
     assert {run.info.status for run in got.values()} == {"FINISHED"}
     for stage in ("stage1", "stage2", "baseline"):
-        for key in ("train/loss", "eval/acc"):
+        for key in ("train/loss", "val/acc"):
             mine, theirs = (
                 history(tmp_path, got[stage], key),
                 history(straight_pipeline, want[stage], key),
             )
             assert [s for s, _ in mine] == [s for s, _ in theirs], f"{stage} {key}: each once"
             np.testing.assert_allclose([v for _, v in mine], [v for _, v in theirs], rtol=1e-5)
-    for key in ("stage2/acc", "stage1/acc", "gain"):
+    for key in ("val/stage2/acc", "val/stage1/acc", "val/gain", "test/gain"):
         assert got["pipeline"].data.metrics[key] == pytest.approx(
             want["pipeline"].data.metrics[key]
         )

@@ -71,8 +71,8 @@ def test_a_pipeline_runs_every_stage_as_a_child_with_its_own_epochs_and_rate(lau
     stages = {r.data.tags["stage"]: r for r in children_of(launch, first.info.run_id)}
     assert set(stages) == {"stage1", "stage2", "baseline", "annealed", "snapshot_mean", "budget"}
     assert all(r.info.status == "FINISHED" for r in stages.values())
-    assert value == pytest.approx(first.data.metrics["stage2/acc"])
-    assert value == pytest.approx(stages["stage2"].data.metrics["final/acc"])
+    assert value == pytest.approx(first.data.metrics["val/stage2/acc"])
+    assert value == pytest.approx(stages["stage2"].data.metrics["final/val/acc"])
     # each run records what it trained with, though the config itself was never rewritten
     assert stages["stage1"].data.params["epochs"] == str(cfg.epochs) == "3"
     assert stages["stage2"].data.params["epochs"] == str(cfg.boost.epochs) == "1"
@@ -101,8 +101,8 @@ def test_the_second_pipeline_reuses_stage1_and_every_baseline(launch, two_pipeli
     tags = second.data.tags
     for stage in ("stage1", "baseline", "annealed", "snapshot_mean"):
         assert tags[f"{stage}_reused_from"] == trained[stage]
-        assert second.data.metrics[f"{stage}/acc"] == pytest.approx(
-            first.data.metrics[f"{stage}/acc"]
+        assert second.data.metrics[f"val/{stage}/acc"] == pytest.approx(
+            first.data.metrics[f"val/{stage}/acc"]
         )
     assert tags["pca_basis_run"] == trained["stage1"]
     # the reused stage 1's curve is the same epochs as the first job's own
@@ -188,16 +188,16 @@ def test_the_budget_arm_trains_what_stage2_cost_and_the_verdict_pairs_them(launc
         np.load(run_dir / "stage2" / "predictions.npy"),
         np.load(run_dir / "budget" / "predictions.npy"),
     )
-    assert m["gain_at_cost_images"] == expected.images
-    assert m["gain_at_cost_p_value"] == pytest.approx(expected.p_value)
-    assert m["gain_at_cost"] == pytest.approx(m["stage2/acc"] - m["budget/acc"])
+    assert m["val/gain_at_cost_images"] == expected.images
+    assert m["val/gain_at_cost_p_value"] == pytest.approx(expected.p_value)
+    assert m["val/gain_at_cost"] == pytest.approx(m["val/stage2/acc"] - m["val/budget/acc"])
     # the equal-epoch gain leaves the budget arm out: it is stage 2 against the best other
-    best = max(m[f"{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
-    assert m["gain"] == pytest.approx(m["stage2/acc"] - best)
+    best = max(m[f"val/{b}/acc"] for b in ("baseline", "annealed", "snapshot_mean"))
+    assert m["val/gain"] == pytest.approx(m["val/stage2/acc"] - best)
     # its curve on the parent: from stage 1's end (0 passes) to its own passes
     curve = curve_of(launch, first.info.run_id, "cost_curve/budget")
-    assert curve[0] == (0, pytest.approx(m["stage1/acc"])) and curve[-1][0] == steps
-    assert curve[-1][1] == pytest.approx(m["budget/acc"])
+    assert curve[0] == (0, pytest.approx(m["val/stage1/acc"])) and curve[-1][0] == steps
+    assert curve[-1][1] == pytest.approx(m["val/budget/acc"])
 
 
 def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipelines):
@@ -231,7 +231,7 @@ def test_a_plain_job_is_one_spec_in_its_own_run(launch):
     runs = [r for r in runs_of(launch) if r.data.tags.get("run_dir") == str(launch / "plain")]
     assert len(runs) == 1 and runs[0].data.tags["stage"] == "train"
     assert runs[0].info.status == "FINISHED"
-    assert value == pytest.approx(runs[0].data.metrics["final/acc"])
+    assert value == pytest.approx(runs[0].data.metrics["final/val/acc"])
     assert (launch / "plain" / "checkpoints" / "final.ckpt").is_file()
 
 
@@ -262,8 +262,8 @@ def test_sporeflow_compare_lists_each_pipeline_and_each_configuration(
     assert rows[0].split()[:3] == ["run", "id", "status"] and len(rows) == 3
     for row in rows[1:]:
         run = runs[row.split()[0]]
-        assert row.split()[2] == f"{run.data.metrics['stage1/acc']:.4f}"
-        assert row.split()[3] == f"{run.data.metrics['stage2/acc']:.4f}"
+        assert row.split()[2] == f"{run.data.metrics['test/stage1/acc']:.4f}"  # reported
+        assert row.split()[3] == f"{run.data.metrics['test/stage2/acc']:.4f}"
     assert cli.main(["compare", "--uri", uri, "--seeds"]) == 0
     rows = capsys.readouterr().out.splitlines()
     # one seed each, two configurations (rho differs): sd 0 and the run's own value as the mean

@@ -9,69 +9,16 @@ import os
 
 import numpy as np
 import pytest
-from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import open_dict
 from statsmodels.stats.contingency_tables import mcnemar
 
-from helpers.inprocess import TINY, context
+from helpers.inprocess import TINY
 from helpers.store import client_of, runs_of
-from sporeflow.config.validation import validate
+from helpers.sweeps import run_sweep
 from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob
-from sporeflow.entry.python_api import compose
 from sporeflow.entry.sweep_jobs import JOB_FILE
-from sporeflow.entry.sweep_run import SweepRun
 from sporeflow.tracking.journal import is_key
 
 LRS = ("0.05", "0.2")
-
-
-def composed(launch, overrides, task, job=None, sweep_dir="multirun"):
-    """What Hydra hands the callback: the config with its hydra node, as in a multirun."""
-    cfg = compose(overrides, validate=False, with_hydra=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.cwd = str(launch)
-        cfg.hydra.sweep.dir = str(launch / sweep_dir)
-        cfg.hydra.overrides.task = list(task)
-        if job is not None:
-            cfg.hydra.job.num = job
-            cfg.hydra.runtime.output_dir = str(launch / sweep_dir / str(job))
-    return cfg
-
-
-def without_hydra(config):
-    """The job's own config, as Hydra hands it to the task function."""
-    job = config.copy()
-    with open_dict(job):
-        del job["hydra"]
-    return job
-
-
-def run_sweep(launch, jobs: list[list[str]], sweep_task: list[str], sweep_dir="multirun"):
-    """on_multirun_start, then each job (on_job_start -> the job in process -> on_job_end),
-    then on_multirun_end; returns the callback, with the parent each job was handed
-    (`handed`)."""
-    from sporeflow.stages.job_plan import plan_job
-    from sporeflow.stages.pipeline import run_pipeline
-
-    callback = SweepRun()
-    start = composed(launch, [*TINY, *jobs[0]], sweep_task, sweep_dir=sweep_dir)
-    callback.on_multirun_start(start)
-    callback.handed = []
-    for number, overrides in enumerate(jobs):
-        config = composed(launch, [*TINY, *overrides], overrides, job=number, sweep_dir=sweep_dir)
-        callback.on_job_start(config)
-        ctx = context(launch, overrides, run=f"{sweep_dir}/{number}")
-        ctx.sweep = SweepJob.from_environ()
-        callback.handed.append(ctx.sweep.run_id)
-        try:
-            value = run_pipeline(plan_job(validate(without_hydra(config)), ctx))
-            result = JobReturn(status=JobStatus.COMPLETED, _return_value=value)
-        except Exception as ex:  # noqa: BLE001 - what Hydra's run_job catches
-            result = JobReturn(status=JobStatus.FAILED, _return_value=ex)
-        callback.on_job_end(config, result)
-    callback.on_multirun_end(start)
-    os.environ.pop(SWEEP_RUN_ENV, None)
-    return callback
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +58,7 @@ def test_the_first_job_starts_before_the_writer_has_made_the_parent(sweep):
 def test_each_job_leaves_its_outcome_with_the_value_its_run_recorded(sweep):
     launch, callback = sweep
     finals = {
-        r.data.tags["sweep.job"]: r.data.metrics["final/acc"]
+        r.data.tags["sweep.job"]: r.data.metrics["final/val/acc"]
         for r in runs_of(launch)
         if r.data.tags.get("sweep.run_id") == callback.run_id
     }
@@ -144,10 +91,12 @@ def test_the_summary_ranks_the_jobs_and_decides_on_their_per_image_outcomes(swee
         for r in runs.values()
         if r.data.tags.get("sweep.run_id") == callback.run_id and r.info.run_id != best.info.run_id
     ]
-    assert all(best.data.metrics["final/acc"] >= r.data.metrics["final/acc"] for r in others)
+    assert all(
+        best.data.metrics["final/val/acc"] >= r.data.metrics["final/val/acc"] for r in others
+    )
     (other,) = others
     a, b = predictions_of(launch, best), predictions_of(launch, other)
-    assert a.mean() == pytest.approx(best.data.metrics["final/acc"])
+    assert a.mean() == pytest.approx(best.data.metrics["final/val/acc"])
     table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
     shown_worse = mcnemar(table, exact=True).pvalue < 0.05 and a.sum() > b.sum()
     decision = "winner" if shown_worse else "tie"
@@ -159,13 +108,13 @@ def test_the_summary_ranks_the_jobs_and_decides_on_their_per_image_outcomes(swee
             parent.data.tags["sporeflow.tied_with"]
             == f"optimizer.lr={other.data.params['optimizer.lr']}"
         )
-    assert parent.data.metrics["best/final/acc"] == best.data.metrics["final/acc"]
+    assert parent.data.metrics["best/final/val/acc"] == best.data.metrics["final/val/acc"]
     for name in ("comparison.txt", "comparison.md", "comparison.csv"):
         assert (launch / "multirun" / name).is_file()
     csv_lines = (launch / "multirun" / "comparison.csv").read_text().splitlines()
     assert len(csv_lines) == 3 and csv_lines[1].startswith(best.data.tags["sweep.job"] + ",")
     versions = client_of(launch).search_model_versions(f"run_id = '{best.info.run_id}'")
-    assert len(versions) == 1 and versions[0].tags["objective"] == "final/acc"
+    assert len(versions) == 1 and versions[0].tags["objective"] == "final/val/acc"
     assert versions[0].tags["sporeflow.decision"] == decision
 
 
@@ -192,7 +141,7 @@ def test_a_sweep_started_again_copies_the_jobs_it_finished_and_trains_the_rest(s
     assert copy.data.tags["sporeflow.copied_from"] == original.info.run_id
     assert copy.data.tags["sporeflow.job_key"] == original.data.tags["sporeflow.job_key"]
     assert copy.info.status == "FINISHED"
-    assert copy.data.metrics["final/acc"] == original.data.metrics["final/acc"]
+    assert copy.data.metrics["final/val/acc"] == original.data.metrics["final/val/acc"]
     np.testing.assert_array_equal(predictions_of(launch, copy), predictions_of(launch, original))
     assert not list((launch / "again" / "0").rglob("*.ckpt")), "job 0 trained nothing"
     assert f"finished before as MLflow run {original.info.run_id}" in err
@@ -244,7 +193,7 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     assert parent.data.tags["sporeflow.decision"] == ("winner" if winner else "tie")
     line = next(ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: ")))
     assert line.split(" (")[0].split(": ", 1)[1] == f"optimizer.lr={best_lr}", line
-    assert "(Holm, 2 seeds, 64 test images each)" in line
+    assert f"(Holm, 2 seeds, {a.size // 2} validation images each)" in line
     if not winner:
         assert parent.data.tags["sporeflow.tied_with"] == f"optimizer.lr={other_lr}"
     points = (tmp_path / "multirun" / "points.txt").read_text().splitlines()  # one row a point
@@ -258,7 +207,7 @@ def test_a_seeded_sweep_decides_between_points_over_their_seeds(tmp_path, monkey
     (lead,) = [ln for ln in err.splitlines() if ln.startswith(("best: ", "leading: "))]
     pooled_acc = f"{pooled[best_lr].mean():.4f}"
     assert (
-        f"optimizer.lr={best_lr} (2 seeds pooled, final/acc {pooled_acc}); its best job: job"
+        f"optimizer.lr={best_lr} (2 seeds pooled, final/val/acc {pooled_acc}); its best job: job"
         in lead
     )
     (version,) = client_of(tmp_path).search_model_versions()

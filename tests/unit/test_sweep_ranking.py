@@ -16,25 +16,30 @@ def job(number: int, pipeline: bool, **metrics: float) -> Job:
 
 
 PIPELINES = [
-    job(0, True, **{"stage2/acc": 0.90, "gain": -0.01, "stage1/loss": 0.30}),
-    job(1, True, **{"stage2/acc": 0.85, "gain": 0.02, "stage1/loss": 0.20}),
-    job(2, True, **{"stage2/acc": 0.95, "gain": 0.00, "stage1/loss": 0.40}),
+    job(0, True, **{"val/stage2/acc": 0.90, "val/gain": -0.01, "val/stage1/loss": 0.30}),
+    job(1, True, **{"val/stage2/acc": 0.85, "val/gain": 0.02, "val/stage1/loss": 0.20}),
+    job(2, True, **{"val/stage2/acc": 0.95, "val/gain": 0.00, "val/stage1/loss": 0.40}),
     Job(3, "run3", "job 3", "FAILED", pipeline=True),
 ]
 PLAIN = [
-    job(0, False, **{"final/acc": 0.5, "final/loss": 0.9}),
-    job(1, False, **{"final/acc": 0.4, "final/loss": 0.7}),
+    job(0, False, **{"final/val/acc": 0.5, "final/val/loss": 0.9}),
+    job(1, False, **{"final/val/acc": 0.4, "final/val/loss": 0.7}),
 ]
 
 
 @pytest.mark.parametrize(
     "jobs, configured, key, order",
     [
-        (PIPELINES, "auto", "stage2/acc", [2, 0, 1, 3]),
-        (PIPELINES, "gain", "gain", [1, 2, 0, 3]),
-        (PIPELINES, "stage1/loss", "stage1/loss", [1, 0, 2, 3]),  # a loss: the smallest first
-        (PLAIN, "auto", "final/acc", [0, 1]),
-        (PLAIN, "loss", "final/loss", [1, 0]),
+        (PIPELINES, "auto", "val/stage2/acc", [2, 0, 1, 3]),
+        (PIPELINES, "gain", "val/gain", [1, 2, 0, 3]),
+        (
+            PIPELINES,
+            "val/stage1/loss",
+            "val/stage1/loss",
+            [1, 0, 2, 3],
+        ),  # a loss: the smallest first
+        (PLAIN, "auto", "final/val/acc", [0, 1]),
+        (PLAIN, "loss", "final/val/loss", [1, 0]),
     ],
 )
 def test_jobs_are_ranked_by_the_objective(jobs, configured, key, order):

@@ -48,7 +48,7 @@ def test_default_job_trains_tracks_and_checkpoints(tmp_path):
     steps_per_epoch = 45  # 1437 training images / batch 32, last batch kept
     losses = client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in losses] == list(range(1, 6 * steps_per_epoch + 1))
-    accs = client.get_metric_history(run.info.run_id, "eval/acc")
+    accs = client.get_metric_history(run.info.run_id, "val/acc")
     assert [m.step for m in accs] == [steps_per_epoch * e for e in range(1, 7)]
     assert accs[-1].value > 0.5  # chance is 0.1
     assert losses[-1].value < losses[0].value
@@ -75,10 +75,12 @@ def test_pynative_equals_graph_and_env_uri_overrides(tmp_path):
         _, run = only_run(uri)
         assert run.data.params["mode"] == mode
         finals[mode] = run.data.metrics
-    assert finals["pynative"]["final/loss"] == pytest.approx(
-        finals["graph"]["final/loss"], rel=1e-4
+    assert finals["pynative"]["final/val/loss"] == pytest.approx(
+        finals["graph"]["final/val/loss"], rel=1e-4
     )
-    assert finals["pynative"]["final/acc"] == pytest.approx(finals["graph"]["final/acc"], abs=1e-3)
+    assert finals["pynative"]["final/val/acc"] == pytest.approx(
+        finals["graph"]["final/val/acc"], abs=1e-3
+    )
 
 
 def test_fashion_mnist_idx_job(tmp_path, idx_dir):
@@ -95,7 +97,7 @@ def test_fashion_mnist_idx_job(tmp_path, idx_dir):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
-    assert run.data.metrics["final/acc"] > 0.5  # bands are easy; chance is 0.1
+    assert run.data.metrics["final/val/acc"] > 0.5  # bands are easy; chance is 0.1
 
 
 def test_train_step_features_inside_model_train(tmp_path):
@@ -113,9 +115,9 @@ def test_train_step_features_inside_model_train(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
-    ema_acc = client.get_metric_history(run.info.run_id, "eval/acc_ema")
+    ema_acc = client.get_metric_history(run.info.run_id, "val/acc_ema")
     assert len(ema_acc) == 2
-    assert run.data.metrics["final/acc"] == ema_acc[-1].value  # the EMA weights are the export
+    assert run.data.metrics["final/val/acc"] == ema_acc[-1].value  # the EMA weights are the export
     ckpts = tmp_path / "run" / "checkpoints"
     best = list(ckpts.glob("best_acc_ema_*_epoch_*.ckpt"))
     assert len(best) == 1
@@ -157,7 +159,7 @@ def test_each_dataset_trains_a_real_epoch(tmp_path, idx_dir, dataset):
     assert [m.step for m in losses] == list(range(1, -(-train_images // batch) + 1))
     # the accuracy reported is the one of the predictions kept on disk
     correct = np.load(tmp_path / "run" / "predictions.npy")
-    assert run.data.metrics["final/acc"] == pytest.approx(correct.mean(), abs=1e-6)
+    assert run.data.metrics["final/val/acc"] == pytest.approx(correct.mean(), abs=1e-6)
 
 
 def test_dynamic_loss_scale_with_mixed_precision(tmp_path):
@@ -173,7 +175,7 @@ def test_dynamic_loss_scale_with_mixed_precision(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, run = only_run(f"sqlite:///{tmp_path}/mlflow.db")
-    assert run.data.metrics["final/acc"] > 0.3
+    assert run.data.metrics["final/val/acc"] > 0.3
     import mindspore as ms
 
     state = ms.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "epoch_0002.ckpt"))

@@ -338,10 +338,10 @@ class CheckpointCallbackConfig:
 
 @dataclass
 class BestCheckpointConfig:
-    """The best checkpoints by an evaluation metric."""
+    """The best checkpoints by a validation metric."""
 
     monitor: str = "acc"
-    """The evaluation metric that ranks them: `acc` or `loss`."""
+    """The validation metric that ranks them (`val/acc` or `val/loss`): `acc` or `loss`."""
     mode: Monitor = Monitor.max
     """`max` or `min` of the monitored metric is best."""
     keep: Annotated[int, NonNegative] = 1
@@ -422,11 +422,12 @@ class CallbacksConfig:
     stop_on_divergence: bool = True
     """A non-finite loss or weights end the run FAILED."""
     eval_every_n_epochs: Annotated[int, Count] = 1
-    """Evaluate on the test split every this many epochs."""
+    """Evaluate on the validation split every this many epochs (`val/*`: what best-k,
+    early stopping and the pruner read)."""
     checkpoint: CheckpointCallbackConfig = field(default_factory=CheckpointCallbackConfig)
     """Full checkpoints that a resume reads."""
     best: BestCheckpointConfig = field(default_factory=BestCheckpointConfig)
-    """The best checkpoints by an evaluation metric."""
+    """The best checkpoints by a validation metric."""
     hooks: List[Any] = field(default_factory=list)
     """Your own hooks (`engine.hooks.HookBase` subclasses), each a `_target_` node, run right
     after the phase of sporeflow's own that the class's `place` names (`guard`, `measure` by
@@ -607,6 +608,7 @@ def allowed_keys(path: str) -> list[str]:
 
 class Split(Enum):
     test = "test"
+    val = "val"
     train = "train"
 
 

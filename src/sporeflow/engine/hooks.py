@@ -153,7 +153,7 @@ class EarlyStopping(HookBase):
         self.bad_evals += 1
         if self.bad_evals >= self.patience:
             log.info(
-                "early stopping after epoch %d: eval %s did not improve for %d evaluations",
+                "early stopping after epoch %d: validation %s did not improve for %d evaluations",
                 epoch,
                 self.monitor,
                 self.bad_evals,

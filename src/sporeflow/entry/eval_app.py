@@ -1,4 +1,4 @@
-"""`python eval.py source=<run dir | stage dir | MLflow run id> [split=test|train] [key=value]`:
+"""`python eval.py source=<run dir | stage dir | MLflow run id> [split=test|val|train] [key=value]`:
 a finished run's final weights evaluated again, as their own MLflow run (stage `eval`).
 
 The config is the source's own (network, data, transforms: stages.source); keys given on the

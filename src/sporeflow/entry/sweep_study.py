@@ -88,7 +88,10 @@ def registered_model_name(config: DictConfig) -> str:
 
 
 def model_stage(key: str) -> str:
-    """The stage whose model the objective (a metric key of the job's run) ranks: stage1/acc ->
-    stage1, gain -> stage2 (the pipeline's result), final/acc -> train (a plain job)."""
-    stage = key.split("/", 1)[0] if "/" in key else "stage2"
-    return "train" if stage == "final" else stage
+    """The stage whose model the objective (a metric key of the job's run) ranks:
+    val/stage1/acc -> stage1, val/gain -> stage2 (the pipeline's result), final/val/acc ->
+    train (a plain job)."""
+    if key.startswith("final/"):
+        return "train"
+    named = key.removeprefix("val/")
+    return named.split("/", 1)[0] if "/" in named else "stage2"

@@ -1,7 +1,9 @@
 """The dim-reduce pipelines of an experiment as `sporeflow compare` prints them: one row per
 pipeline run (each stage's accuracy, the gain with its 95% interval and McNemar p, the gain
 at equal cost with its p), or with
---seeds one row per configuration, mean +- sd over its seeds. Reads MLflow Run objects only."""
+--seeds one row per configuration, mean +- sd over its seeds. Reads MLflow Run objects only.
+The figures are the test images' (what reports; `test/...`); a run recorded before the
+validation split shows its own (then unprefixed) ones."""
 
 from __future__ import annotations
 
@@ -10,6 +12,13 @@ import statistics
 from sporeflow.config.schema import Baseline
 
 STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
+
+
+def reported(metrics: dict) -> dict:
+    """A pipeline run's test metrics named without `test/` (a run from before the
+    validation split: its metrics as they are)."""
+    tested = {k[len("test/") :]: v for k, v in metrics.items() if k.startswith("test/")}
+    return tested or metrics
 
 
 def _cell(metrics: dict, key: str, fmt: str, width: int) -> str:
@@ -34,7 +43,7 @@ def pipelines_table(runs: list) -> list[str]:
         + f" {'gain':>8s} {'gain 95% CI':>17s} {'p':>6s} {'gain_at_cost':>12s} {'p':>6s}  overrides"
     ]
     for run in runs:
-        m = run.data.metrics
+        m = reported(run.data.metrics)
         cells = " ".join(_cell(m, f"{s}/acc", ".4f", 13) for s in STAGES)
         ci = "-"
         if "gain_ci_low" in m:
@@ -74,7 +83,9 @@ def seeds_table(groups: dict[str, list]) -> list[str]:
     for overrides, members in groups.items():
         cells = []
         for key in (*(f"{s}/acc" for s in STAGES), "gain", "gain_at_cost"):
-            values = [r.data.metrics[key] for r in members if key in r.data.metrics]
+            values = [
+                reported(r.data.metrics)[key] for r in members if key in reported(r.data.metrics)
+            ]
             cells.append((mean_sd(values) if values else "-").rjust(15))
         lines.append(f"{len(members):5d} " + " ".join(cells) + f"  {overrides}")
     return lines
@@ -84,7 +95,11 @@ def seed_arms(groups: dict[str, list]) -> dict[str, dict[str, list[float]]]:
     """configuration -> stage -> its accuracies over the seeds (report.comparison.seeds_plot)."""
     return {
         label: {
-            s: [r.data.metrics[f"{s}/acc"] for r in members if f"{s}/acc" in r.data.metrics]
+            s: [
+                reported(r.data.metrics)[f"{s}/acc"]
+                for r in members
+                if f"{s}/acc" in reported(r.data.metrics)
+            ]
             for s in STAGES
         }
         for label, members in groups.items()

@@ -31,19 +31,19 @@ ARMS = ("stage1", "stage2", "baseline", "annealed", "snapshot_mean", "budget")
 # decides) beside test (what reports); a job recorded before the validation split shows its
 # `eval` metrics (read on the test images) as such.
 METRIC_COLUMNS = (
-    *((f"{split}/{arm}/acc", f"{arm} {split}") for arm in ARMS for split in ("val", "test")),
+    *((f"{split}/{arm}/acc", f"{arm}_{split}") for arm in ARMS for split in ("val", "test")),
     *(
-        (f"{split}/{g}", f"{g} {split}")
+        (f"{split}/{g}", f"{g}_{split}")
         for g in ("gain", "gain_at_cost")
         for split in ("val", "test")
     ),
-    ("final/val/acc", "val acc"),
-    ("test/acc", "test acc"),
-    ("final/val/loss", "val loss"),
-    ("test/loss", "test loss"),
-    *((f"{arm}/acc", f"{arm} eval") for arm in ARMS),
-    ("gain", "gain eval"),
-    ("final/acc", "eval acc"),
+    ("final/val/acc", "val_acc"),
+    ("test/acc", "test_acc"),
+    ("final/val/loss", "val_loss"),
+    ("test/loss", "test_loss"),
+    *((f"{arm}/acc", f"{arm}_eval") for arm in ARMS),
+    ("gain", "gain_eval"),
+    ("final/acc", "eval_acc"),
 )
 GAIN = "test/gain"  # the gain a sweep's figures show: on the test images, reported
 GAIN_CI = ("test/gain_ci_low", "test/gain_ci_high", "test/gain_p_value")  # reported on test

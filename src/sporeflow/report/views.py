@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from sporeflow.config import objective
-from sporeflow.report.sweep_report import METRIC_COLUMNS, PAIRED_KEYS
+from sporeflow.report.sweep_report import GAIN, GAIN_CI, METRIC_COLUMNS
 
 TAG_PREFIX = "mlflow.sharedViewState."
 SECTION = "sporeflow-sweep"
@@ -26,7 +26,7 @@ SEED_KEYS = ("seed",)
 DECIDING = tuple(
     key
     for column, _ in METRIC_COLUMNS
-    for key in ((column, *PAIRED_KEYS) if column == "gain" else (column,))
+    for key in ((column, *GAIN_CI) if column == GAIN else (column,))
 )
 
 
@@ -59,17 +59,16 @@ def sweep_view(
     left out), swept over `keys`, ranked by `objective_key`."""
     shown = [m for m in DECIDING if m in metrics]
     charts = []
-    if "stage1/acc" in shown and "stage2/acc" in shown:
+    stage1, stage2 = "val/stage1/acc", "val/stage2/acc"
+    if stage1 in shown and stage2 in shown:
         charts.append(
-            _scatter(
-                "sf-stage2-vs-stage1", ("METRIC", "stage1/acc"), "stage2/acc", "stage 2 vs stage 1"
-            )
+            _scatter("sf-stage2-vs-stage1", ("METRIC", stage1), stage2, "stage 2 vs stage 1")
         )
     charts += [
         _scatter(f"sf-{key}", ("PARAM", key), objective_key, f"{objective_key} vs {key}")
         for key in keys
     ]
-    pipeline = "stage2/acc" in shown
+    pipeline = stage2 in shown or "stage2/acc" in shown  # or recorded before val/
     grouped = [k for k in keys if k not in SEED_KEYS]
     seeds = any(k in SEED_KEYS for k in keys)
     return {

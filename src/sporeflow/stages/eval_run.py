@@ -37,13 +37,13 @@ def evaluate_source(
     cfg: DictConfig, network, split: str, out_dir: Path, run: TrackedRun
 ) -> dict[str, float]:
     """`network` on `split` of `cfg`'s data set: the metrics (`acc`, `acc_top5`,
-    `acc_class_<c>`, `loss`), logged as `eval/...` with the files."""
+    `acc_class_<c>`, `loss`), logged as `<split>/...` (`test/acc`) with the files."""
     batches = build_dataset(cfg).create(split, shuffle=False, augment=False)
     model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
     measured = model.eval(batches, dataset_sink_mode=False)
     logits, labels = logits_and_labels(model, batches)
     metrics = {**classification_metrics(logits, labels), "loss": float(measured["loss"])}
-    run.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, 0, flush=True)
+    run.log_metrics({f"{split}/{k}": v for k, v in metrics.items()}, 0, flush=True)
     for path in _save_outputs(out_dir, logits, labels):
         run.log_artifact(path)
     return metrics

@@ -93,7 +93,9 @@ def _predictions(runner, run_id: str) -> list[tuple[Path, str | None]]:
     folder it goes to)."""
     where = Path(runner.ctx.run_dir) / COPIED_DIR
     where.mkdir(parents=True, exist_ok=True)
-    runner.tracker.reads.download(run_id, ["predictions", "predictions.npy"], where)
+    runner.tracker.reads.download(
+        run_id, ["predictions", "predictions.npy", "test_predictions.npy"], where
+    )
     return [
         (path, str(path.parent.relative_to(where)) if path.parent != where else None)
         for path in sorted(where.rglob("*.npy"))

@@ -39,7 +39,7 @@ class JobPlan:
     worker_batch: int  # the batch one worker feeds per step
     global_batch: int  # the batch of one optimizer update across the job's workers
     first_local_rank: int  # the rank of this node's first worker
-    objective: str  # `sweep.objective` made explicit ("auto" -> "stage2/acc" or "acc")
+    objective: str  # `sweep.objective` made explicit ("auto" -> "val/stage2/acc" or "val/acc")
     unused: tuple[str, ...] = ()  # the command's settings this job will not use, one line each
     requeues: int = 0  # > 0: SLURM requeued the job and it continues its own run dir
 

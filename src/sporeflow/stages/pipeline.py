@@ -13,6 +13,7 @@ import math
 import sys
 from collections.abc import Callable
 
+from sporeflow.config import objective
 from sporeflow.config.schema import BoostName
 from sporeflow.engine import compile_cache
 from sporeflow.runtime.heap import long_lived_objects_frozen
@@ -46,11 +47,12 @@ def run_pipeline(plan: JobPlan) -> float:
         metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if metrics is None:
             metrics = PIPELINES[plan.pipeline](runner)
-    return float(metrics.get(plan.objective, float("nan")))
+    return float(metrics.get(objective.metric_key(plan.objective, plan.dim_reduce), float("nan")))
 
 
 def run_plain(runner: StageRunner) -> dict:
-    """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run)."""
+    """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run);
+    its metrics as its run records them (`final/val/acc`, `test/acc`, ...)."""
     plan = runner.plan
     resumed = plan.resume is not None
     start = (
@@ -58,8 +60,17 @@ def run_plain(runner: StageRunner) -> dict:
     )  # resume: its own
     spec = plain_spec(plan.cfg, plan.home, start)
     result = runner.run(spec, resume=resumed)
+    recorded = {
+        **{f"final/val/{k}": v for k, v in result.metrics.items()},
+        **{f"test/{k}": v for k, v in result.test_metrics.items()},
+    }
     if runner.worker.is_main:
-        summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items())
+        summary = ", ".join(
+            f"{split} {k}={v:.4f}"
+            for split, found in (("val", result.metrics), ("test", result.test_metrics))
+            for k, v in found.items()
+            if k in ("acc", "loss")
+        )
         speed = result.images_per_sec  # NaN: no step ran (a resume with no epoch left)
         trained = f"{speed:.0f} images/s" if math.isfinite(speed) else "nothing left to train"
         print(
@@ -67,7 +78,7 @@ def run_plain(runner: StageRunner) -> dict:
             f"{result.checkpoint}; {runner.tracker.describe(result.run_id)}",
             file=sys.stderr,
         )
-    return result.metrics
+    return recorded
 
 
 def run_dim_reduce(runner: StageRunner) -> dict:

@@ -151,7 +151,7 @@ class StoreReads:
         time (a training run logs its loss every few steps), else its start."""
 
         def newest(store: Store) -> float:
-            keys = [k for k in ("train/loss", "eval/acc") if k in run.data.metrics]
+            keys = [k for k in ("train/loss", "val/acc", "eval/acc") if k in run.data.metrics]
             stamps = [p[2] for key in keys for p in store.metric_points(run.info.run_id, key)]
             return max([run.info.start_time, *stamps]) / 1000.0
 

@@ -27,7 +27,7 @@ the paired mean of (val_split=0.1 minus val_split=0) accuracy on the whole test 
 The runs go through `sporeflow.run` in this process (one graph compile for all of them) in a
 temporary launch folder, tracking off. Usage:
     python bench/bench_selection_bias.py [--runs 12] [--k 4] [--draws 200] [--epochs 2]
-        [--samples 6000] [--quick]
+        [--samples 20000] [--quick]
 (--quick: 4 runs, 1 epoch, 2000 images, 20 draws: that it works, not a figure)
 """
 
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="points per null sweep")
     parser.add_argument("--draws", type=int, default=200, help="R: null sweeps drawn")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=6000, help="dataset.num_samples")
+    parser.add_argument("--samples", type=int, default=20000, help="dataset.num_samples")
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--no-cost", action="store_true", help="skip the val_split=0 runs")
     parser.add_argument("--quick", action="store_true")

@@ -221,7 +221,8 @@ def test_cifar10_reads_binary_records_and_augments(tmp_path):
     root = tmp_path / "cifar-10-batches-bin"
     write_cifar_bin(root)
     data = Cifar10(root=str(root), batch_size=50, mean=(0, 0, 0), std=(1, 1, 1))
-    assert data.num_rows("train") == 50_000 and data.num_rows("test") == 10_000
+    assert data.stored_rows("train") == 50_000 and data.num_rows("test") == 10_000
+    assert data.num_rows("train") == 45_000 and data.num_rows("val") == 5_000  # val_split=0.1
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (50, 3, 32, 32)
     np.testing.assert_allclose(images[:, 0].mean(axis=(1, 2)), labels * 20 / 255, atol=1e-6)
@@ -272,7 +273,9 @@ def test_an_even_batch_size_is_the_largest_divisor_of_the_split_near_the_batch()
 def test_a_split_read_in_order_comes_in_equal_batches_and_training_keeps_its_batch():
     from sporeflow.data.synthetic import Synthetic
 
-    data = Synthetic(batch_size=32, image_size=8, channels=1, num_samples=100, test_samples=72)
+    data = Synthetic(
+        batch_size=32, image_size=8, channels=1, num_samples=100, test_samples=72, val_split=0
+    )
     assert [len(labels) for _, labels in batches(data.create("test"))] == [24, 24, 24]
     assert [len(labels) for _, labels in batches(data.create("train"))] == [32, 32, 32, 4]
     in_order = batches(data.create("train", shuffle=False, augment=False))
@@ -291,7 +294,8 @@ def test_image_folder_tree_decodes_crops_and_labels(tmp_path):
         mean=(0, 0, 0),
         std=(1, 1, 1),
     )
-    assert data.num_rows("train") == 12 and data.num_rows("test") == 6
+    assert data.stored_rows("train") == 12 and data.num_rows("test") == 6
+    assert data.num_rows("train") == 9 and data.num_rows("val") == 3  # one of every class
     images, labels = batches(data.create("test", shuffle=False))[0]
     assert images.shape == (6, 3, 224, 224)
     for image, label in zip(
@@ -390,7 +394,9 @@ def mixed_batches(kind: str, split: str = "train", **create) -> list[tuple[np.nd
     from sporeflow.data.synthetic import Synthetic
 
     mds.config.set_seed(7)
-    data = Synthetic(batch_size=8, image_size=12, channels=3, num_samples=16, test_samples=8)
+    data = Synthetic(
+        batch_size=8, image_size=12, channels=3, num_samples=16, test_samples=8, val_split=0
+    )
     data.mix = (kind, 1.0)
     return batches(data.create(split, shuffle=False, **create))
 

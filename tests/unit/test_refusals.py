@@ -122,6 +122,22 @@ CASES = {
         ["dataset=mnist", "dataset.root={tmp}/idx_labels", "dataset.num_classes=5"],
         ["label 9, outside 0..4", "dataset.num_classes=5"],
     ),
+    "a negative validation split": (
+        ["dataset.val_split=-0.1"],
+        ["dataset.val_split=-0.1: must be >= 0"],
+    ),
+    "a validation fraction of 1 or more that is not a count": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_labels", "dataset.val_split=1.5"],
+        ["dataset.val_split=1.5: a fraction must be below 1", "or 0 (no validation split"],
+    ),
+    "a validation count that leaves the training split empty": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_labels", "dataset.val_split=64"],
+        ["dataset.val_split=64 holds out 64 of the training split's 64 images and leaves it empty"],
+    ),
+    "a validation count that takes every image of a class": (
+        ["dataset=mnist", "dataset.root={tmp}/idx_labels", "dataset.val_split=60"],
+        ["dataset.val_split=60 holds out every training image of class(es)"],
+    ),
     "CIFAR folder without its files": (
         ["dataset=cifar10", "dataset.root={tmp}/empty"],
         ["lacks data_batch_1.bin"],

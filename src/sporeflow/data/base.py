@@ -1,8 +1,15 @@
 """What every image data set shares: splits, sharding, the transform chain, batching.
 
-A data-set class only says where its samples come from (`_source`); this base turns that into
-a MindSpore pipeline: map (resize, rescale, normalize, HWC->CHW), label cast, batch, and on a
-mixed training split (augment.mix) one-hot labels mixed with their images after batching.
+A data-set class describes its STORED splits (`stored_splits`, `stored_rows`, `stored_labels`,
+`stored_source`, `_source`: where the samples come from); this base turns them into the three
+splits a job reads (`SPLITS`), each with one job (docs: "Which images decide"): `train` trains,
+`val` chooses (every evaluation during training, best-k, early stopping, sweeps), `test`
+reports once. `val` is the stored validation split where the data set has one, else the rows
+`dataset.val_split` holds out of the stored training split (data.splits, drawn by
+`dataset.split_seed`), `train` what is left; with `val_split=0` there is none and choices read
+the test split (`selection_split`). Each split becomes a MindSpore pipeline: map (resize,
+rescale, normalize, HWC->CHW), label cast, batch, and on a mixed training split (augment.mix)
+one-hot labels mixed with their images after batching.
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ import numpy as np
 from mindspore.dataset import transforms, vision
 
 from sporeflow.core.errors import DataError
-from sporeflow.core.ranges import Count
+from sporeflow.core.ranges import Count, NonNegative
+from sporeflow.data import splits
 from sporeflow.data.sampling import EpochSampler
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "val", "test")
+STORED_SPLITS = ("train", "test")  # what most formats store; an image folder may add val
 
 
 def even_batch_size(rows: int, batch_size: int) -> int:
@@ -49,7 +58,12 @@ class DataSource:
 
 
 class ImageDataset(ABC):
-    """A split-able image classification data set; `create()` returns a MindSpore Dataset."""
+    """A split-able image classification data set; `create()` returns a MindSpore Dataset.
+
+    `val_split` and `split_seed` (every data set's keys) choose the validation split held out
+    of the stored training split: a fraction in (0, 1), an image count >= 1, or 0 for none
+    (data.splits.held_out says how); `split_seed` is not the training seed, so every arm, seed
+    and job of a sweep holds out the same images."""
 
     native_size: int = 0  # side of the stored images; resized to image_size when different
     recipe: tuple[str, ...] = ()  # augment.ops: MindSpore's recipes after augment_ops (train)
@@ -65,6 +79,8 @@ class ImageDataset(ABC):
         std: float | Sequence[float],
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
     ):
         self.batch_size = batch_size
         self.image_size = image_size
@@ -74,44 +90,127 @@ class ImageDataset(ABC):
         self.std = _per_channel(std, channels)
         self.num_parallel_workers = num_parallel_workers
         self.drop_remainder = drop_remainder
+        self.val_split = val_split
+        self.split_seed = split_seed
+        self._held_out: np.ndarray | None = None
+
+    # -- what a data-set class says: its stored splits --------------------------------------
+
+    def stored_splits(self) -> tuple[str, ...]:
+        """The splits the files hold: train and test, and val where the data set ships one."""
+        return STORED_SPLITS
 
     @abstractmethod
-    def num_rows(self, split: str) -> int:
-        """How many samples `split` holds (raises DataError when the split is missing or empty)."""
+    def stored_rows(self, split: str) -> int:
+        """How many samples stored `split` holds (DataError when it is missing or empty)."""
+
+    def stored_labels(self, split: str) -> np.ndarray:
+        """Every label of stored `split` in stored order (the order `_source` numbers its rows).
+        Here read through the MindSpore pipeline once (the label column only); a format whose
+        files give their labels cheaply says so itself."""
+        sampler = EpochSampler(self.stored_rows(split), 0, shuffle=False)
+        data = self._source(split, sampler).project(["label"])
+        rows = data.create_tuple_iterator(output_numpy=True, num_epochs=1)
+        return np.array([int(label) for (label,) in rows], np.int64)
+
+    def stored_source(self, split: str) -> DataSource:
+        """What stored `split` is read from, for the run's record."""
+        return DataSource(type(self).__name__.lower(), "", [], "")
+
+    @abstractmethod
+    def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:
+        """Stored `split` as a dataset with columns `image` (HWC uint8) and `label`, read in
+        `sampler`'s order (its indices number the stored rows)."""
 
     def class_names(self) -> list[str] | None:
         """Each label's name, in label order, where the data set has names (None: only numbers)."""
         return None
 
-    def labels(self, split: str) -> np.ndarray | None:
-        """Every label of `split`, read cheaply from the files (None: the format cannot say)."""
-        return None
+    # -- what a job reads: train, val, test ---------------------------------------------------
+
+    def held_out(self) -> np.ndarray:
+        """The stored training rows held out for validation (sorted int64; empty when the data
+        set stores its own validation split or val_split is 0), drawn once per instance."""
+        if self._held_out is None:
+            self._held_out = self._draw_held_out()
+        return self._held_out
+
+    def _draw_held_out(self) -> np.ndarray:
+        if "val" in self.stored_splits() or self.val_split == 0:
+            return np.zeros(0, np.int64)
+        rows = self.stored_rows("train")
+        labels = self.stored_labels("train")
+        if len(labels) != rows:
+            raise DataError(f"the train split has {rows} images but {len(labels)} labels")
+        return splits.held_out(labels, self.val_split, self.split_seed)
+
+    @property
+    def selection_split(self) -> str:
+        """The split choices read: "val", or "test" when there is no validation split
+        (val_split=0 on a data set that stores none): a stage says so and tags it."""
+        return "test" if self._read("val")[0] == "test" else "val"
+
+    def _read(self, split: str) -> tuple[str, np.ndarray | None]:
+        """(the stored split `split` reads, its stored rows; None: all of them)."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
+        if split == "test" or "val" in self.stored_splits():
+            return split, None
+        held = self.held_out()
+        if not len(held):
+            return ("test" if split == "val" else split), None
+        if split == "val":
+            return "train", held
+        return "train", np.setdiff1d(np.arange(self.stored_rows("train")), held)
+
+    def num_rows(self, split: str) -> int:
+        """How many samples `split` holds (DataError when it is missing or empty)."""
+        stored, rows = self._read(split)
+        count = self.stored_rows(stored)
+        return count if rows is None else len(rows)
+
+    def labels(self, split: str) -> np.ndarray:
+        """Every label of `split`, in the order `create(split, shuffle=False)` reads them."""
+        stored, rows = self._read(split)
+        labels = self.stored_labels(stored)
+        return labels if rows is None else labels[rows]
+
+    def source(self, split: str) -> DataSource:
+        """What `split` is read from, for the run's record (its MLflow dataset input): a split
+        held out of (or left by) validation names val_split, split_seed and the held-out rows'
+        digest in its `selection`."""
+        stored, rows = self._read(split)
+        found = self.stored_source(stored)
+        if rows is None:
+            return found
+        held = (
+            f"val_split={self.val_split} split_seed={self.split_seed} "
+            f"held out {len(self.held_out())} rows ({splits.digest(self.held_out())})"
+        )
+        part = "those rows" if split == "val" else "the rest"
+        selection = "; ".join(p for p in (found.selection, f"{held}: {part}") if p)
+        return DataSource(found.name, found.location, found.files, selection)
 
     def check(self) -> None:
-        """What can be known about the files before training: each split exists, is in the
-        expected format and layout and is not empty, and its labels lie in 0..num_classes-1.
+        """What can be known about the files before training: each stored split exists, is in
+        the expected format and layout and is not empty, its labels lie in 0..num_classes-1,
+        and val_split holds out a validation split that leaves every class a training image.
         Raises DataError naming the file or key."""
+        self.check_stored()
         for split in SPLITS:
             self.num_rows(split)
-            labels = self.labels(split)
-            if (
-                labels is not None
-                and len(labels)
-                and (labels.min() < 0 or labels.max() >= self.num_classes)
-            ):
+
+    def check_stored(self) -> None:
+        """The stored splits' checks (`check`); a format with more to check extends this."""
+        for split in self.stored_splits():
+            self.stored_rows(split)
+            labels = self.stored_labels(split)
+            if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
                 bad = labels.max() if labels.max() >= self.num_classes else labels.min()
                 raise DataError(
                     f"the {split} split has label {int(bad)}, outside 0..{self.num_classes - 1} "
                     f"(dataset.num_classes={self.num_classes})"
                 )
-
-    def source(self, split: str) -> DataSource:
-        """What `split` is read from, for the run's record (its MLflow dataset input)."""
-        return DataSource(type(self).__name__.lower(), "", [], "")
-
-    @abstractmethod
-    def _source(self, split: str, sampler: EpochSampler) -> mds.Dataset:
-        """A dataset with columns `image` (HWC uint8) and `label`, read in `sampler`'s order."""
 
     def create(
         self,
@@ -124,21 +223,20 @@ class ImageDataset(ABC):
         augment: bool | None = None,
         mix: bool | None = None,
     ) -> mds.Dataset:
-        """The batched pipeline for `split`; shuffled and augmented by default for train only
-        (eval.py split=train reads it in order and as the network is evaluated); mixed batches
-        (float32 soft labels, N x num_classes) where `mix` (default: augmented) and augment.mix.
+        """The batched pipeline for `split` (train, val or test); shuffled and augmented by
+        default for train only (eval.py split=train reads it in order and as the network is
+        evaluated); mixed batches (float32 soft labels, N x num_classes) where `mix` (default:
+        augmented) and augment.mix.
 
         The order of epoch e depends only on (seed, e), so a run resumed at `start_epoch`
         sees the same batches as one that never stopped. A split read in order (an
         evaluation) comes in equal batches where its size allows (`even_batch_size`).
         """
-        if split not in SPLITS:
-            raise ValueError(f"split={split!r}; allowed: {', '.join(SPLITS)}")
+        stored, rows = self._read(split)
         shuffle = (split == "train") if shuffle is None else shuffle
-        sampler = EpochSampler(
-            self.num_rows(split), seed, shuffle, start_epoch, num_shards, shard_id
-        )
-        data = self._source(split, sampler)
+        count = self.num_rows(split)
+        sampler = EpochSampler(count, seed, shuffle, start_epoch, num_shards, shard_id, rows)
+        data = self._source(stored, sampler)
         augmented = split == "train" if augment is None else augment
         ops = list(self.decode_ops(split))
         if augmented:

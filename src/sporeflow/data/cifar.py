@@ -14,7 +14,7 @@ import numpy as np
 from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
-from sporeflow.core.ranges import Count
+from sporeflow.core.ranges import Count, NonNegative
 from sporeflow.data.base import DataSource, ImageDataset
 
 RECORD = 1 + 32 * 32 * 3
@@ -37,6 +37,8 @@ class Cifar10(ImageDataset):
         num_samples: int | None = None,
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
     ):
         super().__init__(
             batch_size,
@@ -47,6 +49,8 @@ class Cifar10(ImageDataset):
             std,
             num_parallel_workers,
             drop_remainder,
+            val_split,
+            split_seed,
         )
         self.root = Path(root).expanduser()
         self.augment = augment
@@ -66,7 +70,7 @@ class Cifar10(ImageDataset):
             )
         return [self.root / n for n in FILES[split]]
 
-    def num_rows(self, split):
+    def stored_rows(self, split):
         files = self._files(split)
         sizes = [f.stat().st_size for f in files]
         bad = [f.name for f, size in zip(files, sizes, strict=False) if size % RECORD]
@@ -79,18 +83,18 @@ class Cifar10(ImageDataset):
             raise DataError(f"the {split} split in {self.root} is empty")
         return min(total, self.num_samples) if self.num_samples else total
 
-    def source(self, split):
+    def stored_source(self, split):
         selection = f"first {self.num_samples}" if self.num_samples else ""
         return DataSource(self.root.name, str(self.root), self._files(split), selection)
 
-    def labels(self, split):
-        """The label byte of every record (a strided read through a memory map)."""
-        return np.concatenate(
-            [
-                np.memmap(f, dtype=np.uint8, mode="r").reshape(-1, RECORD)[:, 0]
-                for f in self._files(split)
-            ]
-        )
+    def stored_labels(self, split):
+        """The label byte of every record read (a strided read through a memory map; the
+        first num_samples where a subset is read)."""
+        labels = [
+            np.memmap(f, dtype=np.uint8, mode="r").reshape(-1, RECORD)[:, 0]
+            for f in self._files(split)
+        ]
+        return np.concatenate(labels)[: self.num_samples or None]
 
     def _source(self, split, sampler):
         self._files(split)

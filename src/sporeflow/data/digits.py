@@ -15,7 +15,7 @@ from typing import Annotated
 import mindspore.dataset as mds
 import numpy as np
 
-from sporeflow.core.ranges import Count, OpenUnit
+from sporeflow.core.ranges import Count, NonNegative, OpenUnit
 from sporeflow.data.base import DataSource, ImageDataset
 from sporeflow.storage.cache import user_cache_dir
 from sporeflow.storage.files import DiskFullError, atomic_path
@@ -101,6 +101,8 @@ class Digits(ImageDataset):
         std: float = 0.4,
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
         root: str | None = None,
     ):
         super().__init__(
@@ -112,15 +114,17 @@ class Digits(ImageDataset):
             std,
             num_parallel_workers,
             drop_remainder,
+            val_split,
+            split_seed,
         )
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"dataset.test_fraction={test_fraction}: must be between 0 and 1")
         self.test_fraction = test_fraction
 
-    def num_rows(self, split):
+    def stored_rows(self, split):
         return len(load_digits_split(split, self.test_fraction)[1])
 
-    def source(self, split):
+    def stored_source(self, split):
         return DataSource(
             "sklearn-digits",
             "sklearn.datasets.load_digits",
@@ -128,7 +132,7 @@ class Digits(ImageDataset):
             f"test_fraction={self.test_fraction} split seed 0",
         )
 
-    def labels(self, split):
+    def stored_labels(self, split):
         return load_digits_split(split, self.test_fraction)[1]
 
     def _source(self, split, sampler):

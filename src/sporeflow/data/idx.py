@@ -18,7 +18,7 @@ import mindspore.dataset as mds
 import numpy as np
 
 from sporeflow.core.errors import DataError
-from sporeflow.core.ranges import Count
+from sporeflow.core.ranges import Count, NonNegative
 from sporeflow.data.base import DataSource, ImageDataset
 from sporeflow.storage.files import atomic_path
 
@@ -99,6 +99,8 @@ class IdxImages(ImageDataset):
         num_samples: int | None = None,
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
     ):
         super().__init__(
             batch_size,
@@ -109,12 +111,14 @@ class IdxImages(ImageDataset):
             std,
             num_parallel_workers,
             drop_remainder,
+            val_split,
+            split_seed,
         )
         self.root = root
         self.cache_dir = cache_dir
         self.num_samples = num_samples
 
-    def num_rows(self, split):
+    def stored_rows(self, split):
         directory = ensure_raw(self.root, self.cache_dir)
         images, labels = (directory / n for n in FILES[split])
         _, n_images = read_idx_header(images)
@@ -125,16 +129,17 @@ class IdxImages(ImageDataset):
             raise DataError(f"the {split} split in {directory} is empty")
         return min(n_images, self.num_samples) if self.num_samples else n_images
 
-    def source(self, split):
+    def stored_source(self, split):
         directory = ensure_raw(self.root, self.cache_dir)
         selection = f"first {self.num_samples}" if self.num_samples else ""
         return DataSource(
             Path(self.root).name, str(self.root), [directory / n for n in FILES[split]], selection
         )
 
-    def labels(self, split):
+    def stored_labels(self, split):
+        """The label file's bytes: the first num_samples where a subset is read."""
         path = ensure_raw(self.root, self.cache_dir) / FILES[split][1]
-        return np.fromfile(path, dtype=np.uint8, offset=8)
+        return np.fromfile(path, dtype=np.uint8, offset=8)[: self.num_samples or None]
 
     def _source(self, split, sampler):
         directory = ensure_raw(self.root, self.cache_dir)

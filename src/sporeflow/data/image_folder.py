@@ -1,5 +1,10 @@
-"""ImageNet-style JPEG trees: `<root>/train/<class>/*.JPEG` and `<root>/val/<class>/*.JPEG`,
-read by MindSpore's ImageFolderDataset (labels = sorted class folder names).
+"""ImageNet-style JPEG trees read by MindSpore's ImageFolderDataset (labels = the training
+split's sorted class folder names, for every split).
+
+Two layouts: `<root>/train/<class>/*.JPEG` and `<root>/val/<class>/*.JPEG` (ImageNet's own:
+its `val/` is the TEST split, and validation is held out of `train/` by dataset.val_split), or
+`train/ val/ test/`, mapped one to one (the stored `val/` is the validation split; val_split
+and split_seed are then unused). `train/ test/` reads `test/` as the test split.
 
 Transforms as in the seeds: train RandomCropDecodeResize(image_size) + RandomHorizontalFlip;
 eval Decode, Resize(image_size * 256 / 224), CenterCrop(image_size); then Normalize, HWC2CHW.
@@ -12,15 +17,17 @@ from pathlib import Path
 from typing import Annotated
 
 import mindspore.dataset as mds
+import numpy as np
 from mindspore.dataset import vision
 
 from sporeflow.core.errors import DataError
-from sporeflow.core.ranges import Count
+from sporeflow.core.ranges import Count, NonNegative
 from sporeflow.data.base import DataSource, ImageDataset
 from sporeflow.data.readable import check_readable
 
 EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
-SPLIT_DIRS = {"train": "train", "test": "val"}
+SPLIT_DIRS = {"train": "train", "test": "val"}  # ImageNet's layout: val/ is the test split
+THREE_DIRS = {"train": "train", "val": "val", "test": "test"}  # a stored validation split
 log = logging.getLogger(__name__)
 
 
@@ -36,6 +43,8 @@ class ImageFolder(ImageDataset):
         std=(0.229, 0.224, 0.225),
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
     ):
         super().__init__(
             batch_size,
@@ -46,56 +55,75 @@ class ImageFolder(ImageDataset):
             std,
             num_parallel_workers,
             drop_remainder,
+            val_split,
+            split_seed,
         )
         self.native_size = image_size  # decode_ops already produce image_size x image_size
         self.root = Path(root).expanduser()
 
+    def split_dirs(self) -> dict[str, str]:
+        """Stored split -> its folder under root: THREE_DIRS when root holds val/ and test/,
+        train/ and test/ when it holds test/ without val/, else ImageNet's SPLIT_DIRS."""
+        has = {name: (self.root / name).is_dir() for name in ("val", "test")}
+        if has["val"] and has["test"]:
+            return THREE_DIRS
+        return {"train": "train", "test": "test"} if has["test"] else SPLIT_DIRS
+
+    def stored_splits(self):
+        return tuple(self.split_dirs())
+
     def _split_dir(self, split: str) -> Path:
-        directory = self.root / SPLIT_DIRS[split]
+        folder = self.split_dirs()[split]
+        directory = self.root / folder
         if not directory.is_dir():
             raise DataError(
-                f"dataset.root={self.root} lacks {SPLIT_DIRS[split]}/; expected "
-                f"{self.root}/train/<class>/*.JPEG and {self.root}/val/<class>/*.JPEG"
+                f"dataset.root={self.root} lacks {folder}/; expected "
+                f"{self.root}/train/<class>/*.JPEG and {self.root}/val/<class>/*.JPEG "
+                "(or train/, val/ and test/)"
             )
         return directory
 
-    def check(self) -> None:
-        """The base checks, then every image of both splits decodes (data.readable): a
+    def check_stored(self) -> None:
+        """The base checks, then every image of every split decodes (data.readable): a
         damaged file is refused before work, not met by MindSpore's decoder mid-epoch."""
-        super().check()
-        self._check_classes()
-        for split in SPLIT_DIRS:
+        super().check_stored()
+        for split in self.stored_splits():
             directory = self._split_dir(split)
+            self._say_missing_classes(directory)
             check_readable(directory, _image_files(directory))
 
-    def _check_classes(self) -> None:
-        """Every split is labelled by the training split's class folders: a class the training
-        split lacks cannot be labelled (refused); one a split lacks is said in one line."""
+    def _say_missing_classes(self, directory: Path) -> None:
+        """A split lacking some of the training split's classes is labelled by the training
+        split's numbering all the same: said in one line."""
+        found = {d.name for d in _class_dirs(directory)}
+        missing = [name for name in self.class_names() or [] if name not in found]
+        if missing:
+            log.info(
+                "%s holds no %s: its images are labelled by the training split's %d classes",
+                directory,
+                ", ".join(missing),
+                len(self.class_names() or []),
+            )
+
+    def _class_indexing(self, directory: Path) -> dict[str, int]:
+        """The training split's label of each class folder of `directory`: a class the training
+        split lacks cannot be labelled (DataError naming the folder)."""
         trained = self.class_names() or []
-        directory = self._split_dir("test")
-        found = [d.name for d in _class_dirs(directory)]
-        unknown = [name for name in found if name not in trained]
+        unknown = [d.name for d in _class_dirs(directory) if d.name not in trained]
         if unknown:
             raise DataError(
                 f"{directory}: class folder(s) {', '.join(unknown)} not in the training split "
                 f"{self._split_dir('train')} (its classes: {', '.join(trained)}); "
                 "every split is labelled by the training split's folders"
             )
-        missing = [name for name in trained if name not in found]
-        if missing:
-            log.info(
-                "%s holds no %s: its images are labelled by the training split's %d classes",
-                directory,
-                ", ".join(missing),
-                len(trained),
-            )
+        return {name: label for label, name in enumerate(trained)}
 
     def class_names(self):
         """The training split's class folders in sorted order: MindSpore's label numbering."""
-        directory = self.root / SPLIT_DIRS["train"]
+        directory = self.root / "train"
         return [d.name for d in _class_dirs(directory)] if directory.is_dir() else None
 
-    def num_rows(self, split):
+    def stored_rows(self, split):
         directory = self._split_dir(split)
         classes = _class_dirs(directory)
         if len(classes) > self.num_classes:
@@ -111,17 +139,24 @@ class ImageFolder(ImageDataset):
             )
         return count
 
-    def source(self, split):
+    def stored_labels(self, split):
+        """Each image's label from the folder listing, in the order ImageFolderDataset reads
+        a split with a sequential sampler (class folders sorted, files sorted in each)."""
+        directory = self._split_dir(split)
+        indexing = self._class_indexing(directory)
+        return np.array([indexing[f.parent.name] for f in _image_files(directory)], np.int64)
+
+    def stored_source(self, split):
         # a directory: its digest covers the file names and sizes, not every image's bytes
         return DataSource(self.root.name, str(self.root), [self._split_dir(split)], "")
 
     def _source(self, split, sampler):
-        classes = self.class_names() or []  # the training split's numbering for every split
+        directory = self._split_dir(split)  # the training split's numbering for every split
         return mds.ImageFolderDataset(
-            str(self._split_dir(split)),
+            str(directory),
             sampler=sampler,
             extensions=EXTENSIONS,
-            class_indexing={name: label for label, name in enumerate(classes)},
+            class_indexing=self._class_indexing(directory),
             decode=False,
         )
 

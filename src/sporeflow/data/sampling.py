@@ -6,6 +6,9 @@ uninterrupted run. Here epoch e's permutation is RandomState(seed + e) whatever 
 before; MindSpore calls __iter__ once per epoch on its copy of the sampler.
 Every rank draws the same permutation and takes every num_shards-th index from shard_id,
 padding by wrap-around so all shards have the same length (like DistributedSampler).
+Given `rows` (the stored rows of a split held out of, or left by, a validation split:
+data.splits) it orders positions 0..len(rows)-1 so and yields the stored row at each: a
+subset's order is as resumable and shard-consistent as a whole split's.
 """
 
 from __future__ import annotations
@@ -25,8 +28,12 @@ class EpochSampler(mds.Sampler):
         start_epoch: int = 0,
         num_shards: int | None = None,
         shard_id: int | None = None,
+        rows: np.ndarray | None = None,
     ):
+        if rows is not None and len(rows) != num_rows:
+            raise ValueError(f"{len(rows)} rows for a sampler of {num_rows}")
         self.num_rows = num_rows
+        self.rows = rows
         self.seed = seed
         self.shuffle = shuffle
         self.epoch = start_epoch
@@ -36,7 +43,7 @@ class EpochSampler(mds.Sampler):
         super().__init__(num_samples=self.per_shard)  # after the fields: it may ask len()
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
-        """The indices this shard reads in `epoch` (0-based)."""
+        """The stored-row indices this shard reads in `epoch` (0-based)."""
         order = (
             np.random.RandomState(self.seed + epoch).permutation(self.num_rows)
             if self.shuffle
@@ -44,7 +51,8 @@ class EpochSampler(mds.Sampler):
         )
         total = self.per_shard * self.num_shards
         order = np.resize(order, total)  # wrap-around padding
-        return order[self.shard_id :: self.num_shards]
+        positions = order[self.shard_id :: self.num_shards]
+        return positions if self.rows is None else self.rows[positions]
 
     def __iter__(self):
         indices = self.epoch_indices(self.epoch)

@@ -8,7 +8,7 @@ from typing import Annotated
 import mindspore.dataset as mds
 import numpy as np
 
-from sporeflow.core.ranges import Count
+from sporeflow.core.ranges import Count, NonNegative
 from sporeflow.data.base import DataSource, ImageDataset
 
 
@@ -26,6 +26,8 @@ class Synthetic(ImageDataset):
         std: float = 0.25,
         num_parallel_workers: Annotated[int, Count] = 1,
         drop_remainder: bool = False,
+        val_split: Annotated[float, NonNegative] = 0.1,
+        split_seed: Annotated[int, NonNegative] = 0,
         root: str | None = None,
     ):
         super().__init__(
@@ -37,22 +39,32 @@ class Synthetic(ImageDataset):
             std,
             num_parallel_workers,
             drop_remainder,
+            val_split,
+            split_seed,
         )
         self.native_size = image_size
         self.sizes = {"train": num_samples, "test": test_samples}
         self.data_seed = data_seed
 
-    def num_rows(self, split):
+    def stored_rows(self, split):
         return self.sizes[split]
 
-    def source(self, split):
+    def stored_source(self, split):
         return DataSource(
             "synthetic", "generated", [], f"data_seed={self.data_seed} images={self.sizes[split]}"
         )
 
+    def stored_labels(self, split):
+        return self._arrays(split)[1]
+
     def _source(self, split, sampler):
+        images, labels = self._arrays(split)
+        return mds.NumpySlicesDataset({"image": images, "label": labels}, sampler=sampler)
+
+    def _arrays(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """Images (N, S, S, C) uint8 and labels (N,) int32 of a stored split: one draw, so the
+        labels `stored_labels` gives are the ones the pipeline reads."""
         rng = np.random.default_rng(self.data_seed + (split == "test"))
         n, s = self.sizes[split], self.image_size
         images = rng.integers(0, 256, (n, s, s, self.channels), dtype=np.uint8)
-        labels = rng.integers(0, self.num_classes, n).astype(np.int32)
-        return mds.NumpySlicesDataset({"image": images, "label": labels}, sampler=sampler)
+        return images, rng.integers(0, self.num_classes, n).astype(np.int32)

@@ -15,12 +15,16 @@ from sporeflow.tracking.tracker import TrackedRun
 
 log = logging.getLogger(__name__)
 MODEL_DIR = "model"
-CONTEXTS = {"train": "training", "test": "evaluation"}
+CONTEXTS = {"train": "training", "val": "validation", "test": "evaluation"}
 
 
 def record_data(run: TrackedRun, data) -> None:
-    """Each split as a dataset input of the run (name, where from, files to hash, images)."""
+    """Each split as a dataset input of the run (name, where from, files to hash, images).
+    With no validation split (dataset.val_split=0) none is logged under `validation`: the
+    choices read the test input, which the stage says and tags (data.selection_split)."""
     for split, context in CONTEXTS.items():
+        if split == "val" and data.selection_split != "val":
+            continue
         source = data.source(split)
         run.log_dataset(
             f"{source.name}-{split}",

@@ -86,13 +86,18 @@ def train_line(launch: Path) -> list[str]:
 def render_train_line(shown: list[str]) -> str:
     """The default job's summary line and what it says."""
     (line,) = shown
-    match = re.match(r"\[sporeflow\] train: acc=([\d.]+), loss=([\d.]+), (\d+) images/s", line)
+    match = re.match(
+        r"\[sporeflow\] train: val acc=([\d.]+), val loss=([\d.]+), "
+        r"test acc=([\d.]+), test loss=([\d.]+), (\d+) images/s",
+        line,
+    )
     updates = re.search(r"\((batch \d+), (\d+) optimizer updates\)", line)
     assert match and updates, line
     return (
-        f"{indented(shown)}\n\n(from `python train.py` with this code: the test split's accuracy "
-        f"{match[1]} and loss {match[2]} after {updates[2]} optimizer updates of {updates[1]}; "
-        "images/s is this machine's.)\n"
+        f"{indented(shown)}\n\n(from `python train.py` with this code: after {updates[2]} "
+        f"optimizer updates of {updates[1]}, the validation split's accuracy {match[1]} and loss "
+        f"{match[2]} - what its choices read - and the test split's accuracy {match[3]} and loss "
+        f"{match[4]}, measured once at the end - what it reports; images/s is this machine's.)\n"
     )
 
 
@@ -175,23 +180,23 @@ def render_sweep_table(shown: list[str]) -> str:
     rows = [r.split() for r in table[1:]]
     header = table[0].split()
     p_col, ci_col = header.index("p"), header.index("CI")
-    # the CI column's header is two words ("gain 95% CI"); in the rows it is one field
-    ci_field, p_field = ci_col - 2, p_col - 2
+    # the CI column's header is three words ("test gain 95% CI"); in the rows it is one field
+    ci_field, p_field = ci_col - 3, p_col - 3
     straddle = [r for r in rows if _straddles(r[ci_field])]
     significant = [r for r in rows if float(r[p_field]) < 0.05]
     best = rows[0]
     verdict = "a tie" if decided and decided[0].startswith("tie: ") else "a winner"
     reading = (
-        f"Read it as: job {best[0]} leads on the objective (stage 2's accuracy); "
-        f"{len(straddle)} of {len(rows)} gain intervals straddle zero"
+        f"Read it as: job {best[0]} leads on the objective (stage 2's validation accuracy); "
+        f"{len(straddle)} of {len(rows)} test gain intervals straddle zero"
         + (
             "; none of the settings differs significantly from its best baseline at 5%"
             if not significant
             else "; significant at 5%: " + ", ".join(f"job {r[0]}" for r in significant)
         )
-        + f". The sweep's own decision, from stage 2's per-image outcomes of every point, is {verdict}"
+        + f". The sweep's own decision, from stage 2's per-image outcomes on the validation images of every point, is {verdict}"
         + (f" ({_tie_count(decided[0], len(rows))})" if verdict == "a tie" else "")
-        + (": more eval data or seeds may decide." if verdict == "a tie" else ".")
+        + (": more validation images or seeds may decide." if verdict == "a tie" else ".")
     )
     return indented(shown) + "\n\n" + reading + "\n"
 

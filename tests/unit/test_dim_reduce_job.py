@@ -55,8 +55,8 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(parent.info.run_id))
     assert (
-        f"{parent.data.metrics['val/stage2/acc']:.4f}" in row
-        and f"{parent.data.metrics['val/gain']:+.4f}" in row
+        f"{parent.data.metrics['test/stage2/acc']:.4f}" in row  # compare shows what reports
+        and f"{parent.data.metrics['test/gain']:+.4f}" in row
     )
 
     run_dir = tmp_path / "run"
@@ -72,7 +72,12 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
         stage: np.load(run_dir / stage / "predictions.npy")
         for stage in ("stage1", "stage2", "baseline", "annealed", "snapshot_mean")
     }
-    assert {len(r) for r in right.values()} == {360}
+    n = len(right["stage2"])  # the validation images (what decides), the same for every stage
+    assert {len(r) for r in right.values()} == {n} and n == 144  # digits' 1437 less 10% held out
+    tested = {s: np.load(run_dir / s / "test_predictions.npy") for s in right}
+    assert {len(r) for r in tested.values()} == {360}  # the test images: reported
+    for stage, r in tested.items():
+        assert r.mean() == pytest.approx(parent.data.metrics[f"test/{stage}/acc"], abs=1e-6)
     for stage, r in right.items():
         assert r.mean() == pytest.approx(parent.data.metrics[f"val/{stage}/acc"], abs=1e-6), stage
     best = max(
@@ -80,14 +85,14 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     )
     b, c = int((right["stage2"] & ~right[best]).sum()), int((~right["stage2"] & right[best]).sum())
     m = parent.data.metrics
-    assert m["val/gain_images"] == b - c and m["val/gain"] == pytest.approx((b - c) / 360, abs=1e-6)
+    assert m["val/gain_images"] == b - c and m["val/gain"] == pytest.approx((b - c) / n, abs=1e-6)
     assert m["val/gain_p_value"] == pytest.approx(
         binomtest(min(b, c), b + c).pvalue if b + c else 1.0
     )
     assert m["val/gain_ci_low"] <= m["val/gain"] <= m["val/gain_ci_high"]
-    (line,) = [
-        ln for ln in proc.stderr.splitlines() if f"stage2 vs {best}: {b - c:+d} images" in ln
-    ]
+    on_val = proc.stderr.split("paired on the validation images:", 1)[1].split("\n\n")[0]
+    line = next(ln for ln in on_val.splitlines() if f"stage2 vs {best}: " in ln)
+    assert f"stage2 vs {best}: {b - c:+d} images" in line, line
     verdict = "not significant at 5%" if m["val/gain_p_value"] >= 0.05 else "significant at 5%"
     assert verdict in line and ("not significant" in line) == (m["val/gain_p_value"] >= 0.05), line
     # the annealed baseline really used the annealed learning rate

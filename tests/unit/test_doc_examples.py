@@ -189,7 +189,7 @@ def test_the_sweep_table_has_the_current_columns_and_the_reading_counts_right():
     assert len(rows) == 6
     ci = lines[0].split().index("CI") - 3  # the header's "test gain 95% CI" is one field in a row
     straddling = sum(float(r[ci].split("..")[0]) <= 0 <= float(r[ci].split("..")[1]) for r in rows)
-    assert f"{straddling} of 6 gain intervals straddle zero" in body
+    assert f"{straddling} of 6 test gain intervals straddle zero" in body
 
 
 def test_the_race_example_has_the_current_lines_and_the_reading_counts_right():

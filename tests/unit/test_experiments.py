@@ -49,6 +49,7 @@ REDUCED = {
         "boost.snapshot.start_epoch=1",
         "boost.snapshot.per_epoch=2",
         "boost.n_component=3",
+        "dataset.val_split=0",  # 8 images, 10 classes: none to hold out; 2 steps an epoch
         "boost.epochs=1",
         "boost.baselines=[]",  # a baseline trains stage 1's network on: nothing new to run
         "optimizer.lr=0.01",

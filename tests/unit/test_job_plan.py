@@ -40,7 +40,8 @@ def test_a_new_job_plans_its_own_dir_and_the_facts_config_facts_derive(tmp_path,
     assert plan.global_batch == global_batch_size(cfg) == plan.worker_batch * cfg.parallel.workers
     assert plan.first_local_rank == first_local_rank(cfg) == 0
     explicit = cfg.sweep.objective if cfg.sweep.objective != "auto" else None
-    assert plan.objective == (explicit or ("val/stage2/acc" if plan.dim_reduce else "val/acc"))
+    named = f"val/{explicit}" if explicit and not explicit.startswith("val/") else explicit
+    assert plan.objective == (named or ("val/stage2/acc" if plan.dim_reduce else "val/acc"))
     assert plan.run.boost.name is cfg.boost.name  # the typed twin holds the same values
 
 

@@ -222,7 +222,11 @@ CASES = {
     ),
     "sweep objective the run does not report": (
         ["sweep.objective=gain"],
-        ["sweep.objective='gain' with boost=none", "auto, acc, loss"],
+        ["sweep.objective='gain'; allowed: auto, val/acc, val/loss (boost=none)"],
+    ),
+    "a sweep objective on the test images (issue 61)": (
+        ["sweep.objective=test/acc"],
+        ["sweep.objective='test/acc': a choice is scored on the validation split", "use 'val/acc'"],
     ),
     "a model target that is not a network (it would create a file)": (
         [

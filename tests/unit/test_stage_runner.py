@@ -131,8 +131,8 @@ def test_the_comparison_pairs_stage2_with_the_reused_stages_on_the_same_images(
     stage2 = np.load(run_dir / "stage2" / "predictions.npy")
     stage1 = np.load(launch / "a" / "stage1" / "predictions.npy")
     expected = compare_paired(stage2, stage1)
-    assert second.data.metrics["vs_stage1/images"] == expected.images
-    assert second.data.metrics["vs_stage1/p_value"] == pytest.approx(expected.p_value)
+    assert second.data.metrics["val/vs_stage1/images"] == expected.images
+    assert second.data.metrics["val/vs_stage1/p_value"] == pytest.approx(expected.p_value)
 
 
 def by_name(launch, pipeline, stage):
@@ -384,4 +384,4 @@ def test_a_local_stage1_whose_files_are_not_the_recorded_ones_is_trained_again(
     # run dir is gone it is trained again, so its paired comparison does not drop out
     assert pipelines[1].data.tags.get("baseline_reused_from")
     assert not pipelines[2].data.tags.get("baseline_reused_from")
-    assert "vs_baseline/p_value" in pipelines[2].data.metrics
+    assert "val/vs_baseline/p_value" in pipelines[2].data.metrics

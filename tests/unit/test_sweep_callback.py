@@ -249,7 +249,7 @@ def test_a_sweep_on_the_gain_at_equal_cost_decides_on_stage2_against_each_points
         right = {s: stage_predictions(tmp_path, run, s) for s in ("stage2", "budget")}
         score[run.data.params["boost.rho"]] = right["stage2"].astype(int) - right["budget"]
         assert score[run.data.params["boost.rho"]].mean() == pytest.approx(
-            run.data.metrics["gain_at_cost"]
+            run.data.metrics["val/gain_at_cost"]
         )
     best = max(score, key=lambda rho: (score[rho].mean(), rho == "0.4"))
     other = next(rho for rho in score if rho != best)
@@ -258,7 +258,7 @@ def test_a_sweep_on_the_gain_at_equal_cost_decides_on_stage2_against_each_points
     assert parent.data.tags["sporeflow.decision"] == ("winner" if winner else "tie")
     line = next(ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: ")))
     assert line.split(" (")[0].split(": ", 1)[1] == f"boost.rho={best}", line
-    assert f"(gain_at_cost {score[best].mean():.4f})" in line
+    assert f"(val/gain_at_cost {score[best].mean():.4f})" in line
 
 
 def stage_predictions(launch, run, stage) -> np.ndarray:

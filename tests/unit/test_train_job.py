@@ -17,7 +17,7 @@ from helpers.train import REPO
 def test_default_job_trains_tracks_and_checkpoints(tmp_path):
     proc = run_train(["epochs=6"], tmp_path, env={"MLFLOW_TRACKING_URI": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[sporeflow] train: acc=" in proc.stderr
+    assert "[sporeflow] train: val acc=" in proc.stderr
 
     ckpts = tmp_path / "run" / "checkpoints"
     assert (ckpts / "final.ckpt").stat().st_size > 1000
@@ -45,7 +45,10 @@ def test_default_job_trains_tracks_and_checkpoints(tmp_path):
     assert run.data.tags["git_commit"] == head and run.data.tags["git_dirty"] in ("true", "false")
     assert "Creating initial MLflow database tables" not in proc.stdout + proc.stderr
 
-    steps_per_epoch = 45  # 1437 training images / batch 32, last batch kept
+    # 1437 stored training images, 144 (10%, stratified) held out for validation: 1293 / batch
+    # 32, last batch kept (45 steps before the validation split)
+    steps_per_epoch = 41
+    assert run.data.tags["batch.steps_per_epoch"] == str(steps_per_epoch)
     losses = client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in losses] == list(range(1, 6 * steps_per_epoch + 1))
     accs = client.get_metric_history(run.info.run_id, "val/acc")
@@ -127,7 +130,9 @@ def test_train_step_features_inside_model_train(tmp_path):
     full = ms.load_checkpoint(str(ckpts / "epoch_0002.ckpt"))
     assert (final["fc3.weight"].asnumpy() == full["ema.fc3.weight"].asnumpy()).all()
     assert not (final["fc3.weight"].asnumpy() == full["fc3.weight"].asnumpy()).all()
-    assert int(full["micro_step"].asnumpy()) == 90 and int(full["global_step"].asnumpy()) == 45
+    steps = 2 * int(run.data.tags["batch.steps_per_epoch"])  # 2 epochs' batches; 2 a step
+    assert int(full["micro_step"].asnumpy()) == steps
+    assert int(full["global_step"].asnumpy()) == steps // 2
 
 
 @pytest.mark.parametrize("dataset", ["mnist", "cifar10", "imagenet"])
@@ -215,7 +220,8 @@ def test_a_trained_stage_compiles_its_eval_graph_once(tmp_path, monkeypatch):
     (the Model's eval network in phase "eval"): a job compiles a train and an eval graph, no
     third one for the predictions (it did until the predictions ran the bare network), and no
     second eval graph for a smaller last batch (72 test images: 3 batches of 24, not 32, 32
-    and 8). Counted at MindSpore's own compile: a graph it had not compiled before."""
+    and 8; the 24 validation images are one batch of that shape too). Counted at MindSpore's own
+    compile: a graph it had not compiled before."""
     from mindspore.graph.api import _CellGraphExecutor
 
     from helpers.inprocess import TINY
@@ -229,7 +235,8 @@ def test_a_trained_stage_compiles_its_eval_graph_once(tmp_path, monkeypatch):
         return full_phase, new
 
     monkeypatch.setattr(_CellGraphExecutor, "compile", counting)
-    args = [*TINY, "dataset.test_samples=72", "epochs=2", "tracking.log_model=false"]
+    args = [*TINY, "dataset.num_samples=152", "dataset.val_split=24", "dataset.test_samples=72"]
+    args += ["epochs=2", "tracking.log_model=false"]  # 128 training images: 4 batches of 32
     proc = run_train(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert compiled == [("TrainOneStepCell", "train"), ("WithEvalCell", "eval")]

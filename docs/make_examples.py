@@ -194,7 +194,8 @@ def render_sweep_table(shown: list[str]) -> str:
             if not significant
             else "; significant at 5%: " + ", ".join(f"job {r[0]}" for r in significant)
         )
-        + f". The sweep's own decision, from stage 2's per-image outcomes on the validation images of every point, is {verdict}"
+        + ". The sweep's own decision, from stage 2's per-image outcomes on the validation "
+        + f"images of every point, is {verdict}"
         + (f" ({_tie_count(decided[0], len(rows))})" if verdict == "a tie" else "")
         + (": more validation images or seeds may decide." if verdict == "a tie" else ".")
     )

@@ -141,10 +141,11 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
         )
     markdown = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
     assert markdown.splitlines()[0].startswith("| job | status | boost.rho |")
-    # the text table ends with the verdict the sweep itself ended with
+    # the text table ends with the verdict the sweep itself ended with, then what it reports
     (sweep,) = by_stage(runs)["sweep"]
     text = sporeflow_cli(cwd, "compare", "--sweep", "latest").stdout
-    assert text.splitlines()[-1].startswith(sweep.data.tags["sporeflow.decision"] + ": ")
+    assert text.splitlines()[-2].startswith(sweep.data.tags["sporeflow.decision"] + ": ")
+    assert text.splitlines()[-1].startswith("reported: boost.rho=")
     assert sporeflow_cli(cwd, "compare", "--sweep", "0123abc").returncode == 2
 
 

@@ -100,7 +100,13 @@ def test_a_sweep_returns_its_jobs_and_the_decision_compare_prints(tmp_path, monk
     again = sporeflow.results()  # latest, from the store alone
     assert again.run_id == swept.run_id and again.verdict == swept.verdict
     compared = sporeflow_here(tmp_path, "compare", "--sweep", "latest")
-    assert compared.returncode == 0 and compared.stdout.splitlines()[-1] == swept.verdict
+    assert compared.returncode == 0 and compared.stdout.splitlines()[-2:] == [
+        swept.verdict,
+        swept.reported,
+    ]
+    assert (
+        swept.reported.startswith("reported: ") and "the estimate nothing chose" in swept.reported
+    )
     with pytest.raises(sporeflow.ConfigError, match="sweep=nope: no sweep run"):
         sporeflow.results("nope")
     name = parent.data.tags["mlflow.runName"]  # what the sweep's first console line names

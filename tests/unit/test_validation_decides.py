@@ -148,3 +148,55 @@ def test_a_sweep_decides_on_validation_and_reports_the_winner_on_test(swapped, c
     assert parent.data.metrics["best/optimism"] == pytest.approx(val["1"] - tested["1"])
     (line,) = [ln for ln in err.splitlines() if ln.startswith("reported: ")]
     assert f"{reported:.4f}" in line and "the estimate nothing chose" in line
+
+
+def test_without_a_validation_split_choices_read_test_and_the_run_says_so(swapped):
+    """dataset.val_split=0 on a two-folder layout (train/ and val/, val/ the test split): the
+    epochs' evaluations read the test images, one line says so and the run is tagged."""
+    root = swapped / "two_folders"
+    for split, folder in (("train", "train"), ("test", "val")):
+        for name in ("a", "b"):
+            source = swapped / "images" / split / name
+            (root / folder / name).mkdir(parents=True)
+            for image in source.iterdir():
+                (root / folder / name / image.name).write_bytes(image.read_bytes())
+    launch = swapped / "no_val"
+    launch.mkdir()
+    proc = run_train_here(job(root, "epochs=1", "dataset.val_split=0"), launch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "dataset.val_split=0" in ln]
+    assert len(said) == 1 and "reads the test images" in said[0], said
+    (run,) = runs_of(launch)
+    assert run.data.tags["sporeflow.selection"] == "test"
+    contexts = [t.value for d in run.inputs.dataset_inputs for t in d.tags]
+    assert "validation" not in contexts and "evaluation" in contexts
+    m = run.data.metrics
+    assert m["final/val/acc"] == m["test/acc"], "validation is the test split here"
+
+
+def test_a_race_ranks_its_points_by_their_validation_accuracy(swapped, tmp_path):
+    """A race of two learning rates over two seeds: every value it ranks (its race.csv) is the
+    job's validation accuracy, which prefers the point the test images would drop."""
+    import csv
+
+    from helpers.inprocess import train_cli
+
+    args = ["-m", "hydra/sweeper=sporeflow_race", "hydra.sweeper.max_seeds=2"]
+    fixed = [o for o in job(swapped / "images", "epochs=4") if not o.startswith("optimizer.lr")]
+    args += ["+hydra.sweeper.params.optimizer.lr='0.001,0.5'", *fixed]
+    code, err = train_cli([*args, f"hydra.sweep.dir={tmp_path}/multirun"], tmp_path, run_dir=None)
+    assert code == 0, err[-3000:]
+    with open(tmp_path / "multirun" / "race.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    jobs = {r.data.tags["sweep.job"]: r for r in runs_of(tmp_path) if "sweep.job" in r.data.tags}
+    assert len(rows) == len(jobs) == 4
+    for row in rows:
+        metrics = jobs[row["job"]].data.metrics
+        assert float(row["value"]) == pytest.approx(metrics["final/val/acc"]), row
+    learnt = [float(r["value"]) for r in rows if r["point"] == "optimizer.lr=0.5"]
+    barely = [float(r["value"]) for r in rows if r["point"] == "optimizer.lr=0.001"]
+    assert min(learnt) > max(barely), (learnt, barely)
+    tested = {r["point"]: jobs[r["job"]].data.metrics["test/acc"] for r in rows}
+    assert tested["optimizer.lr=0.5"] < tested["optimizer.lr=0.001"], (
+        "test ranks them the other way"
+    )

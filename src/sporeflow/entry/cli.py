@@ -108,7 +108,12 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
         print(report.render(*found.decision.rows(found.key)))
     print(report.render(header, rows, args.format), end="")
     if args.format == "text" and found.decision is not None:
-        print(found.decision.line(found.key))  # the verdict the sweep ended with, same store
+        on_test = report.selected_on_test(found.jobs)
+        # the verdict the sweep ended with, same store; then the chosen point on the test images
+        print(found.decision.line(found.key, "test" if on_test else "validation"))
+        tested = report.reported(reads, found.jobs, found.decision.best, found.key)
+        if tested is not None:
+            print(report.reported_line(found.decision.best, tested, on_test))
     return 0
 
 

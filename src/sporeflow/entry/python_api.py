@@ -80,8 +80,9 @@ class RunResult:
 class SweepResults:
     """A sweep as `sporeflow compare --sweep` shows it: `jobs` one row per job, best first by
     `objective`; `points` one row per point (its jobs but the seed) with its pooled value, 95%
-    interval, difference from the best, Holm p and verdict; `decision` "winner" or "tie" (None:
-    no per-image outcomes to decide on), as the parent run's `sporeflow.decision` tag."""
+    interval, difference from the best, Holm p and verdict, all on the validation images;
+    `decision` "winner" or "tie" (None: no per-image outcomes to decide on), as the parent
+    run's `sporeflow.decision` tag; `reported` the chosen point on the test images."""
 
     run_id: str
     uri: str
@@ -89,7 +90,8 @@ class SweepResults:
     jobs: Any  # pandas.DataFrame
     points: Any  # pandas.DataFrame (empty without a decision)
     decision: str | None
-    verdict: str  # the decision as the sweep's last console line says it
+    verdict: str  # the decision as the sweep's console says it
+    reported: str = ""  # the chosen point on the test images, as the line after the verdict
 
 
 def compose(
@@ -401,6 +403,10 @@ def _sweep_results(reads: StoreReads, run: Any) -> SweepResults:
         ]
     )
     decision = found.decision
+    on_test = report.selected_on_test(found.jobs)
+    tested = (
+        None if decision is None else report.reported(reads, found.jobs, decision.best, found.key)
+    )
     return SweepResults(
         run.info.run_id,
         reads.uri,
@@ -408,5 +414,6 @@ def _sweep_results(reads: StoreReads, run: Any) -> SweepResults:
         jobs,
         pd.DataFrame(decision.records() if decision is not None else []),
         decision.kind if decision is not None else None,
-        decision.line(found.key) if decision is not None else "",
+        decision.line(found.key, "test" if on_test else "validation") if decision else "",
+        report.reported_line(decision.best, tested, on_test) if decision and tested else "",
     )

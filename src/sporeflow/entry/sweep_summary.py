@@ -175,7 +175,7 @@ class Summary:
                 f"best: {said} (no per-image tie test for a {key} objective: ranked, not decided)"
             ]
         else:
-            on_test = selected_on_test(self._jobs)
+            on_test = report.selected_on_test(self._jobs)
             lines = [decision.line(key, "test" if on_test else "validation")]
             lines.append(f"{'best' if winner else 'leading'}: {said}")
             point = decision.best
@@ -214,19 +214,7 @@ class Summary:
             },
             0,
         )
-        images = sum(o.size for o in tested.outcomes.values())
-        said = (
-            f"reported: {point.label} on the test images {tested.accuracy:.4f} (95% CI "
-            f"{low:.4f}..{high:.4f}, {images} images)"
-        )
-        if on_test:
-            return [
-                f"{said}; optimistic: dataset.val_split=0, so the test images chose it too "
-                "(the winner's curse: set dataset.val_split for an estimate nothing chose)"
-            ]
-        return [
-            f"{said}: the estimate nothing chose; optimism (validation minus test) {optimism:+.4f}"
-        ]
+        return [report.reported_line(point, tested, on_test)]
 
     def _trials(self, jobs: list) -> list[str]:
         """An Optuna sweep: each trial's value on the parent (step = trial number), the trial
@@ -264,11 +252,6 @@ def leading_job(ranked: list, key: str, decision: Decision | None):
         jobs = set(decision.best.jobs.values())
         return next(j for j in ranked if j.number in jobs)
     return ranked[0] if ranked and key in ranked[0].metrics else None
-
-
-def selected_on_test(jobs: list) -> bool:
-    """Whether the sweep's jobs chose on the test split (dataset.val_split=0: tagged so)."""
-    return any(j.selection == "test" for j in jobs)
 
 
 def decision_tags(decision: Decision | None) -> dict[str, str]:

@@ -226,6 +226,29 @@ def reported(reads: StoreReads, jobs: list[Job], point: Point, key: str) -> Poin
     return tested
 
 
+def selected_on_test(jobs: list[Job]) -> bool:
+    """Whether the sweep's jobs chose on the test split (dataset.val_split=0: tagged so)."""
+    return any(j.selection == "test" for j in jobs)
+
+
+def reported_line(point: Point, tested: Point, on_test: bool) -> str:
+    """The chosen point on the test images: the estimate nothing chose and how much validation
+    flattered it; on test-chosen points (dataset.val_split=0) a warning instead."""
+    low, high = tested.ci95
+    images = sum(o.size for o in tested.outcomes.values())
+    said = (
+        f"reported: {point.label} on the test images {tested.accuracy:.4f} (95% CI "
+        f"{low:.4f}..{high:.4f}, {images} images)"
+    )
+    if on_test:
+        return (
+            f"{said}; optimistic: dataset.val_split=0, so the test images chose it too "
+            "(the winner's curse: set dataset.val_split for an estimate nothing chose)"
+        )
+    optimism = point.accuracy - tested.accuracy
+    return f"{said}: the estimate nothing chose; optimism (validation minus test) {optimism:+.4f}"
+
+
 def table_rows(jobs: list[Job], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) as strings: job, status, each swept key, each stage's accuracy, gain and
     its 95% interval and McNemar p when the jobs are pipelines."""

@@ -39,13 +39,14 @@ class StageRunner:
         """The job's data set at a batch size (default: this worker's share), built once."""
         batch = self.plan.worker_batch if batch_size is None else batch_size
         if batch not in self._data:
-            self._data[batch] = build_dataset(self.cfg, batch_size=batch)
-            if not self._data.keys() - {batch} and self._data[batch].selection_split == "test":
+            built = build_dataset(self.cfg, batch_size=batch)
+            if not self._data and built.selection_split == "test":  # said once a job
                 log.warning(
                     "dataset.val_split=0: no validation split, so every choice (best "
                     "checkpoints, early stopping, pruning, a sweep's winner) reads the test "
                     "images that also report the result: its accuracy is optimistic"
                 )
+            self._data[batch] = built
         return self._data[batch]
 
     # --- the MLflow run of a stage -------------------------------------------------------------

@@ -55,6 +55,7 @@ from sporeflow.entry.sweep_study import (
     registered_model_name,
     study_lock,
     study_parent,
+    study_storage,
     study_tags,
     swept_keys,
     trial_link,
@@ -106,6 +107,7 @@ class SweepRun(Callback):
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
+        self.sweep.study_name, self.sweep.study_storage = study_storage(config)
         self._start_writer()
         with self._tracker() as tracker, study_lock(config):
             self._start(tracker, config)

@@ -36,6 +36,16 @@ def study_tags(config: DictConfig) -> dict:
     return {"optuna.study": str(sweeper.study_name), "optuna.storage": redacted(str(url))}
 
 
+def study_storage(config: DictConfig) -> tuple[str, str]:
+    """An Optuna sweep's (study name, storage URL), read for its importances at the end;
+    ("", "") for any other sweep or a study kept in memory."""
+    if not study_tags(config):
+        return "", ""
+    sweeper = config.hydra.sweeper
+    url = search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))
+    return str(sweeper.study_name), str(url)
+
+
 def study_lock(config: DictConfig) -> AbstractContextManager:
     """Held while a process finds or creates its study's parent run, until the store has it:
     on a PostgreSQL study storage an advisory lock per study, so two processes starting at

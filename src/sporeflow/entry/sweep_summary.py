@@ -19,8 +19,8 @@ from sporeflow.config import objective
 from sporeflow.core.context import SweepJob
 from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
 from sporeflow.entry.sweep_study import model_stage
+from sporeflow.report import importance, views
 from sporeflow.report import sweep_report as report
-from sporeflow.report import views
 from sporeflow.report.decision import Decision
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.sync import sync
@@ -41,6 +41,8 @@ class Sweep:
     objective: str = "auto"
     registered_model: str = ""  # "" = the best job's model is not registered
     started: float = 0.0  # when this sweep started: older job dirs in its sweep dir are not its own
+    study_name: str = ""  # an Optuna sweep's study in a storage: its importances are the study's
+    study_storage: str = ""
 
 
 def status_line(status: str, count: Counter, run_id: str, uri: str, why: str = "") -> str:
@@ -117,6 +119,13 @@ class Summary:
             self._view(key, sorted({m for j in jobs for m in j.metrics}))
         if best is not None:
             lines += self._best(best, key, decision)
+        found = self._importances(jobs, key) if key else None
+        if found is not None:
+            lines.append(found.line())
+            plot = importance.figure(found, sweep.sweep_dir / importance.FIGURE)
+            if plot is not None:
+                self.parent.log_artifact(plot)
+                plots.append(plot)
         lines += self._trials(jobs)
         lines += [f"failed: job {o['job']} ({self._label(o)}): {o['error']}" for o in failed]
         written = ", ".join(p.name for p in plots)
@@ -124,6 +133,24 @@ class Summary:
         lines.append(f"table{' and plots' if written else ''}: {where}")
         self.parent.flush()
         return lines
+
+    def _importances(self, jobs: list, key: str) -> importance.Importances | None:
+        """Which settings mattered (report.importance), as `importance/<param>` metrics on the
+        parent: an Optuna sweep's study as it is, any other sweep's finished points as a study
+        built in memory; None (nothing recorded) below 4 points or with one varied setting."""
+        try:
+            study = None
+            if self.sweep.study_name and self.sweep.study_storage:
+                study = importance.load_study(self.sweep.study_name, self.sweep.study_storage)
+            if study is None:
+                study = importance.study_of_jobs(jobs, self.sweep.keys, key)
+            found = importance.evaluate(study)
+        except Exception as ex:  # noqa: BLE001 - importances must not fail a finished sweep
+            log.warning("parameter importances failed: %s", ex)
+            return None
+        if found is not None:
+            self.parent.log_metrics(found.metrics(), 0)
+        return found
 
     def _label(self, outcome: dict) -> str:
         job = SweepJob(self.sweep.run_id, tuple(self.sweep.keys), outcome["job"])

@@ -128,9 +128,9 @@ def render_cost_lines(shown: list[str]) -> str:
         f"{passes['stage2']:.0f} passes with its snapshots and PCA, {ratio[1]}x what "
         f"{ratio[2]} plain epoch{'s' if ratio[2] != '1' else ''} cost; the budget arm trained "
         f"{ratio[3]} steps for it, and at equal cost the difference "
-        f"{'is' if significant else 'is not'} significant at 5%. The snapshots' and the PCA's "
-        "seconds count at the stage's measured seconds per pass: on another run or machine "
-        "these passes, the ratio and the budget's steps differ a little, as the seconds do).\n"
+        f"{'is' if significant else 'is not'} significant at 5%. The snapshots and the PCA count "
+        "by the rule above, not by their seconds: the same stage 1 and settings give these "
+        "passes and steps on any machine at any load; only the seconds columns move).\n"
     )
 
 

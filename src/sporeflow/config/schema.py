@@ -135,7 +135,7 @@ class Baseline(Enum):
 
 
 class BudgetUnit(Enum):
-    passes = "passes"  # forward+backward passes: deterministic
+    passes = "passes"  # forward+backward passes, snapshots and PCA by a rule: reproducible
     seconds = "seconds"  # wall seconds of the steps, from both arms' measured step times
 
 
@@ -302,8 +302,10 @@ class BoostConfig:
     cost, `gain_at_cost`)."""
     budget_unit: BudgetUnit = BudgetUnit.passes
     """What the budget arm gets as much of as stage 2 spent (snapshots and PCA included):
-    `passes` (forward+backward passes, deterministic) or `seconds` (wall seconds of the steps;
-    its step count follows from both arms' measured seconds per step)."""
+    `passes` (forward+backward passes, the snapshots and PCA counted in passes by a rule from
+    their size: reproducible on any machine at any load) or `seconds` (measured wall seconds of
+    the steps, snapshots and PCA; its step count follows from both arms' measured seconds per
+    step, so it moves with the machine's load)."""
     target_acc: Optional[Annotated[float, OpenUnit]] = None
     """An accuracy to reach: each arm's cost (passes since stage 1's end) to first reach it is
     recorded as `<arm>/passes_to_target` and printed (never reached: infinite, as AlgoPerf

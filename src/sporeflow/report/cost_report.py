@@ -3,8 +3,8 @@ forward+backward passes since stage 1's end, its cost beside its accuracy, the c
 target accuracy, and the figure. Plain numbers in, so it imports no engine.
 
 An arm's curve is `[(passes since stage 1's end, acc), ...]`, starting at stage 1's end
-(0 passes, stage 1's accuracy): stage 2's own evaluations are shifted by the snapshots' and
-the PCA's cost (it cannot start before them), the snapshot mean sits at the snapshots' cost.
+(0 passes, stage 1's accuracy): stage 2's own evaluations already count the snapshots' and
+the PCA's passes (its cost/passes include them), the snapshot mean sits at the snapshots' cost.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def passes_to_target(curve: list[tuple[float, float]], target: float) -> float:
 
 
 def cost_metrics(costs: dict[str, dict], offsets: dict[str, float]) -> dict[str, float]:
-    """Each arm's cost on the parent: `<arm>/passes` (its own passes plus what it had to wait
-    for: stage 2's snapshots and PCA) and `<arm>/seconds` (its wall seconds: compile, steps,
+    """Each arm's cost on the parent: `<arm>/passes` (its run's `cost/passes`, stage 2's with
+    its snapshots and PCA; plus `offsets`: what an arm waited for that its run does not count,
+    the snapshot mean's snapshots) and `<arm>/seconds` (its wall seconds: compile, steps,
     evaluation, snapshots)."""
     found = {}
     for arm, cost in costs.items():

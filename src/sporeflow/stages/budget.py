@@ -1,14 +1,16 @@
 """What stage 2 cost, as a budget for ordinary training: the budget arm gets it.
 
 Stage 2 pays its own passes (engine.cost: a step with its line search's trial forwards) and,
-before it starts, stage 1's snapshots and the PCA. Those seconds are converted into passes at
-stage 1's seconds per pass (the same network and batch, plain steps: what the budget arm
-runs). `boost.budget_unit` says how the budget arm's steps follow from that:
-- `passes` (default, deterministic): steps = round(stage 2's passes + snapshots + PCA as
-  passes), one pass per plain step;
-- `seconds`: steps = round((stage 2's step seconds + snapshots + PCA seconds) / stage 1's
-  seconds per step); both per-step times are recorded on the budget arm's run, so a rerun can
-  pin the step count (graph compilation is left out on both sides: each arm compiles once).
+before it starts, stage 1's snapshots and the PCA, counted in passes by engine.cost's rule
+(`Overhead`: from the snapshots N, the components k, the weights P, the network's forward MACs
+and the batch; never timed). Stage 2's run records that total as its `cost/passes`.
+`boost.budget_unit` says how the budget arm's steps follow from it:
+- `passes` (default, reproducible: the same stage 1 and settings give the same steps on any
+  machine at any load): steps = round(stage 2's `cost/passes`), one pass per plain step;
+- `seconds` (measured, so it moves with the machine and its load): steps = round((stage 2's
+  step seconds + snapshot seconds + PCA seconds) / stage 1's seconds per step); both per-step
+  times are recorded on the budget arm's run, so a rerun can pin the step count (graph
+  compilation is left out on both sides: each arm compiles once).
 Imports no MindSpore."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from sporeflow.core.errors import SporeflowError
-from sporeflow.engine.cost import Cost, seconds_as_passes
+from sporeflow.engine.cost import Cost, Overhead
 
 
 class BudgetError(SporeflowError):
@@ -29,9 +31,9 @@ class Budget:
     """The budget arm's allowance and the figures it came from."""
 
     unit: str  # passes | seconds
-    stage2_passes: float
-    overhead_passes: float  # stage 1's snapshots and the PCA, as passes
-    seconds: float  # stage 2's step seconds + snapshots + PCA
+    stage2_passes: float  # its steps' passes
+    overhead: Overhead  # stage 1's snapshots and the PCA, by the rule
+    seconds: float  # stage 2's step seconds + snapshot + PCA seconds (measured: a figure)
     stage1_seconds_per_step: float
     stage2_seconds_per_step: float
     steps: int  # the budget arm trains exactly these
@@ -39,7 +41,12 @@ class Budget:
     plain_epochs: int  # boost.epochs: what the equal-epoch arms train
 
     @property
+    def overhead_passes(self) -> float:
+        return self.overhead.passes
+
+    @property
     def passes(self) -> float:
+        """Stage 2's `cost/passes`: its steps' passes and the overhead."""
         return self.stage2_passes + self.overhead_passes
 
     @property
@@ -71,29 +78,34 @@ class Budget:
             "budget.stage1_seconds_per_step": f"{self.stage1_seconds_per_step:.6f}",
             "budget.stage2_seconds_per_step": f"{self.stage2_seconds_per_step:.6f}",
             "budget.steps": str(self.steps),
+            **{f"budget.{k}": v for k, v in self.overhead.tags().items()},
         }
 
 
 def budget_of(
-    unit: str, stage1: Cost, stage2: Cost, pca_seconds: float, plain_epochs: int
+    unit: str,
+    stage1: Cost,
+    stage2: Cost,
+    overhead: Overhead,
+    plain_epochs: int,
+    pca_seconds: float = 0.0,
 ) -> Budget:
-    """The budget arm's allowance from what stage 1 (snapshots, seconds per pass) and stage 2
-    spent and the PCA took."""
+    """The budget arm's allowance from what stage 2 spent and the overhead (by the rule);
+    stage 1's seconds per step, its snapshot seconds and `pca_seconds` only for
+    `unit=seconds` (and as figures)."""
     if stage2.steps <= 0:
         raise BudgetError("stage 2 took no step: there is no budget to give the budget arm")
-    overhead_seconds = stage1.snapshot_seconds + pca_seconds
-    overhead = seconds_as_passes(overhead_seconds, stage1)
-    seconds = stage2.step_seconds + overhead_seconds
+    seconds = stage2.step_seconds + stage1.snapshot_seconds + pca_seconds
     per_step = stage1.seconds_per_step
     if unit == "passes":
-        steps = round(stage2.passes + overhead)
+        steps = round(stage2.step_passes + overhead.passes)
     elif per_step > 0:
         steps = round(seconds / per_step)
     else:
         raise BudgetError("boost.budget_unit=seconds: stage 1's seconds per step are unknown")
     return Budget(
         unit,
-        stage2.passes,
+        stage2.step_passes,
         overhead,
         seconds,
         per_step,

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from sporeflow.config.components import build_model
-from sporeflow.config.facts import checkpoint_format, reuse_off_reason
+from sporeflow.config.facts import checkpoint_format, global_batch_size, reuse_off_reason
 from sporeflow.config.schema import StartFrom
 from sporeflow.dim_reduce.pca import (
     Layout,
@@ -42,7 +42,8 @@ from sporeflow.dim_reduce.pca import (
     snapshot_mean,
 )
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
-from sporeflow.engine.cost import Cost
+from sporeflow.engine.cost import Cost, Overhead
+from sporeflow.engine.macs import forward_macs, weight_count
 from sporeflow.report.comparison import (
     comparison_plot,
     one_line_summary,
@@ -107,7 +108,8 @@ class DimReducePipeline:
         self.pca_seconds: float | None = None  # None: the basis was given or found cached
         self._layout: Layout | None = None
         self.budget: Budget | None = None  # the budget arm's allowance, when it runs
-        self.pca_cost_seconds = 0.0  # what the basis stage 2 used took to compute
+        self.pca_cost_seconds = 0.0  # what the basis stage 2 used took to compute (a figure)
+        self.overhead: Overhead | None = None  # snapshots + PCA in passes, by the rule
         self._mean: dict | None = None
         self.provenance: dict[str, str] = {}  # code, MindSpore, data: part of reuse fingerprints
         self.continued = runner.plan.resume is not None  # a requeue or resume= continues it
@@ -171,7 +173,10 @@ class DimReducePipeline:
         snapshots = self._snapshots(stage1)
         basis, basis_path = self._basis(stage1, snapshots)
         stage2_from = self._stage2_start(stage1, snapshots)
-        spec = stage2_spec(self.cfg, self.home, stage2_from, basis, basis_path, len(snapshots))
+        self.overhead = self._overhead(len(snapshots))
+        spec = stage2_spec(
+            self.cfg, self.home, stage2_from, basis, basis_path, len(snapshots), self.overhead
+        )
         self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
         for name in (b.value for b in self.boost.baselines):
             if name == "budget":
@@ -183,22 +188,59 @@ class DimReducePipeline:
             self._keep(self._baseline(arm, snapshots))
         return self._compare()
 
+    def _overhead(self, n_snapshots: int) -> Overhead:
+        """Stage 1's snapshots and the PCA in passes, by engine.cost's rule: from the snapshot
+        count, k, the network's weights and forward MACs (one zero image, engine.macs) and the
+        global batch - the same on every machine, load and rank. A given basis
+        (`boost.pca_mat_path`) cost this job no PCA."""
+        network, data = build_model(self.cfg), self.cfg.dataset
+        size, channels = data.get("image_size"), data.get("channels")
+        macs = (
+            forward_macs(network, (int(channels), int(size), int(size)))
+            if size and channels
+            else weight_count(network)  # no image shape: one MAC per weight (engine.macs)
+        )
+        overhead = Overhead(
+            n_snapshots,
+            self.boost.n_component,
+            weight_count(network),
+            macs,
+            global_batch_size(self.cfg),
+            pca=self.boost.pca_mat_path is None,
+        )
+        log.info(
+            "stage 2's overhead: %d snapshots %.3f + PCA %.3f passes (%d weights, %d forward "
+            "MACs per image, batch %d)",
+            n_snapshots,
+            overhead.snapshot_passes,
+            overhead.pca_passes,
+            overhead.params,
+            macs,
+            overhead.batch,
+        )
+        return overhead
+
     def _budget(self) -> Budget:
-        """What stage 2 cost, snapshots and PCA included: the budget arm's allowance. With
-        several workers every rank must train the same steps, and measured seconds differ by
-        rank: the budget is then stage 2's passes alone (the same on every rank), said once."""
+        """What stage 2 cost, snapshots and PCA included (by the rule): the budget arm's
+        allowance. With several workers every rank must train the same steps, and measured
+        seconds differ by rank: `budget_unit=seconds` then falls back to passes, said once."""
         unit, stage1 = self.boost.budget_unit.value, Cost.from_metrics(self.stages["stage1"].cost)
-        pca = self.pca_cost_seconds
-        if self.worker.world_size > 1:
+        if self.worker.world_size > 1 and unit == "seconds":
             if self.worker.is_main:
                 log.warning(
-                    "budget arm: %d workers: stage 2's passes alone, without the "
-                    "seconds of its snapshots and PCA",
+                    "budget arm: %d workers: the budget in passes, not seconds (measured "
+                    "seconds differ by rank)",
                     self.worker.world_size,
                 )
-            unit, stage1, pca = "passes", Cost(), 0.0
+            unit = "passes"
+        assert self.overhead is not None  # computed before stage 2
         self.budget = budget_of(
-            unit, stage1, Cost.from_metrics(self.stages["stage2"].cost), pca, self.boost.epochs
+            unit,
+            stage1,
+            Cost.from_metrics(self.stages["stage2"].cost),
+            self.overhead,
+            self.boost.epochs,
+            self.pca_cost_seconds,
         )
         log.info("budget arm: %s (%s)", self.budget.describe(), self.budget.unit)
         return self.budget

@@ -4,15 +4,18 @@ passes since stage 1's end (`cost_curve/<arm>`, step = passes), the budget the b
 given (`budget_given/passes`, `budget_given/ratio`: over boost.epochs plain epochs), the cost
 to reach `boost.target_acc` (`<arm>/passes_to_target`), and `cost.png`.
 
+`<arm>/passes` is the arm's run's own `cost/passes`: for stage 2 that already holds stage 1's
+snapshots and the PCA (counted by engine.cost's rule, never timed), so the parent's
+`stage2/passes` is the budget the budget arm was given.
+
 Where an arm starts on that axis: the trained baselines and the budget arm at 0 (stage 1's
-final weights); stage 2 after stage 1's snapshots and the PCA (converted into passes at stage
-1's seconds per pass, engine.cost.seconds_as_passes); the snapshot mean after the snapshots."""
+final weights); stage 2 after stage 1's snapshots and the PCA (its own evaluations' passes
+include them); the snapshot mean after the snapshots (by the same rule)."""
 
 from __future__ import annotations
 
 import math
 
-from sporeflow.engine.cost import Cost, seconds_as_passes
 from sporeflow.report.cost_report import (
     COST_CURVE_PREFIX,
     arm_curve,
@@ -27,10 +30,10 @@ GIVEN = "budget_given/"  # what the budget arm was allowed (`budget/passes`: wha
 
 
 def _offsets(pipeline) -> dict[str, float]:
-    stage1 = Cost.from_metrics(pipeline.stages["stage1"].cost)
-    snapshots = seconds_as_passes(stage1.snapshot_seconds, stage1)
-    pca = seconds_as_passes(pipeline.pca_cost_seconds, stage1)
-    return {"stage2": snapshots + pca, "snapshot_mean": snapshots}
+    """Passes an arm waited for that its own run does not count: the snapshot mean's snapshots
+    (stage 2 counts its overhead in its own cost/passes)."""
+    overhead = pipeline.overhead
+    return {"snapshot_mean": overhead.snapshot_passes if overhead is not None else 0.0}
 
 
 def curves(pipeline, offsets: dict[str, float]) -> dict[str, list[tuple[float, float]]]:

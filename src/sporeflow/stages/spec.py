@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sporeflow.engine.cost import Overhead
 from sporeflow.stages import provenance as made_with
 from sporeflow.stages import reuse
 from sporeflow.stages.budget import Budget
@@ -56,6 +57,7 @@ class StageSpec:
     tags: dict = field(default_factory=dict)  # more tags on the stage's run
     max_steps: int | None = None  # stop after this many steps (a budget that is not epochs)
     schedule: dict | None = None  # replaces optimizer.schedule (the budget arm's decay)
+    overhead_passes: float = 0.0  # waited for before its first step: in its cost/passes
 
     def params(self, cfg: DictConfig) -> dict:
         """What this stage's run records where it differs from the config: its own epochs and
@@ -123,9 +125,16 @@ def stage1_spec(
 
 
 def stage2_spec(
-    cfg: DictConfig, run_dir: Path, start: Path, basis: Any, basis_path: Path, n_snapshots: int
+    cfg: DictConfig,
+    run_dir: Path,
+    start: Path,
+    basis: Any,
+    basis_path: Path,
+    n_snapshots: int,
+    overhead: Overhead,
 ) -> StageSpec:
-    """Stage 2: boost.epochs of dimension-reduced steps in the PCA basis, from `start`."""
+    """Stage 2: boost.epochs of dimension-reduced steps in the PCA basis, from `start`; its
+    cost/passes include stage 1's snapshots and the PCA (`overhead`, by engine.cost's rule)."""
     return StageSpec(
         "stage2",
         Path(run_dir) / "stage2",
@@ -136,7 +145,9 @@ def stage2_spec(
             "pca_basis": str(basis_path),
             "n_snapshots": str(n_snapshots),
             "start_from": cfg.boost.start_from.value,
+            **overhead.tags(),
         },
+        overhead_passes=overhead.passes,
     )
 
 

@@ -87,6 +87,7 @@ def _cost(stage, record: EventRecord, evaluator: EvalEachEpoch, snapshots: list)
         extra_forwards=(lambda: float(trials.asnumpy())) if trials is not None else lambda: 0.0,
         snapshot_seconds=lambda: sum(s.seconds for s in snapshots),
         eval_seconds=lambda: evaluator.seconds,
+        overhead_passes=stage.spec.overhead_passes,
     )
 
 

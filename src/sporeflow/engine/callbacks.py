@@ -1,8 +1,8 @@
 """sporeflow's own hooks (engine.hooks.HookBase) a stage composes: they measure into the stage's
 EventRecord, or act on it.
 
-Metric names: `train/loss`, `val/<metric>` (and `val/<metric>_ema`), `train/images_per_sec`,
-with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
+Metric names: `train/loss`, `train/lr`, `val/<metric>` (and `val/<metric>_ema`),
+`train/images_per_sec`, with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
 the record there (rank 0). Order matters within a step and an epoch end: measuring callbacks
 come before those that read what was measured (`stages.stage_callbacks.stage_hooks` builds the list).
 """
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from mindspore import Parameter, Tensor, nn
+from mindspore import dtype as mstype
 from mindspore.train import Callback
 from tqdm import tqdm
 
@@ -89,6 +91,63 @@ class StepLoss(HookBase):
     def after_step(self, step: int) -> None:
         if step % self.every == 0:
             self.record.put("train/loss", loss_value(self.cb_params.net_outputs), step)
+
+
+LR_METRIC = "train/lr"
+
+
+def optimizer_in(cells) -> nn.Optimizer | None:
+    """The optimizer among `cells` (a stage's state cells) or their children, if any."""
+    for cell in cells:
+        if isinstance(cell, nn.Optimizer):
+            return cell
+        for _, child in cell.cells_and_names():
+            if isinstance(child, nn.Optimizer):
+                return child
+    return None
+
+
+def rate_used(optimizer: nn.Optimizer) -> float | None:
+    """The learning rate `optimizer`'s last update used; None before its first update.
+
+    MindSpore's optimizers read their rate at `global_step` and then add 1 to it, once per
+    update (with gradient accumulation, once per `accumulation_steps` micro-steps; restored
+    from the checkpoint on a resume), so the last update read entry `global_step - 1`: of the
+    per-step array (nn.optimizers.schedule_of, padded with its last value), of a
+    LearningRateSchedule cell, or the one fixed rate. Parameter groups with rates of their own
+    report the first group's (sporeflow's groups share one rate)."""
+    updates = int(np.asarray(optimizer.global_step.asnumpy()).reshape(-1)[0])
+    if updates <= 0:
+        return None
+    rate = optimizer.learning_rate
+    if optimizer.is_group_lr:
+        rate = rate[0]
+    if not optimizer.dynamic_lr:
+        return float(np.asarray(rate.asnumpy()).reshape(-1)[0])
+    table = getattr(rate, "learning_rate", None)  # MindSpore's cell around a per-step array
+    if isinstance(table, Parameter) and len(table.shape) == 1:
+        rates = table.asnumpy()
+        return float(rates[min(updates - 1, len(rates) - 1)])
+    value = rate(Tensor([updates - 1], mstype.int32))  # a LearningRateSchedule of the user's
+    return float(np.asarray(value.asnumpy()).reshape(-1)[0])
+
+
+class LearningRate(HookBase):
+    """The learning rate at every epoch's end, recorded as `train/lr` at the stage's global
+    step: the value the epoch's last update used (`rate()`, e.g. `rate_used` of the stage's
+    optimizer; None before any update, which records nothing), as Lightning's
+    LearningRateMonitor logs it: a schedule's warm-up and decay, a budget arm's decay to zero
+    and stage 2's rate show on the charts. One host read per epoch."""
+
+    def __init__(self, record: EventRecord, rate: Callable[[], float | None]):
+        super().__init__()
+        self.bind(record)
+        self.rate = rate
+
+    def after_epoch(self, epoch: int) -> None:
+        value = self.rate()
+        if value is not None:
+            self.record.put(LR_METRIC, value, self.record.global_step(self.cb_params))
 
 
 class EvalEachEpoch(HookBase):

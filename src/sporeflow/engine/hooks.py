@@ -9,9 +9,9 @@ when the stage resumes from that checkpoint.
 
 sporeflow's own hooks (engine.callbacks, engine.cost, engine.divergence, the MLflow writer, the
 pruner's reporter) run in named phases, in this order (stages.stage_callbacks): `guard` (stop
-before anything sees diverged weights), `measure` (snapshots, cost, throughput, loss, eval),
-`record` (journalled to MLflow), `checkpoints`, `pruning`, `progress`, and last the stop for a
-SLURM requeue. A user's hook runs right after the phase its `place` names (`measure` by
+before anything sees diverged weights), `measure` (snapshots, cost, throughput, loss, learning
+rate, eval), `record` (journalled to MLflow), `checkpoints`, `pruning`, `progress`, and last
+the stop for a SLURM requeue. A user's hook runs right after the phase its `place` names (`measure` by
 default: it reads what was measured, and what it remembers is saved with the epoch's
 checkpoint). A user adds one with a class and a yaml entry under `callbacks.hooks` (a
 `_target_` node): no edit of sporeflow. `EarlyStopping` below is the example.

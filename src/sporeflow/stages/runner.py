@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sporeflow.config.components import build_dataset
+from sporeflow.data.base import ImageDataset
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages import finished_jobs, reuse, training
 from sporeflow.stages import provenance as made_with
@@ -33,7 +33,7 @@ class StageRunner:
     def __init__(self, plan: JobPlan, tracker: Tracker, worker: Worker):
         self.plan, self.tracker, self.worker = plan, tracker, worker
         self.cfg, self.ctx = plan.cfg, plan.ctx  # what most stages read
-        self._data: dict[int, Any] = {}  # batch size -> the job's data set
+        self._data: dict[int, ImageDataset] = {}  # batch size -> the job's data set
         self._job_key: str | None = None
 
     def data(self, batch_size: int | None = None):

@@ -1,6 +1,6 @@
 """The hooks of one stage, by phase, in the order they must run at a step and an epoch end:
 guard (stop before anything sees diverged weights) -> measure (snapshots, cost, throughput,
-loss, eval) -> record (journalled to MLflow, rank 0) -> checkpoints (best-k, epoch checkpoints
+loss, learning rate, eval) -> record (journalled to MLflow, rank 0) -> checkpoints (best-k, epoch checkpoints
 with every user hook's state) -> pruning (the sweep's pruner) -> progress (the bar, rank 0) ->
 stop for a requeue once SLURM asked (all of this step's and epoch's work done and saved). A
 user's hook (`callbacks.hooks`) runs right after the phase its `place` names (engine.hooks:
@@ -11,6 +11,7 @@ metrics are in the journal, so a resumed run continues them exactly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -18,14 +19,18 @@ from sporeflow.config.components import build_hook
 from sporeflow.config.facts import checkpoint_format, global_batch_size
 from sporeflow.config.schema import EvalWith, LossScaleManager
 from sporeflow.dim_reduce.snapshots import SnapshotCallback
+from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.callbacks import (
     BestCheckpoints,
     CheckpointEachEpoch,
     EvalEachEpoch,
+    LearningRate,
     ProgressBar,
     RequeueAtSignal,
     StepLoss,
     Throughput,
+    optimizer_in,
+    rate_used,
 )
 from sporeflow.engine.cost import CostMeter, StopAtStep
 from sporeflow.engine.divergence import DivergenceGuard
@@ -150,6 +155,7 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
             throughput,
             *_stop_at(stage, record),
             *([StepLoss(record, cfg.callbacks.log_every_n_steps)] if main else []),
+            *_learning_rate(stage, record, main),
             evaluator,
         ],
         "record": [writer] if writer else [],
@@ -172,3 +178,25 @@ def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
 def _stop_at(stage, record: EventRecord) -> list:
     """A budget that is not whole epochs ends at its step."""
     return [] if stage.spec.max_steps is None else [StopAtStep(record, stage.spec.max_steps)]
+
+
+def _learning_rate(stage, record: EventRecord, main: bool) -> list:
+    """`train/lr` at each epoch's end (rank 0: what the writer sends), the rate the stage's
+    last update used."""
+    rate = _rate_of(stage.parts.state_cells)
+    return [LearningRate(record, rate)] if main and rate is not None else []
+
+
+def _rate_of(cells: tuple) -> Callable[[], float | None] | None:
+    """What reads the stage's rate: its optimizer's last-used rate (a schedule's entry at the
+    optimizer's update count: warm-up, decay, the budget arm's linear decay); for stage 2
+    (DimReduceStep, no optimizer) `boost.alpha`, the rate of its step outside the PCA subspace
+    (w -= alpha m, read from its Parameter: the value the graph ran with). Stage 2's step inside
+    the subspace is quasi-Newton, its length r (1, rho or 0) the line search's choice per step,
+    not a rate: it is left out."""
+    step = cells[0] if cells else None
+    if isinstance(step, DimReduceStep):
+        alpha = step.alpha
+        return lambda: float(alpha.asnumpy())
+    optimizer = optimizer_in(cells)
+    return None if optimizer is None else partial(rate_used, optimizer)

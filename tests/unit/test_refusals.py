@@ -228,6 +228,22 @@ CASES = {
         ["sweep.objective=test/acc"],
         ["sweep.objective='test/acc': a choice is scored on the validation split", "use 'val/acc'"],
     ),
+    "a cost as the first of two objectives (issue 63)": (
+        ["sweep.objective=[cost/passes,val/acc]"],
+        ["sweep.objective=[cost/passes,val/acc]: a cost is never the first objective"],
+    ),
+    "a test objective in a list (issue 63)": (
+        ["sweep.objective=[test/acc,cost/passes]"],
+        ["sweep.objective=[test/acc,cost/passes]: 'test/acc': a choice is scored on the"],
+    ),
+    "a plain job's cost named for a pipeline (issue 63)": (
+        ["boost=dim_reduce", "sweep.objective=[val/stage2/acc,cost/passes]"],
+        ["cost/passes is not a pipeline's cost; allowed: stage2/passes"],
+    ),
+    "three objectives (issue 63)": (
+        ["sweep.objective=[val/acc,val/loss,cost/passes]"],
+        ["a list is [<accuracy objective>, <cost: cost/passes>] (or one objective)"],
+    ),
     "a model target that is not a network (it would create a file)": (
         [
             "model._target_=builtins.open",

@@ -74,5 +74,5 @@ def sweep_direction(cfg: Any) -> str:
     chosen = OmegaConf.select(cfg, "sweep.objective", default=None)
     if chosen is None:
         return "minimize"
-    explicit = objective.name(str(chosen), is_dim_reduce(cfg))
+    explicit = objective.name(objective.primary(chosen), is_dim_reduce(cfg))
     return "maximize" if objective.maximize(explicit) else "minimize"

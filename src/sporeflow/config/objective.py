@@ -8,26 +8,69 @@ split (a choice is never scored on the test images that report the result): a pi
 is stage 2's validation accuracy for boost=dim_reduce, else `val/acc`. The names written
 before the validation split (`acc`, `stage2/acc`, `gain`, ...) stand for their `val/` ones.
 Losses are minimised, everything else maximised.
+
+Two objectives, accuracy and cost: a list `[<objective above>, <cost>]` (a grid sweep, or an
+Optuna study with `hydra.sweeper.direction` a list of the same length) ends with a Pareto front
+(report.front). The cost is what the job's top-level run spent: a plain job's `cost/passes`, a
+pipeline's `stage2/passes` (its stage 2 with stage 1's snapshots and the PCA: the budget its
+budget arm is given). A cost is minimised; it is never first (the accuracy decides a single
+winner, prunes, and is what a job returns first).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 PLAIN = ("acc", "loss")
 VAL, TEST = "val/", "test/"
+COSTS = {False: ("cost/passes",), True: ("stage2/passes",)}  # by dim_reduce
+ALL_COSTS = tuple(c for found in COSTS.values() for c in found)
 
 
-def allowed(dim_reduce: bool, baselines: list[str]) -> list[str]:
-    """The objectives a job can rank by, as users write them."""
+def parts(objective: Any) -> list[str]:
+    """`sweep.objective` as a list of names: a word is one; a list (or its text as a param
+    records it, "['val/acc', 'cost/passes']") its elements."""
+    if isinstance(objective, str):
+        text = objective.strip()
+        if text.startswith("[") and text.endswith("]"):
+            return [p.strip().strip("'\"") for p in text[1:-1].split(",") if p.strip()]
+        return [objective]
+    return [str(p) for p in objective]
+
+
+def primary(objective: Any) -> str:
+    """What ranks, prunes and decides a single winner: the first (or only) objective."""
+    found = parts(objective)
+    return found[0] if found else "auto"
+
+
+def cost_of(objective: Any) -> str:
+    """The cost a two-objective sweep weighs the accuracy against ("" for one objective)."""
+    found = parts(objective)
+    return found[1] if len(found) == 2 and is_cost(found[1]) else ""
+
+
+def is_cost(name: str) -> bool:
+    return name in ALL_COSTS
+
+
+def allowed(dim_reduce: bool, baselines: list[str], costs: bool = False) -> list[str]:
+    """The objectives a job can rank by, as users write them; `costs`: with the cost a list's
+    second element may name (`cost/passes`, a pipeline's `stage2/passes`)."""
+    extra = list(COSTS[dim_reduce]) if costs else []
     if not dim_reduce:
-        return ["auto", *(VAL + m for m in PLAIN)]
+        return ["auto", *(VAL + m for m in PLAIN), *extra]
     stages = ["stage2", "stage1", *baselines]
     at_cost = ["gain_at_cost"] if "budget" in baselines else []
     named = ["gain", *at_cost, *(f"{stage}/{m}" for stage in stages for m in PLAIN)]
-    return ["auto", *(VAL + n for n in named)]
+    return ["auto", *(VAL + n for n in named), *extra]
 
 
-def refusal(objective: str, dim_reduce: bool, baselines: list[str]) -> str | None:
-    """Why `objective` cannot rank jobs (None: it can); a `test/` one is named as such."""
+def refusal(objective: Any, dim_reduce: bool, baselines: list[str]) -> str | None:
+    """Why `objective` cannot rank jobs (None: it can); a `test/` one is named as such. A list
+    is `[<accuracy objective>]` or `[<accuracy objective>, <cost>]`."""
+    if not isinstance(objective, str):
+        return list_refusal(parts(objective), dim_reduce, baselines)
     choices = allowed(dim_reduce, baselines)
     if name(objective, dim_reduce) in choices:
         return None
@@ -40,9 +83,46 @@ def refusal(objective: str, dim_reduce: bool, baselines: list[str]) -> str | Non
     return f"sweep.objective={objective!r}; allowed: {', '.join(choices)}"
 
 
+def list_refusal(objectives: list[str], dim_reduce: bool, baselines: list[str]) -> str | None:
+    """Why a list objective cannot decide a sweep (None: it can)."""
+    given = f"sweep.objective=[{','.join(objectives)}]"
+    costs = ", ".join(COSTS[dim_reduce])
+    shape = f"[<accuracy objective>, <cost: {costs}>]"
+    if not objectives or len(objectives) > 2:
+        return f"{given}: a list is {shape} (or one objective)"
+    first, *rest = objectives
+    if is_cost(first):
+        return (
+            f"{given}: a cost is never the first objective (the first ranks, prunes and "
+            f"decides a winner); write {shape}"
+        )
+    found = refusal(first, dim_reduce, baselines)
+    if found is not None:
+        return found.replace(f"sweep.objective={first!r}", f"{given}: {first!r}", 1)
+    if rest and not is_cost(rest[0]):
+        return f"{given}: the second objective is a cost ({costs}); write {shape}"
+    if rest and rest[0] not in COSTS[dim_reduce]:
+        kind = "a pipeline's" if dim_reduce else "a plain job's"
+        return f"{given}: {rest[0]} is not {kind} cost; allowed: {costs}"
+    return None
+
+
+def direction_refusal(objectives: list[str], directions: list[str]) -> str | None:
+    """Why an Optuna study's `hydra.sweeper.direction` list does not fit `sweep.objective`."""
+    if len(objectives) == len(directions):
+        return None
+    return (
+        f"hydra.sweeper.direction=[{','.join(directions)}] has {len(directions)} direction"
+        f"{'s' * (len(directions) != 1)}, sweep.objective=[{','.join(objectives)}] "
+        f"{len(objectives)}: give one direction per objective"
+    )
+
+
 def name(objective: str, dim_reduce: bool) -> str:
     """The objective as the job's result names it: "auto" made explicit, an old name (`acc`,
     `gain`, `stage2/acc`) given its `val/` prefix."""
+    if is_cost(objective):
+        return objective
     if objective == "auto":
         return VAL + ("stage2/acc" if dim_reduce else "acc")
     if objective.startswith((VAL, TEST)):
@@ -53,11 +133,11 @@ def name(objective: str, dim_reduce: bool) -> str:
 def metric_key(objective: str, dim_reduce: bool) -> str:
     """The MLflow metric of the job's top-level run that holds the objective."""
     explicit = name(objective, dim_reduce)
-    return explicit if dim_reduce else f"final/{explicit}"
+    return explicit if dim_reduce or is_cost(explicit) else f"final/{explicit}"
 
 
 def maximize(objective: str) -> bool:
-    return not objective.endswith("loss")
+    return not objective.endswith("loss") and not is_cost(objective)
 
 
 def progress(objective: str, dim_reduce: bool) -> tuple[str, str] | None:

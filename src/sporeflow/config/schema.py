@@ -459,11 +459,13 @@ class AugmentConfig:
 class SweepConfig:
     """How a sweep (`-m`) ranks its jobs and what it registers."""
 
-    objective: str = "auto"
+    objective: Any = "auto"
     """What a sweep ranks jobs by and Optuna optimises, always on the validation split:
     `auto` (val/stage2/acc with boost=dim_reduce, else val/acc), `val/acc`, `val/loss`,
     `val/gain`, `val/gain_at_cost`, `val/<stage>/acc`, `val/<stage>/loss`; the names without
-    `val/` stand for these. A `test/` objective is refused (config.objective)."""
+    `val/` stand for these. A `test/` objective is refused (config.objective). Accuracy and
+    cost together: `[<one of these>, <cost>]`, the cost `cost/passes` (a plain job) or
+    `stage2/passes` (a pipeline): the sweep ends with a Pareto front (report.front)."""
     registered_model: Optional[str] = None
     """The best job's model goes to MLflow's Model Registry under this name, one version per
     sweep; null = `<model>-<dataset>`, `""` = no registration."""

@@ -365,7 +365,9 @@ def _recorded_run(reads: StoreReads, ref: str) -> RunResult:
         )
     metrics = dict(recorded.data.metrics)
     chosen = recorded.data.params.get("sweep.objective", "auto")
-    key = objective.metric_key(chosen, recorded.data.tags.get("stage") == "pipeline")
+    key = objective.metric_key(
+        objective.primary(chosen), recorded.data.tags.get("stage") == "pipeline"
+    )
     return RunResult(
         Path(recorded.data.tags.get("run_dir", "")),
         float(metrics.get(key, float("nan"))),

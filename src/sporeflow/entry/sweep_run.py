@@ -41,7 +41,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import race, search_space
+from sporeflow.config import objective, race, search_space
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -103,7 +103,8 @@ class SweepRun(Callback):
         self.sweep = Sweep(
             keys=swept_keys(config),
             sweep_dir=Path(config.hydra.sweep.dir).resolve(),
-            objective=config.sweep.objective,
+            objective=objective.primary(config.sweep.objective),
+            cost=objective.cost_of(config.sweep.objective),
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )
@@ -206,6 +207,7 @@ class SweepRun(Callback):
             "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
             "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
             "sweep.objective": self.sweep.objective,
+            **({"sweep.cost": self.sweep.cost} if self.sweep.cost else {}),
             **study,
         }
 

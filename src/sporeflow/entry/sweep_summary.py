@@ -38,7 +38,8 @@ class Sweep:
     run_id: str | None = None
     keys: list[str] = field(default_factory=list)
     sweep_dir: Path | None = None
-    objective: str = "auto"
+    objective: str = "auto"  # the first of `sweep.objective`: what ranks and decides a winner
+    cost: str = ""  # its second, a cost (config.objective): the sweep ends with a Pareto front
     registered_model: str = ""  # "" = the best job's model is not registered
     started: float = 0.0  # when this sweep started: older job dirs in its sweep dir are not its own
     study_name: str = ""  # an Optuna sweep's study in a storage: its importances are the study's

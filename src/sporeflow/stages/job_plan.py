@@ -84,7 +84,9 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
         worker_batch=worker_batch_size(cfg),
         global_batch=global_batch_size(cfg),
         first_local_rank=first_local_rank(cfg),
-        objective=objective.name(run.sweep.objective, BoostName.names_dim_reduce(pipeline)),
+        objective=objective.name(
+            objective.primary(run.sweep.objective), BoostName.names_dim_reduce(pipeline)
+        ),
         unused=tuple(unused_settings(cfg, ctx.overrides)),
         requeues=requeues if resume is not None and resume.requeued else 0,
     )

@@ -89,7 +89,7 @@ def for_stage(cfg: Any, stage: str, record: EventRecord, worker: Worker) -> Repo
     link = TrialLink.from_environ()
     if link is None:
         return None
-    shown = objective.progress(cfg.sweep.objective, is_dim_reduce(cfg))
+    shown = objective.progress(objective.primary(cfg.sweep.objective), is_dim_reduce(cfg))
     if shown is None or shown[0] != stage:
         return None
     ema = cfg.train.ema.eval_with is EvalWith.ema  # the weights the stage exports are ranked

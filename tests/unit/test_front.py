@@ -1,0 +1,156 @@
+"""A sweep's Pareto front of accuracy and cost (report.front) against a brute-force dominance
+check written here from the definition, with its tests from scipy (the exact McNemar test: a
+binomial test of the discordant images) and statsmodels (Holm); and the cases that say what the
+front is for: a point cheaper and tied is kept, a point dearer and tied is dropped, a dearer
+but significantly more accurate point is kept."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+from statsmodels.stats.multitest import multipletests
+
+from sporeflow.config import objective
+from sporeflow.report.decision import Point
+from sporeflow.report.front import CHEAPER, MORE_ACCURATE, front
+
+
+def point(label, seeds: dict[int, np.ndarray]) -> Point:
+    return Point(label, {s: 10 * i + s for i, s in enumerate(seeds)}, dict(seeds))
+
+
+def outcomes(rng, accuracy: float, seeds=(1, 2), n=300) -> dict[int, np.ndarray]:
+    return {s: rng.random(n) < accuracy for s in seeds}
+
+
+def brute_force(points: list[Point], costs: dict[str, float]):
+    """(front labels, {beaten label: {beater label: (how, Holm p)}}) from the definition."""
+    tested = []
+    for a, b in itertools.combinations(points, 2):
+        common = sorted(set(a.outcomes) & set(b.outcomes))
+        if not common:
+            continue
+        x = np.concatenate([a.outcomes[s] for s in common])
+        y = np.concatenate([b.outcomes[s] for s in common])
+        only_a, only_b = int((x & ~y).sum()), int((~x & y).sum())
+        p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+        tested.append((a.label, b.label, only_a - only_b, p))
+    holm = multipletests([t[3] for t in tested], method="holm")[1] if tested else []
+    beaten: dict[str, dict[str, tuple[str, float]]] = {p.label: {} for p in points}
+    for (a, b, lead, _), q in zip(tested, holm, strict=True):
+        for first, second, ahead in ((a, b, lead), (b, a, -lead)):
+            shown_better = q < 0.05 and ahead > 0
+            shown_worse = q < 0.05 and ahead < 0
+            if shown_better and costs[first] <= costs[second]:
+                beaten[second][first] = (MORE_ACCURATE, q)
+            elif costs[first] < costs[second] and not shown_worse:
+                beaten[second][first] = (CHEAPER, q)
+    return {label for label, by in beaten.items() if not by}, beaten
+
+
+def test_cheaper_and_tied_is_kept_dearer_and_tied_dropped_dearer_and_better_kept():
+    rng = np.random.default_rng(0)
+    base = outcomes(rng, 0.80)
+    flipped = {s: o.copy() for s, o in base.items()}
+    flipped[1][:3] = ~flipped[1][:3]  # a few images apart: a tie
+    better = {s: o | (rng.random(o.size) < 0.6) for s, o in base.items()}  # far more right
+    points = [point("cheap", base), point("dear_tied", flipped), point("dear_better", better)]
+    costs = {"cheap": 100.0, "dear_tied": 200.0, "dear_better": 200.0}
+    found = front(points, costs, "cost/passes")
+    assert [p.label for p in found.front] == ["cheap", "dear_better"]
+    (beaten,) = found.beaten
+    assert beaten.point.label == "dear_tied"
+    # dear_tied is beaten by cheap (cheaper, tied) and by dear_better (as dear, more
+    # accurate): the one on the front that is most accurate speaks
+    assert beaten.by.label == "dear_better" and beaten.how == MORE_ACCURATE
+    assert found.line("val/acc").startswith("front: cheap (val/acc 0.")
+    assert ", cost/passes 100), dear_better (val/acc " in found.line("val/acc")
+    (line,) = found.beaten_lines()
+    assert line.startswith("dear_tied: beaten by dear_better (more accurate: p=")
+    only_tied = front(points[:2], costs)
+    assert [p.label for p in only_tied.front] == ["cheap"]
+    (b,) = only_tied.beaten
+    assert b.how == CHEAPER and b.p_holm > 0.05
+    assert only_tied.beaten_lines() == [
+        f"dear_tied: beaten by cheap (cheaper, not worse: p={b.p_holm:.3g})"
+    ]
+
+
+def test_a_cheaper_point_shown_worse_does_not_beat_and_equal_cost_ties_both_stay():
+    rng = np.random.default_rng(1)
+    good = outcomes(rng, 0.9)
+    bad = {s: o & (rng.random(o.size) < 0.6) for s, o in good.items()}
+    found = front(
+        [point("cheap_bad", bad), point("dear_good", good)], {"cheap_bad": 1, "dear_good": 5}
+    )
+    assert {p.label for p in found.front} == {"cheap_bad", "dear_good"}
+    twin = {s: o.copy() for s, o in good.items()}
+    twin[2][:2] = ~twin[2][:2]
+    found = front([point("a", good), point("b", twin)], {"a": 3.0, "b": 3.0})
+    assert {p.label for p in found.front} == {"a", "b"} and not found.beaten
+
+
+def test_points_without_a_common_seed_are_not_compared():
+    rng = np.random.default_rng(2)
+    found = front(
+        [point("a", outcomes(rng, 0.5, (1,))), point("b", outcomes(rng, 0.9, (2,)))],
+        {"a": 1.0, "b": 2.0},
+    )
+    assert {p.label for p in found.front} == {"a", "b"}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_front_matches_a_brute_force_dominance_check(seed):
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(2, 7))
+    seeds = (1, 2, 3)
+    points, costs = [], {}
+    shared = rng.random(200)  # paired: the same images are hard for every point
+    for i in range(k):
+        acc = rng.uniform(0.55, 0.95)
+        found = {}
+        for s in seeds:
+            noise = rng.random(200)
+            found[s] = (0.5 * shared + 0.5 * noise) < acc
+        if rng.random() < 0.2:  # a point that missed a seed
+            found.pop(3)
+        label = f"p{i}"
+        points.append(point(label, found))
+        costs[label] = float(rng.choice([50, 100, 150, 200]))
+    decided = front(points, costs)
+    expected_front, beaten = brute_force(points, costs)
+    assert {p.label for p in decided.front} == expected_front
+    assert {b.point.label for b in decided.beaten} == set(costs) - expected_front
+    for b in decided.beaten:
+        how, q = beaten[b.point.label][b.by.label]
+        assert b.how == how
+        assert b.p_holm == pytest.approx(q, rel=1e-9, abs=1e-12)
+    records = decided.records()
+    assert [r["cost"] for r in records] == sorted(r["cost"] for r in records)
+    assert sum(r["front"] for r in records) == len(expected_front)
+
+
+def test_two_objectives_are_an_accuracy_then_a_cost():
+    assert objective.refusal(["val/acc", "cost/passes"], False, []) is None
+    assert objective.refusal(["val/stage2/acc", "stage2/passes"], True, []) is None
+    assert objective.refusal(["acc", "cost/passes"], False, []) is None  # the old name
+    assert objective.primary(["val/acc", "cost/passes"]) == "val/acc"
+    assert objective.cost_of(["val/acc", "cost/passes"]) == "cost/passes"
+    assert objective.cost_of("val/acc") == "" and objective.primary("val/acc") == "val/acc"
+    assert objective.parts("['val/acc', 'cost/passes']") == ["val/acc", "cost/passes"]
+    assert not objective.maximize("cost/passes") and objective.maximize("val/acc")
+    assert objective.metric_key("cost/passes", False) == "cost/passes"
+    assert "cost/passes" in objective.allowed(False, [], costs=True)
+    assert "stage2/passes" in objective.allowed(True, [], costs=True)
+    assert "cost/passes" not in objective.allowed(False, [])
+    for refused in (
+        ["cost/passes", "val/acc"],
+        ["test/acc", "cost/passes"],
+        ["val/acc", "val/loss"],
+    ):
+        assert objective.refusal(refused, False, []) is not None
+    assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize"]) is not None
+    assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize", "minimize"]) is None

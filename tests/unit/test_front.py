@@ -154,3 +154,57 @@ def test_two_objectives_are_an_accuracy_then_a_cost():
         assert objective.refusal(refused, False, []) is not None
     assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize"]) is not None
     assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize", "minimize"]) is None
+
+
+def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys):
+    """Three points of TINY jobs trained 1, 2 and 3 epochs (their cost/passes differ) with
+    `sweep.objective=[val/acc,cost/passes]`: the sweep's last line names the front, a line per
+    other point names what beats it; the parent holds the tag, front.csv, the metrics and
+    front.png; the front is the brute-force check's on the jobs' own artifacts."""
+    import csv
+    import tempfile
+
+    from helpers.store import client_of, runs_of
+    from helpers.sweeps import run_sweep
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    two = "sweep.objective=[val/acc,cost/passes]"
+    jobs = [[f"epochs={e}", two] for e in (1, 2, 3)]
+    callback = run_sweep(tmp_path, jobs, ["epochs=1,2,3", two])
+    err = capsys.readouterr().err.rstrip("\n").splitlines()
+    runs = runs_of(tmp_path)
+    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    assert parent.data.tags["sweep.cost"] == "cost/passes"
+    assert parent.data.tags["sweep.objective"] == "val/acc"
+    children = [r for r in runs if r.data.tags.get("sweep.run_id") == callback.run_id]
+    points, costs = [], {}
+    for run in children:
+        label = f"epochs={run.data.params['epochs']}"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client_of(tmp_path).download_artifacts(run.info.run_id, "predictions.npy", tmp)
+            points.append(point(label, {1: np.load(path)}))
+        costs[label] = run.data.metrics["cost/passes"]
+    assert len(set(costs.values())) == 3, costs
+    expected_front, beaten = brute_force(points, costs)
+    on_front = sorted(expected_front, key=costs.get)
+    last = err[-1]
+    assert last.startswith("front: "), err[-6:]
+    assert [s.split(" (")[0] for s in last.removeprefix("front: ").split("), ")] == on_front
+    assert parent.data.tags["sporeflow.front"] == "; ".join(on_front)
+    off = [ln for ln in err if ": beaten by " in ln]
+    assert sorted(ln.split(":")[0] for ln in off) == sorted(set(costs) - expected_front)
+    for line in off:
+        label, rest = line.split(": beaten by ")
+        assert rest.split(" (")[0] in beaten[label]
+    with open(tmp_path / "multirun" / "front.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["point"] for r in rows] == sorted(costs, key=costs.get)
+    assert [r["front"] == "yes" for r in rows] == [r["point"] in expected_front for r in rows]
+    metrics = parent.data.metrics
+    assert metrics["front/size"] == len(expected_front)
+    for row, r in enumerate(rows):
+        assert metrics[f"front/{row}/cost"] == pytest.approx(costs[r["point"]])
+        assert metrics[f"front/{row}/on_front"] == (1.0 if r["front"] == "yes" else 0.0)
+    assert (tmp_path / "multirun" / "front.png").stat().st_size > 0
+    artifacts = {a.path for a in client_of(tmp_path).list_artifacts(parent.info.run_id)}
+    assert {"front.csv", "front.png"} <= artifacts

@@ -19,9 +19,9 @@ from sporeflow.config import objective
 from sporeflow.core.context import SweepJob
 from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
 from sporeflow.entry.sweep_study import model_stage
-from sporeflow.report import importance, views
+from sporeflow.report import front, importance, views
 from sporeflow.report import sweep_report as report
-from sporeflow.report.decision import Decision
+from sporeflow.report.decision import Decision, Point, decide
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.sync import sync
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -100,9 +100,11 @@ class Summary:
         ranked = report.ranked(jobs, key)
         header, rows = report.table_rows(ranked, sweep.keys)
         self._tables(header, rows)
-        decision = report.sweep_decision(self.tracker.reads, ranked, sweep.keys, key)
+        points = report.sweep_points(self.tracker.reads, ranked, sweep.keys, key)
+        decision = decide(points)
         best = leading_job(ranked, key, decision)
         plots = self._plots(ranked, key, best)
+        decided = self._front(points, ranked, key, plots) if sweep.cost else []
         self.parent.log_metrics(
             {
                 "jobs_finished": count["COMPLETED"],
@@ -133,7 +135,33 @@ class Summary:
         where = f"{sweep.sweep_dir}/comparison.txt" + (f", {written}" if written else "")
         lines.append(f"table{' and plots' if written else ''}: {where}")
         self.parent.flush()
-        return lines
+        return lines + decided
+
+    def _front(self, points: list[Point], ranked: list, key: str, plots: list[Path]) -> list[str]:
+        """A sweep of two objectives, accuracy and cost (report.front): one line per point off
+        the front (what beats it, how, at what Holm p), then the front; on the parent the tag
+        `sporeflow.front`, front.csv, `front/<row>/...` metrics and front.png (added to
+        `plots`). Never fails the sweep: a failure is a warning and a line."""
+        cost = self.sweep.cost
+        try:
+            found = front.front(points, report.point_costs(ranked, points, cost), cost)
+            if found is None:
+                return [f"front: none (no point has both per-image {key} outcomes and a {cost})"]
+            header, rows = found.rows(key)
+            table = self.sweep.sweep_dir / front.TABLE
+            self.parent.log_artifact(write_text_atomic(table, report.render(header, rows, "csv")))
+            self.parent.log_metrics(front.metrics(found), 0)
+            self.parent.set_tags(
+                {"sporeflow.front": "; ".join(p.label for p in found.front)[:4000]}
+            )
+        except Exception as ex:  # noqa: BLE001 - the front must not fail a finished sweep
+            log.warning("the accuracy-cost front failed: %s", ex)
+            return [f"front: not decided ({ex})"]
+        plot = front.figure(found, self.sweep.sweep_dir / front.FIGURE, key)
+        if plot is not None:
+            self.parent.log_artifact(plot)
+            plots.append(plot)
+        return [*found.beaten_lines(), found.line(key)]
 
     def _importances(self, jobs: list, key: str) -> importance.Importances | None:
         """Which settings mattered (report.importance), as `importance/<param>` metrics on the

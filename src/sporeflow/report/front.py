@@ -21,6 +21,7 @@ most accurate) and that pair's Holm p.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from sporeflow.report.decision import ALPHA, Point, Stratified, holm, stratified
 
 CHEAPER = "cheaper, not worse"
 MORE_ACCURATE = "more accurate, no dearer"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -190,3 +192,70 @@ def front(points: list[Point], costs: dict[str, float], cost_name: str = "cost")
         {p.label: costs[p.label] for p in scored},
         cost_name,
     )
+
+
+FIGURE = "front.png"
+TABLE = "front.csv"
+METRIC_PREFIX = "front/"  # front/<row>/acc|ci_low|ci_high|cost|on_front, row of front.csv
+
+
+def metrics(found: Front) -> dict[str, float]:
+    """Per point, by its row in `records()` (front.csv, from 0, cheapest first): its accuracy
+    and interval, its cost, whether it is on the front; and the front's size."""
+    out = {f"{METRIC_PREFIX}size": float(len(found.front))}
+    for row, r in enumerate(found.records()):
+        for name in ("value", "ci_low", "ci_high", "cost"):
+            out[f"{METRIC_PREFIX}{row}/{'acc' if name == 'value' else name}"] = float(r[name])
+        out[f"{METRIC_PREFIX}{row}/on_front"] = 1.0 if r["front"] else 0.0
+    return out
+
+
+def figure(found: Front, path, objective: str = "accuracy"):
+    """Accuracy (95% interval) against cost: every point, the front's drawn as a step line and
+    labelled; None (a warning) if the figure cannot be drawn: it never fails a sweep."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from sporeflow.report.comparison import save_figure
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for r in found.records():
+            colour = "#2a7" if r["front"] else "#999"
+            ax.errorbar(
+                [r["cost"]],
+                [r["value"]],
+                yerr=[[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]],
+                fmt="o",
+                capsize=3,
+                color=colour,
+            )
+            ax.annotate(
+                r["point"],
+                (r["cost"], r["value"]),
+                fontsize=7,
+                xytext=(4, 4),
+                textcoords="offset points",
+                color="#333" if r["front"] else "#777",
+            )
+        on = sorted(found.front, key=lambda p: found.costs[p.label])
+        ax.step(
+            [found.costs[p.label] for p in on],
+            [p.accuracy for p in on],
+            where="post",
+            color="#2a7",
+            label=f"front ({len(on)} of {len(found.front) + len(found.beaten)} points)",
+        )
+        ax.set_xlabel(found.cost_name)
+        ax.set_ylabel(f"{objective} (validation, 95% CI)")
+        ax.set_title(
+            "beaten: cheaper and not worse, or more accurate and no dearer (Holm, 5%)", fontsize=8
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        return save_figure(fig, path)
+    except Exception as ex:  # noqa: BLE001 - a figure must not fail a finished sweep
+        log.warning("front figure failed: %s", ex)
+        return None

@@ -201,6 +201,28 @@ def sweep_decision(
 ) -> Decision | None:
     """The decision between the sweep's points (its finished jobs grouped by their settings but
     the seed), on their validation images; None when the objective has no per-image outcomes."""
+    return decide(sweep_points(reads, jobs, keys, key))
+
+
+def point_costs(jobs: list[Job], points: list[Point], cost: str) -> dict[str, float]:
+    """Each point's cost (`cost`: a metric of its jobs' top-level runs, config.objective): the
+    mean over its seeds' jobs that recorded it; a point none of whose jobs did is left out."""
+    by_number = {j.number: j for j in jobs}
+    found = {}
+    for point in points:
+        spent = [
+            by_number[n].metrics[cost]
+            for n in point.jobs.values()
+            if n in by_number and cost in by_number[n].metrics
+        ]
+        if spent:
+            found[point.label] = float(np.mean(spent))
+    return found
+
+
+def sweep_points(reads: StoreReads, jobs: list[Job], keys: list[str], key: str) -> list[Point]:
+    """The sweep's points (its finished jobs grouped by their settings but the seed) with their
+    per-image outcomes on the validation images; none when the objective has none."""
     points: dict[str, Point] = {}
     for job in jobs:
         if job.status != "FINISHED" or key not in job.metrics:
@@ -210,7 +232,7 @@ def sweep_decision(
             continue
         point = points.setdefault(point_label(job, keys), Point(point_label(job, keys)))
         point.jobs[seed_of(job)], point.outcomes[seed_of(job)] = job.number, found
-    return decide(list(points.values()))
+    return list(points.values())
 
 
 def reported(reads: StoreReads, jobs: list[Job], point: Point, key: str) -> Point | None:

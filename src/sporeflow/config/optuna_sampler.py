@@ -178,7 +178,8 @@ def checked_sampler(value: Any) -> SamplerSpec:
     if isinstance(value, str):
         if value in SHORT_FORMS:
             return SamplerSpec(short=value)
-        raise ConfigError(f"{KEY}={value!r}: allowed are {allowed()}")
+        hint = f" (or the node hydra/sweeper/sampler={value})" if value in GROUP else ""
+        raise ConfigError(f"{KEY}={value!r}: allowed are {allowed()}{hint}")
     if not isinstance(value, Mapping):
         raise ConfigError(f"{KEY}={value!r}: allowed are {allowed()}")
     node = dict(value)

@@ -10,7 +10,14 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
   `minimize` for any other app. A job that fails or returns no finite number makes its trial
   FAIL (reason, type and traceback kept); the search goes on and the sweep exits non-zero.
 - `sampler`: tpe (seeded, `n_startup_trials` random ones first), random, or grid (every point
-  of a finite space once, in BasicSweeper's order; a grid of no keys is one job).
+  of a finite space once, in BasicSweeper's order; a grid of no keys is one job); or, as in the
+  official plugin, a node naming any class of `optuna.samplers` by `_target_` with its
+  arguments (`hydra/sweeper/sampler=cmaes`, ...), checked to be one before it is built
+  (sporeflow.config.optuna_sampler). Hydra never instantiates this sweeper's nodes itself
+  (`_recursive_: false`): a `_target_` in them is data until checked.
+- `custom_search_space`: `module.function` of the sweep's own code, called with (config, trial)
+  on each trial to suggest more parameters (conditional ones); its module is checked to be a
+  file of the project before it is imported.
 - `storage` (default sqlite:///optuna.db in the launch dir) with `study_name`: the same command
   continues the study, and any number of processes on any machines reaching the storage share
   it (study.py: heartbeats, a dead process's trials run again, `n_trials` counts the study).
@@ -36,12 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sporeflow_optuna_sweeper import results, seeds
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
 from hydra_plugins.sporeflow_optuna_sweeper.launching import LaunchingSweeper, register
-from sporeflow.config import search_space
+from sporeflow.config import optuna_sampler, search_space
 from sporeflow.config.facts import sweep_direction
 from sporeflow.core.context import TRIAL_ID_ENV
 from sporeflow.core.errors import ConfigError, SporeflowError
@@ -58,6 +66,13 @@ class SporeflowOptunaSweeperConf:
     that names the same study and storage."""
 
     _target_: str = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sampler": None}])
+    """`hydra/sweeper/sampler=<name>` (or `override hydra/sweeper/sampler: <name>`) picks one of
+    the official plugin's sampler nodes (tpe, random, grid, cmaes, nsgaii, gp, qmc) over the
+    short form below."""
+    _recursive_: bool = False
+    """Hydra passes `sampler` to the sweeper as data (it would otherwise build its `_target_`
+    before any check)."""
     study_name: str = "sporeflow"
     """The study's name in its storage; start the same command again to continue it."""
     storage: Optional[str] = "sqlite:///optuna.db"
@@ -72,11 +87,14 @@ class SporeflowOptunaSweeperConf:
     false: a free slot starts the next trial at once."""
     direction: Optional[str] = None
     """`maximize` or `minimize`; null: from the app's `sweep.objective` (a loss is minimised)."""
-    sampler: str = "tpe"
-    """`tpe`, `random`, or `grid` (every point of a choice/range space once, in order)."""
+    sampler: Any = "tpe"
+    """`tpe`, `random`, `grid` (every point of a choice/range space once, in order), or a node
+    `{_target_: optuna.samplers.<Name>, <argument>: ...}` naming any Optuna sampler with its
+    arguments (`hydra/sweeper/sampler=cmaes` and the official plugin's other names); a node
+    without `_target_` is TPESampler's arguments."""
     seed: int = 1
-    """The sampler's seed (a continued study's sampler: this plus the trials it holds, so it
-    does not draw the first sweep's points again)."""
+    """The sampler's seed unless its node gives one (a continued study's sampler: this plus the
+    trials it holds, so it does not draw the first sweep's points again)."""
     n_startup_trials: int = 4
     """Random trials before TPE models the results; also the trials that complete before any
     is pruned."""
@@ -98,9 +116,17 @@ class SporeflowOptunaSweeperConf:
     params: Optional[Dict[str, Any]] = field(default_factory=dict)
     """The search space: flat (`boost.rho: interval(0.3, 0.8)`) or nested; null: the command
     line's sweeps only."""
+    custom_search_space: Optional[str] = None
+    """`module.function` in the sweep's own code (under the launch folder or beside the app's
+    config folder), called as `function(cfg, trial)` on every trial to suggest more (e.g.
+    conditional) parameters; `+w` as a name adds a key the config lacks."""
 
 
 register("sporeflow_optuna", SporeflowOptunaSweeperConf)
+for _name, _node in optuna_sampler.GROUP.items():  # hydra/sweeper/sampler=cmaes, as officially
+    ConfigStore.instance().store(
+        group="hydra/sweeper/sampler", name=_name, node=_node, provider="sporeflow"
+    )
 
 
 class SweepJobsFailed(SporeflowError):
@@ -126,10 +152,15 @@ class OptunaSweeper(LaunchingSweeper):
         params: Optional[Dict[str, Any]],
         seeds: Optional[List[int]] = None,
         seed_statistic: str = "mean",
+        custom_search_space: Optional[str] = None,
     ) -> None:
         self.study_name, self.storage = study_name, storage
         self.n_trials, self.n_jobs, self.batched = n_trials, n_jobs, batched
+        if isinstance(sampler, DictConfig):  # data until checked (search_space.checked)
+            sampler = OmegaConf.to_container(sampler, resolve=True)
         self.direction, self.sampler, self.seed = direction, sampler, seed
+        self.custom_search_space = custom_search_space
+        self.space: Optional[search_space.SearchSpace] = None  # checked at the sweep's start
         self.n_startup_trials, self.heartbeat_interval = n_startup_trials, heartbeat_interval
         self.max_failure_rate = max_failure_rate
         self.pruner, self.pruner_min_epochs = pruner, pruner_min_epochs
@@ -152,14 +183,13 @@ class OptunaSweeper(LaunchingSweeper):
             "params": self.params,
             "seeds": self.seeds,
             "seed_statistic": self.seed_statistic,
+            "custom_search_space": self.custom_search_space,
         }
 
-    def _sampler(self, seed: int):
-        import optuna
-
-        if self.sampler == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials)
-        return optuna.samplers.RandomSampler(seed=seed)  # grid: every trial is enqueued
+    def _sampler(self, offset: int = 0):
+        """The checked sampler, built (grid: every trial is enqueued, drawn at random)."""
+        assert self.space is not None and self.space.sampler is not None
+        return self.space.sampler.build(self.seed, self.n_startup_trials, offset)
 
     def _open_study(self, launch_dir: Path, distributions: dict):
         import optuna
@@ -170,13 +200,13 @@ class OptunaSweeper(LaunchingSweeper):
         study = optuna.create_study(
             study_name=self.study_name,
             storage=shared.storage(url, self.heartbeat_interval),
-            sampler=self._sampler(self.seed),
+            sampler=self._sampler(),
             load_if_exists=True,
             direction=direction,
         )
         held = len(study.get_trials(deepcopy=False))
         if held:  # a continued study: new draws, not the first sweep's random start-up again
-            study.sampler = self._sampler(self.seed + held)
+            study.sampler = self._sampler(held)
         where = redacted(url) if url else "memory"
         if study.direction.name.lower() != direction:
             raise ConfigError(
@@ -184,35 +214,45 @@ class OptunaSweeper(LaunchingSweeper):
                 f"{study.direction.name.lower()}d, this sweep would {direction} it; "
                 "pick a new study_name"
             )
-        shared.check_space(study, distributions, where)
+        shared.check_space(study, distributions, where, more=self._extender is not None)
         return study
 
     def _enqueue_grid(self, study, distributions: dict) -> int:
         """sampler=grid: queue the points the study has not run; the grid's size caps n_trials."""
         points = search_space.grid(distributions)
         trials = shared.counted(study.get_trials(deepcopy=False))
-        seen = [t.params or t.system_attrs.get("fixed_params") for t in trials]
+        seen = [
+            {
+                k: v
+                for k, v in (t.params or t.system_attrs.get("fixed_params") or {}).items()
+                if k in distributions
+            }
+            for t in trials
+        ]
         for point in points:
             if point not in seen:
                 study.enqueue_trial(point, skip_if_exists=False)
         return min(self.n_trials, len(points))
 
     def sweep(self, arguments: List[str]) -> Any:
-        space = search_space.checked(self.settings(), arguments)
-        distributions = space.distributions()
         launch_dir = Path(self.config.hydra.runtime.cwd or Path.cwd())
+        roots = optuna_sampler.project_roots(
+            launch_dir, OmegaConf.to_container(self.config.hydra.runtime.config_sources)
+        )
+        space = self.space = search_space.checked(self.settings(), arguments, roots)
+        self._extender = space.custom.load() if space.custom is not None else None
+        distributions = space.distributions()
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         study = self._open_study(launch_dir, distributions)
         # a dead process's trials: run them again
         shared.fail_stale(study, shared.grace_period(self.heartbeat_interval))
-        n_trials = (
-            self._enqueue_grid(study, distributions) if self.sampler == "grid" else self.n_trials
-        )
+        n_trials = self._enqueue_grid(study, distributions) if space.sampler.grid else self.n_trials
         ended, running = shared.budget_used(study)
         print(
-            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()}): "
+            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()}, "
+            f"{type(study.sampler).__name__ if not space.sampler.grid else 'grid'}): "
             f"{ended} trials done, {max(0, n_trials - ended - running)} to run"
             + (f", {running} running elsewhere" if running else ""),
             file=sys.stderr,
@@ -242,6 +282,19 @@ class OptunaSweeper(LaunchingSweeper):
             )
         return batches
 
+    _extender: Any = None  # the custom_search_space function, loaded at the sweep's start
+
+    def _extend(self, study, trial) -> None:
+        """custom_search_space: the user's function suggests more parameters on the trial; if
+        it raises, the trial is told FAIL with the reason and the error ends the sweep."""
+        if self._extender is None:
+            return
+        try:
+            self._extender(self.config, trial)
+        except Exception as ex:
+            shared.tell(study, trial, None, f"custom_search_space: {type(ex).__name__}: {ex}")
+            raise
+
     def _ask(self, study, distributions: dict, n_trials: int, want: int, heartbeat) -> list:
         """Up to `want` trials within the study's budget (others may be asking too)."""
         batch = []
@@ -253,6 +306,7 @@ class OptunaSweeper(LaunchingSweeper):
             trial = shared.ask(study, distributions)
             if trial is None:
                 continue
+            self._extend(study, trial)
             if not shared.within_budget(study, trial, n_trials):
                 break
             heartbeat.add(trial._trial_id)  # noqa: SLF001

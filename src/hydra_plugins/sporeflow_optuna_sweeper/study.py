@@ -92,11 +92,15 @@ def storage(url: str | None, heartbeat_interval: int) -> Any:
         )
 
 
-def check_space(study: Any, distributions: dict[str, Any], where: str) -> None:
-    """A study searched over other keys or ranges is another experiment: refuse to mix them."""
+def check_space(study: Any, distributions: dict[str, Any], where: str, more: bool = False) -> None:
+    """A study searched over other keys or ranges is another experiment: refuse to mix them.
+    `more`: a custom_search_space suggests further keys, compared only on `distributions`'."""
     for trial in study.get_trials(deepcopy=False):
         if trial.distributions:
-            if trial.distributions != distributions:
+            theirs = trial.distributions
+            if more:
+                theirs = {k: v for k, v in theirs.items() if k in distributions}
+            if theirs != distributions:
                 theirs = ", ".join(f"{k} {v}" for k, v in trial.distributions.items())
                 raise ConfigError(
                     f"hydra.sweeper.study_name={study.study_name!r}: the study in {where} "

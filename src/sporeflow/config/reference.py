@@ -75,8 +75,8 @@ def nodes(cls: type = RunConfig, path: str = "") -> Iterator[Node]:
     meanings = field_meanings(cls)
     own, below = [], []
     for f in fields(cls):
-        if f.name.startswith("_"):
-            continue  # `_target_` and the like: how Hydra builds the node, not an option
+        if f.name.startswith("_") or f.name == "defaults":
+            continue  # `_target_`, a defaults list: how Hydra builds the node, not an option
         key = f"{path}.{f.name}" if path else f.name
         if is_dataclass(hints[f.name]):
             below.append((hints[f.name], key))

@@ -13,7 +13,7 @@ Sources, later ones winning for the same key (the official Hydra Optuna sweeper'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ SYNTAX = (
 )
 EXAMPLE = "python train.py -m hparams_search=dim_reduce_optuna 'boost.rho=interval(0.3, 0.8)'"
 DIRECTIONS = ("maximize", "minimize")
-SAMPLERS = ("tpe", "random", "grid")
+SAMPLERS = ("tpe", "random", "grid")  # short forms; a `_target_` node names any optuna sampler
 PRUNERS = ("none", "median", "hyperband")
 SEED_STATISTICS = ("mean", "lcb")
 OPTUNA_SWEEPER = "hydra_plugins.sporeflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"
@@ -60,6 +60,8 @@ class SearchSpace:
     specs: dict[str, str] = field(default_factory=dict)
     # the command line in its order: a fixed override's line, or None where a searched key goes
     order: list[tuple[str, str | None]] = field(default_factory=list)
+    sampler: Any = None  # the checked `hydra.sweeper.sampler` (optuna_sampler.SamplerSpec)
+    custom: Any = None  # the checked `custom_search_space` (optuna_sampler.FunctionPath) or None
 
     @property
     def keys(self) -> list[str]:
@@ -83,6 +85,8 @@ class SearchSpace:
         return [
             *(line if line is not None else f"{key}={params[key]}" for key, line in self.order),
             *(f"{key}={params[key]}" for key in self.specs if key not in placed),
+            # those a custom_search_space suggested (`+w` adds a key, as the official plugin's)
+            *(f"{key}={value}" for key, value in params.items() if key not in self.specs),
         ]
 
 
@@ -105,12 +109,22 @@ def build(params: Mapping[str, Any] | None, arguments: Iterable[str]) -> SearchS
     return space
 
 
-def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpace:
+def checked(
+    settings: Mapping[str, Any], arguments: Iterable[str], roots: Sequence[Path] | None = None
+) -> SearchSpace:
     """The Optuna sweeper's settings (`hydra.sweeper`) and search space, or a ConfigError naming
-    the key: called by the sweeper, and before a sweep's MLflow parent run exists (sweep_run)."""
+    the key: called by the sweeper, and before a sweep's MLflow parent run exists (sweep_run).
+    The sampler's `_target_` and the custom_search_space's module are checked as data: nothing
+    of theirs is imported or built here. `roots`: where the sweep's own code lives
+    (optuna_sampler.project_roots; the working folder if not given)."""
+    from sporeflow.config import optuna_sampler
+
+    sampler = optuna_sampler.checked_sampler(settings.get("sampler", "tpe"))
+    custom = optuna_sampler.checked_search_space(
+        settings.get("custom_search_space"), roots or [Path.cwd()]
+    )
     for key, allowed in (
         ("direction", (None, *DIRECTIONS)),
-        ("sampler", SAMPLERS),
         ("pruner", PRUNERS),
     ):
         if settings.get(key, "none") not in allowed:
@@ -140,14 +154,15 @@ def checked(settings: Mapping[str, Any], arguments: Iterable[str]) -> SearchSpac
                 f"hydra.sweeper.storage={redacted(storage)}: cannot connect: {problem}"
             )
     space = build(settings.get("params"), arguments)
-    if not space.specs and settings["sampler"] != "grid":
+    space.sampler, space.custom = sampler, custom
+    if not space.specs and not sampler.grid and custom is None:
         raise ConfigError(
             "hydra.sweeper.params is empty and the command line sweeps nothing: name a key to "
             f"search, e.g. {EXAMPLE}"
         )
     distributions = space.distributions()  # a bad spec fails here, naming its key
-    if settings["sampler"] == "grid":
-        grid(distributions)
+    if sampler.grid:
+        grid(distributions, f"hydra.sweeper.sampler={sampler.label}")
     check_seeds(settings, space)
     return space
 
@@ -203,6 +218,10 @@ def grid(
             values[key] = list(dist.choices)
         elif isinstance(dist, d.IntDistribution) and not dist.log:
             values[key] = list(range(dist.low, dist.high + 1, dist.step))
+        elif isinstance(dist, d.FloatDistribution) and dist.step is not None:
+            # range(a, b, step=s) of floats: a, a+s, ... below b (Hydra's range, the end excluded)
+            count = round((dist.high - dist.low) / dist.step)
+            values[key] = [dist.low + i * dist.step for i in range(count)]
         else:
             raise ConfigError(
                 f"{who}: {key} is continuous; a grid takes choice(...), "

@@ -41,7 +41,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import objective, race, search_space
+from sporeflow.config import objective, optuna_sampler, race, search_space
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -146,7 +146,11 @@ class SweepRun(Callback):
             sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
             task = OmegaConf.to_container(config.hydra.overrides.task)
             if target == search_space.OPTUNA_SWEEPER:
-                search_space.checked(sweeper, task)
+                roots = optuna_sampler.project_roots(
+                    Path(config.hydra.runtime.cwd or Path.cwd()),
+                    OmegaConf.to_container(config.hydra.runtime.config_sources),
+                )
+                search_space.checked(sweeper, task, roots)
             elif target == race.RACE_SWEEPER:
                 race.checked(sweeper, task)
         except ConfigError:

@@ -46,6 +46,72 @@ def test_cosine_and_step():
         learning_rates("exp", 1.0, 2, 2)
 
 
+def test_with_accumulation_a_schedule_has_one_rate_per_update_and_ends_at_the_end():
+    """k batches an update, the count running across epoch ends (engine.train_step): 3 epochs
+    of 4 batches are floor(12 / 3) = 4 updates; the warm-up is round(4 / 3) = 1 update, a step
+    boundary applies from the first update whose last batch is past it, and a budget's
+    `total_steps` counts batches."""
+    cos = learning_rates("cosine", 1.0, 4, 3, warmup_epochs=1, lr_end=0.1, accumulation_steps=3)
+    want = [1.0] + [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * i / 3)) for i in range(3)]
+    np.testing.assert_allclose(cos, want, rtol=1e-6)
+    # updates end at batches 3, 6, 9, 12 (epochs 1, 2, 3, 3)
+    step = learning_rates("step", 1.0, 4, 3, step_epochs=[1, 2], gamma=0.1, accumulation_steps=3)
+    np.testing.assert_allclose(step, [1, 0.1, 0.01, 0.01], rtol=1e-6)
+    budget = learning_rates("linear", 1.0, 4, 3, total_steps=10, accumulation_steps=2)
+    np.testing.assert_allclose(budget, [1, 0.8, 0.6, 0.4, 0.2, 0.0], rtol=1e-6, atol=1e-7)
+    for k in (1, 2, 3, 5, 7):
+        rates = learning_rates("linear", 1.0, 10, 3, accumulation_steps=k)
+        assert len(rates) == 30 // k and rates[-1] == pytest.approx(1 / (30 // k))
+    np.testing.assert_array_equal(
+        learning_rates("cosine", 1.0, 4, 5, accumulation_steps=1),
+        learning_rates("cosine", 1.0, 4, 5),
+    )
+
+
+def test_accumulation_steps_is_supplied_not_configured():
+    from omegaconf import OmegaConf
+
+    from sporeflow.config.validation import schedule_problems
+
+    node = OmegaConf.create({"schedule": {"name": "cosine", "accumulation_steps": 2}})
+    (problem,) = schedule_problems(node)
+    assert problem.startswith("optimizer.schedule.accumulation_steps is not a schedule setting")
+
+
+def factory_before_accumulation(params, lr=0.1, schedule=None, steps_per_epoch=None, epochs=None):
+    """A user's factory written when sporeflow supplied steps_per_epoch and epochs only."""
+    return optim.momentum(
+        params, lr=lr, schedule=schedule, steps_per_epoch=steps_per_epoch, epochs=epochs
+    )
+
+
+@pytest.mark.parametrize(
+    "target", ["sporeflow.nn.optimizers.momentum", f"{__name__}.factory_before_accumulation"]
+)
+def test_build_optimizer_gives_the_accumulation_to_a_factory_that_takes_it(target):
+    from omegaconf import OmegaConf
+
+    from sporeflow.config.components import build_optimizer
+
+    cfg = OmegaConf.create(
+        {
+            "epochs": 3,
+            "train": {"accumulation_steps": 3},
+            "optimizer": {
+                "_target_": target,
+                "_partial_": True,
+                "lr": 0.1,
+                "schedule": {"name": "linear"},
+            },
+        }
+    )
+    opt = build_optimizer(cfg, nn.Dense(2, 1).trainable_params(), steps_per_epoch=4)
+    table = opt.learning_rate.learning_rate.asnumpy()
+    k = 3 if target.endswith("momentum") else 1  # the older factory builds it in batches
+    want = learning_rates("linear", 0.1, 4, 3, accumulation_steps=k)
+    np.testing.assert_allclose(table, optim.padded(want), rtol=1e-6)
+
+
 class BnNet(nn.Cell):
     def __init__(self):
         super().__init__()
@@ -188,6 +254,51 @@ def test_resume_continues_mid_schedule(tmp_path):
     restore_exact(state, step2)
     assert int(opt2.global_step.asnumpy()[0]) == 5
     assert float(opt2.get_lr().asnumpy()) == pytest.approx(float(rates[5]))
+
+
+def test_a_resume_takes_the_rate_from_the_config_and_the_count_and_moments_from_the_checkpoint(
+    tmp_path,
+):
+    """A run resumed with a larger `epochs=` builds a longer table (2 epochs of 4 steps: 8
+    rates; 4 epochs: 16): restored with `set_by_config`, the table stays the new one whatever
+    its length (a shape mismatch was refused, an equal padded length silently replaced it), and
+    global_step and the moments are the checkpoint's; a constant rate is the config's too."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+    def fresh(epochs, schedule):
+        ms.set_seed(0)
+        net = nn.Dense(4, 3)
+        opt = optim.momentum(
+            net.trainable_params(),
+            lr=0.5,
+            schedule=schedule,
+            steps_per_epoch=4,
+            epochs=epochs,
+        )
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        return opt, nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+
+    cosine = {"name": "cosine"}
+    opt, step = fresh(2, cosine)
+    for _ in range(8):
+        step(Tensor(np.random.randn(8, 4).astype(np.float32)), Tensor(np.arange(8) % 3, ms.int32))
+    state = ms.load_checkpoint(str(save_atomic(step, tmp_path / "s.ckpt")))
+    assert state[optim.RATE_NAME].shape == (8,)
+    for epochs, schedule in ((4, cosine), (3, cosine), (4, None)):
+        opt2, step2 = fresh(epochs, schedule)
+        built = {p.name: p.asnumpy().copy() for p in opt2.get_parameters()}
+        restore_exact(state, step2, from_config=set_by_config)
+        assert int(opt2.global_step.asnumpy()[0]) == 8
+        np.testing.assert_array_equal(opt2.moments[0].asnumpy(), state["moments.weight"].asnumpy())
+        np.testing.assert_array_equal(
+            [p for p in opt2.get_parameters() if p.name == optim.RATE_NAME][0].asnumpy(),
+            built[optim.RATE_NAME],
+        )
+        if schedule is not None:
+            want = learning_rates("cosine", 0.5, 4, epochs)[8]
+            assert float(opt2.get_lr().asnumpy()) == pytest.approx(float(want))
+    with pytest.raises(CheckpointError, match="learning_rate: checkpoint shape"):
+        restore_exact(state, fresh(4, cosine)[1])  # without the config's names: exact shapes
 
 
 def numpy_momentum(w0, xs, ys, lr, mu, nesterov, steps):

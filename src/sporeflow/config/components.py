@@ -9,6 +9,7 @@ rather than being reported as a typo in the config.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -76,9 +77,11 @@ def build_optimizer(
     lr: float | None = None,
     schedule: dict | None = None,
 ):
-    """The optimizer over `params`; schedules get the stage's steps per epoch and epoch count
-    (`epochs`, default the config's), `lr` replaces optimizer.lr (a stage's own rate) and
-    `schedule` optimizer.schedule (a stage's own: the budget arm's linear decay to zero)."""
+    """The optimizer over `params`; schedules get the stage's steps (batches) per epoch, epoch
+    count (`epochs`, default the config's) and `train.accumulation_steps` (batches per
+    optimizer update: a schedule has one rate per update; passed to a factory that takes it),
+    `lr` replaces optimizer.lr (a stage's own rate) and `schedule` optimizer.schedule (a
+    stage's own: the budget arm's linear decay to zero)."""
     overrides: dict[str, Any] = {} if lr is None else {"lr": lr}
     if schedule is not None:
         overrides["schedule"] = schedule
@@ -86,7 +89,20 @@ def build_optimizer(
     if not (callable(factory) and cfg.optimizer.get("_partial_", False)):
         return factory
     epochs = cfg.epochs if epochs is None else epochs
-    return factory(params, steps_per_epoch=steps_per_epoch, epochs=epochs)
+    supplied: dict[str, Any] = {"steps_per_epoch": steps_per_epoch, "epochs": epochs}
+    if _takes(factory, "accumulation_steps"):
+        supplied["accumulation_steps"] = int(cfg.train.accumulation_steps)
+    return factory(params, **supplied)
+
+
+def _takes(factory: Any, name: str) -> bool:
+    """Whether `factory` takes the keyword `name` (a user's factory written before it was
+    supplied may not)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def build_hook(node: DictConfig):

@@ -389,8 +389,9 @@ class TrainStepConfig:
     clip_grad_norm: Annotated[float, NonNegative] = 0.0
     """Clip by the global norm of all gradients, once per update; 0 = off."""
     accumulation_steps: Annotated[int, Count] = 1
-    """Micro-batches per optimizer update (LR and EMA advance per update; `train/lr` is the
-    rate of each epoch's last update)."""
+    """Micro-batches per optimizer update (LR and EMA advance per update; a schedule is built
+    in updates, floor(epochs x batches / k), so it ends at the last epoch's end; `train/lr` is
+    the rate of each epoch's last update)."""
     ema: EmaConfig = field(default_factory=EmaConfig)
     """EMA shadow weights."""
     amp_level: AmpLevel = AmpLevel.O0

@@ -26,7 +26,7 @@ from sporeflow.core.ranges import range_of, without_range
 from sporeflow.nn import schedules
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.
-_SUPPLIED_AT_BUILD = {"optimizer": {"params", "steps_per_epoch", "epochs"}}
+_SUPPLIED_AT_BUILD = {"optimizer": {"params", "steps_per_epoch", "epochs", "accumulation_steps"}}
 _KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 
 
@@ -197,7 +197,7 @@ def schedule_problems(node: DictConfig) -> list[str]:
     allowed = [
         p
         for p in inspect.signature(schedules.learning_rates).parameters
-        if p not in ("lr_max", "steps_per_epoch", "epochs")
+        if p not in ("lr_max", "steps_per_epoch", "epochs", "accumulation_steps")
     ]
     found = []
     for key in schedule:

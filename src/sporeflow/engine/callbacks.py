@@ -113,7 +113,7 @@ def rate_used(optimizer: nn.Optimizer) -> float | None:
     MindSpore's optimizers read their rate at `global_step` and then add 1 to it, once per
     update (with gradient accumulation, once per `accumulation_steps` micro-steps; restored
     from the checkpoint on a resume), so the last update read entry `global_step - 1`: of the
-    per-step array (nn.optimizers.schedule_of, padded with its last value), of a
+    per-update array (nn.optimizers.schedule_of, padded with its last value), of a
     LearningRateSchedule cell, or the one fixed rate. Parameter groups with rates of their own
     report the first group's (sporeflow's groups share one rate)."""
     updates = int(np.asarray(optimizer.global_step.asnumpy()).reshape(-1)[0])

@@ -1,7 +1,8 @@
 """Optimizer factories: config keys -> a MindSpore optimizer with parameter groups and an LR schedule.
 
 Configs name these with `_partial_: true`; the stage supplies `params` (the network's trainable
-parameters), `steps_per_epoch` and `epochs` once it knows them. Weight decay goes through
+parameters), `steps_per_epoch` (batches), `epochs` and `accumulation_steps` (batches per
+optimizer update: the schedule has one rate per update) once it knows them. Weight decay goes through
 parameter groups that exempt BatchNorm gamma/beta and biases (the seeds' `init_group_params`),
 and its value is a graph input (`DecayRate`): a sweep over `optimizer.weight_decay` trains on
 one compiled graph.
@@ -22,6 +23,7 @@ from sporeflow.nn.schedules import learning_rates
 
 NO_DECAY = ("beta", "gamma", "bias")
 DECAY_NAME = "weight_decay"  # the decay's Parameter among the optimizer's (checkpoints, the pool)
+RATE_NAME = "learning_rate"  # MindSpore's Parameter of the rate: the float or per-update table
 
 
 class DecayRate(nn.Cell):
@@ -75,19 +77,24 @@ def schedule_of(
     schedule: Mapping[str, Any] | None,
     steps_per_epoch: int | None,
     epochs: int | None,
+    accumulation_steps: int = 1,
 ):
-    """A per-step LR Tensor, or the plain float when the schedule is constant without warm-up."""
+    """A per-update LR Tensor (`accumulation_steps` batches an update), or the plain float when
+    the schedule is constant without warm-up."""
     schedule = dict(schedule or {})
     name = schedule.pop("name", "constant")
     if name == "constant" and not schedule.get("warmup_epochs"):
         return lr
     if not steps_per_epoch or not epochs:
         raise ValueError("an LR schedule needs steps_per_epoch and epochs")
-    return Tensor(padded(learning_rates(name, lr, steps_per_epoch, epochs, **schedule)))
+    rates = learning_rates(
+        name, lr, steps_per_epoch, epochs, accumulation_steps=accumulation_steps, **schedule
+    )
+    return Tensor(padded(rates))
 
 
 def padded(rates: np.ndarray) -> np.ndarray:
-    """The per-step rates, padded with the last one up to a power of two. The optimizer indexes
+    """The per-update rates, padded with the last one up to a power of two. The optimizer indexes
     them by its step count, a graph input; their length is a shape compiled into the graph: so
     schedules of similar length (an annealed arm, a budget arm of any length up to it) train on
     one compiled graph (engine.graph_pool)."""
@@ -104,6 +111,7 @@ def momentum(
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    accumulation_steps: int = 1,
 ) -> nn.Optimizer:
     """v = momentum * v + g; w -= lr * v, or with nesterov w -= lr * (g + momentum * v).
 
@@ -112,7 +120,7 @@ def momentum(
     on nn.SGD (the same update otherwise: dampening 0, v starts at the first gradient)."""
     groups, rate = (
         group_params(params, weight_decay, as_input=not nesterov),
-        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        schedule_of(lr, schedule, steps_per_epoch, epochs, accumulation_steps),
     )
     if nesterov:
         return nn.SGD(groups, rate, momentum=momentum, nesterov=True)
@@ -128,12 +136,13 @@ def sgd(
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    accumulation_steps: int = 1,
 ) -> nn.Optimizer:
     if nesterov and momentum <= 0:
         raise ConfigError(f"optimizer.nesterov=true needs optimizer.momentum > 0, not {momentum}")
     return nn.SGD(  # its decay stays a constant of the graph: nn.SGD refuses a decay Cell
         group_params(params, weight_decay, as_input=False),
-        schedule_of(lr, schedule, steps_per_epoch, epochs),
+        schedule_of(lr, schedule, steps_per_epoch, epochs, accumulation_steps),
         momentum=momentum,
         nesterov=nesterov,
     )
@@ -149,11 +158,12 @@ def adam(
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    accumulation_steps: int = 1,
 ) -> nn.Optimizer:
     return decay_registered(
         nn.Adam(
             group_params(params, weight_decay),
-            schedule_of(lr, schedule, steps_per_epoch, epochs),
+            schedule_of(lr, schedule, steps_per_epoch, epochs, accumulation_steps),
             beta1=beta1,
             beta2=beta2,
             eps=eps,
@@ -171,11 +181,12 @@ def adamw(
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    accumulation_steps: int = 1,
 ) -> nn.Optimizer:
     return decay_registered(
         nn.AdamWeightDecay(
             group_params(params, weight_decay) if weight_decay else list(params),
-            schedule_of(lr, schedule, steps_per_epoch, epochs),
+            schedule_of(lr, schedule, steps_per_epoch, epochs, accumulation_steps),
             beta1=beta1,
             beta2=beta2,
             eps=eps,
@@ -192,11 +203,12 @@ def adagrad(
     schedule: Mapping | None = None,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    accumulation_steps: int = 1,
 ) -> nn.Optimizer:
     return decay_registered(
         nn.Adagrad(
             group_params(params, weight_decay),
             accum=accum,
-            learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs),
+            learning_rate=schedule_of(lr, schedule, steps_per_epoch, epochs, accumulation_steps),
         )
     )

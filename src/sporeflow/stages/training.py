@@ -23,7 +23,7 @@ from sporeflow.engine.divergence import TrainingDiverged
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
-from sporeflow.nn.optimizers import DECAY_NAME
+from sporeflow.nn.optimizers import DECAY_NAME, RATE_NAME
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stages.build import build_stage_parts
 from sporeflow.stages.outputs import record_data, record_model
@@ -70,10 +70,13 @@ class PreparedStage:
 
 
 def set_by_config(name: str) -> bool:
-    """A parameter the config sets (the optimizer's weight decay, stage 2's settings: graph
-    inputs since issue 50), which a checkpoint written before may lack: the config's value holds
-    (a resume trains on its run's own config)."""
-    return name == DECAY_NAME or name.startswith(SETTING_PREFIX)
+    """A parameter the config sets, not the training: the optimizer's learning rate (a float or
+    the schedule's per-update table, built for the resumed run's `epochs`), its weight decay and
+    stage 2's settings (graph inputs since issue 50, which a checkpoint written before lacks).
+    A resume keeps the config's value (it trains on its own config); the optimizer's update
+    count (`global_step`) and moments still come from the checkpoint, so the schedule goes on
+    at the update it reached."""
+    return name in (RATE_NAME, DECAY_NAME) or name.startswith(SETTING_PREFIX)
 
 
 def describe_batching(

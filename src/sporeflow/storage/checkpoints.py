@@ -166,13 +166,16 @@ def restore_exact(
 
     `load_param_into_net` matches names loosely (it strips prefixes), which let optimizer
     moments overwrite network weights; here every parameter must find its own name, but those
-    `from_config` names (hyperparameters that are graph inputs: a checkpoint written before they
-    were lacks them, and the config's value stays). Returns the checkpoint entries not used.
+    `from_config` names: hyperparameters that are graph inputs, whose value the cells were built
+    with from the run's config. Those are never taken from the checkpoint, whether it has them
+    (a resume with a larger `epochs=` builds a longer rate table, which holds) or not (a
+    checkpoint written before they were graph inputs lacks them). Returns the checkpoint entries
+    not used.
     """
     params: dict[str, Any] = {}
     for cell in cells:
         for p in cell.get_parameters():
-            if p.name in state or from_config is None or not from_config(p.name):
+            if from_config is None or not from_config(p.name):
                 params.setdefault(p.name, p)
     missing = [name for name in params if name not in state]
     if missing:

@@ -154,18 +154,29 @@ def test_the_run_names_its_data_with_a_digest_of_the_files(trained):
         d.dataset.name: (d.dataset, {t.key: t.value for t in d.tags})
         for d in run.inputs.dataset_inputs
     }
-    assert set(inputs) == {"sklearn-digits-train", "sklearn-digits-test"}
+    assert set(inputs) == {"sklearn-digits-train", "sklearn-digits-val", "sklearn-digits-test"}
     train, tags = inputs["sklearn-digits-train"]
     assert tags["mlflow.data.context"] == "training"
+    assert inputs["sklearn-digits-val"][1]["mlflow.data.context"] == "validation"
     assert inputs["sklearn-digits-test"][1]["mlflow.data.context"] == "evaluation"
-    assert json.loads(train.profile)["num_rows"] == 1437
+    # 1437 stored training images, 144 (10%, stratified) of them held out for validation
+    assert json.loads(train.profile)["num_rows"] == 1293
+    assert json.loads(inputs["sklearn-digits-val"][0].profile)["num_rows"] == 144
     # the digest is the files' bytes and the selection, recomputed here independently
     import hashlib
 
     import sklearn.datasets
 
     data = Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"
-    h = hashlib.sha256(b"sklearn-digits-train\0test_fraction=0.2 split seed 0")
+    from sporeflow.data.digits import Digits
+    from sporeflow.data.splits import digest
+
+    held = digest(Digits().held_out())  # the held-out rows, named in the selection
+    selection = (
+        f"test_fraction=0.2 split seed 0; val_split=0.1 split_seed=0 held out 144 rows "
+        f"({held}): the rest"
+    )
+    h = hashlib.sha256(b"sklearn-digits-train\0" + selection.encode())
     h.update(hashlib.sha256(data.read_bytes()).hexdigest().encode())
     assert train.digest == h.hexdigest()[:12]
     assert train.digest != inputs["sklearn-digits-test"][0].digest

@@ -130,7 +130,9 @@ def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) 
 
     with _hydra(config_dir, list(overrides)) as hydra:  # one run, whatever a preset declares
         job = hydra.run(TRAIN, run_task, [*overrides, "hydra.mode=RUN"])
-    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(job.return_value))
+    value = job.return_value  # [accuracy, cost] for a list objective: the accuracy
+    value = value[0] if isinstance(value, (list, tuple)) else value
+    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(value))
 
 
 def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> SweepResults:

@@ -208,3 +208,32 @@ def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys
     assert (tmp_path / "multirun" / "front.png").stat().st_size > 0
     artifacts = {a.path for a in client_of(tmp_path).list_artifacts(parent.info.run_id)}
     assert {"front.csv", "front.png"} <= artifacts
+
+    # the front shown: `sporeflow compare --sweep` and sporeflow.results(...).front, from the store
+    import sporeflow
+    from helpers.inprocess import sporeflow_here
+
+    compared = sporeflow_here(tmp_path, "compare", "--sweep", callback.run_id)
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    shown = compared.stdout.rstrip("\n").splitlines()
+    assert shown[-1] == last, "the front line the sweep ended with"
+    assert [ln for ln in shown if ": beaten by " in ln] == off
+    assert any(ln.split()[:2] == ["point", "seeds"] for ln in shown), "the front's table"
+    monkeypatch.chdir(tmp_path)
+    found = sporeflow.results(callback.run_id, uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    table = found.front
+    assert list(table.columns[:9]) == [
+        "point", "acc", "ci_low", "ci_high", "cost", "on_front", "beaten_by", "how", "p_holm",
+    ]  # fmt: skip
+    assert list(table["point"]) == [r["point"] for r in rows]
+    assert list(table["on_front"]) == [r["front"] == "yes" for r in rows]
+    assert list(table["cost"]) == pytest.approx([costs[p] for p in table["point"]])
+    for row, r in enumerate(table.itertuples()):
+        assert r.acc == pytest.approx(metrics[f"front/{row}/acc"])
+        assert r.ci_low <= r.acc <= r.ci_high
+        assert (r.beaten_by == "") == r.on_front
+        assert np.isnan(r.p_holm) == r.on_front
+        if not r.on_front:
+            assert r.beaten_by in beaten[r.point]
+    one = sporeflow.results(uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert one.run_id == callback.run_id

@@ -8,9 +8,10 @@ of theirs is imported, called or built.
 Ported from facebookresearch/hydra plugins/hydra_optuna_sweeper/tests/test_optuna_sweeper_plugin.py
 (commit 2c03d1b): test_discovery, test_create_optuna_distribution_from_override,
 test_create_params_from_overrides, test_optuna_example, test_example_with_grid_sampler,
-test_optuna_custom_search_space_example, test_failure_rate. Not ported: the multi-objective
-and MOTPE tests (a list of directions is another branch's work), test_launch_jobs (a space of no
-keys: sporeflow refuses it unless the sampler is a grid, tested below instead)."""
+test_optuna_custom_search_space_example, test_failure_rate, test_optuna_multi_objective_example
+(its example multi-objective-conf, Binh and Korn). Not ported: the MOTPE test (a sampler of
+optuna<3), test_launch_jobs (a space of no keys: sporeflow refuses it unless the sampler is a
+grid, tested below instead)."""
 
 from __future__ import annotations
 
@@ -451,4 +452,229 @@ def test_train_py_refuses_a_custom_search_space_outside_the_project_with_exit_2(
     code, err = train_cli(args, tmp_path, run_dir=None)
     assert code == 2, err[-3000:]
     assert "hydra.sweeper.custom_search_space='os.system': 'os' is Python's own module" in err
+    assert not list(tmp_path.glob("multirun/*/.hydra")), "no job may start"
+
+
+# --- a list of directions: a multi-objective study (the official example, then sporeflow's) ---
+
+BINH_AND_KORN = _example("multi-objective.py").binh_and_korn.__wrapped__
+
+
+def _dominates(values_x: list, values_y: list) -> bool:
+    return all(x <= y for x, y in zip(values_x, values_y, strict=True)) and any(
+        x < y for x, y in zip(values_x, values_y, strict=True)
+    )
+
+
+@pytest.mark.parametrize("with_commandline", (True, False))
+def test_optuna_multi_objective_example(with_commandline, hydra_sweep_runner, tmp_path) -> None:
+    overrides = [
+        "hydra.sweeper.n_trials=20",
+        "hydra.sweeper.n_jobs=1",
+        "hydra/sweeper/sampler=random",
+        "hydra.sweeper.sampler.seed=123",
+    ]
+    if with_commandline:
+        overrides += ["x=range(0, 5)", "y=range(0, 3)"]
+    sweep = hydra_sweep_runner(
+        calling_file=str(OFFICIAL / "multi-objective.py"),
+        calling_module=None,
+        task_function=BINH_AND_KORN,
+        config_path="multi-objective-conf",
+        config_name="config",
+        overrides=overrides,
+        temp_dir=tmp_path / "multirun",
+    )
+    with sweep:
+        returns = OmegaConf.load(tmp_path / "multirun" / "optimization_results.yaml")
+        jobs = [r for batch in sweep.returns for r in batch]
+    assert isinstance(returns, DictConfig)
+    assert returns.name == "optuna"
+    assert len(jobs) == 20 and returns["solutions"]
+    step = {0} if with_commandline else {0, 0.5}
+    done = [
+        (4 * r.cfg.x**2 + 4 * r.cfg.y**2, (r.cfg.x - 5) ** 2 + (r.cfg.y - 5) ** 2) for r in jobs
+    ]
+    for trial_x in returns["solutions"]:
+        assert trial_x["params"]["x"] % 1 in step
+        assert trial_x["params"]["y"] % 1 in step
+        # The trials must not dominate each other (the official test compares the dicts'
+        # keys, which never dominate: here their values), nor any job of the sweep them.
+        for trial_y in returns["solutions"]:
+            assert not _dominates(list(trial_x["values"]), list(trial_y["values"]))
+        assert not any(_dominates(list(v), list(trial_x["values"])) for v in done)
+    front = {tuple(t["values"]) for t in returns["solutions"]}
+    assert all(any(_dominates(list(f), list(v)) for f in front) or v in front for v in done)
+
+
+def _two_spheres(cfg):
+    return [cfg.x**2 + cfg.y**2, (cfg.x - 1) ** 2 + (cfg.y - 1) ** 2]
+
+
+def test_nsgaii_by_target_runs_a_two_direction_study(hydra_sweep_runner, tmp_path, capsys):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    overrides = [
+        "hydra.sweeper.sampler={_target_: optuna.samplers.NSGAIISampler, population_size: 4, seed: 3}",
+        "hydra.sweeper.direction=[minimize,minimize]",
+        "hydra.sweeper.n_trials=8",
+        f"hydra.sweeper.storage={storage}",
+        "x=interval(-2.0, 2.0)",
+        "y=interval(-2.0, 2.0)",
+        "~hydra.sweeper.params.z",
+    ]
+    with sphere_sweep(hydra_sweep_runner, tmp_path / "multirun", _two_spheres, overrides):
+        best = OmegaConf.load(tmp_path / "multirun" / "optimization_results.yaml")
+        table = (tmp_path / "multirun" / "optuna_trials.csv").read_text().splitlines()
+    study = optuna.load_study(study_name="sphere", storage=storage)
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 8
+    assert all(len(t.values) == 2 for t in study.trials)
+    assert sorted(s["trial"] for s in best["solutions"]) == [t.number for t in study.best_trials]
+    err = capsys.readouterr().err
+    assert "Optuna study 'sphere' ([minimize, minimize], NSGAIISampler): 0 trials done" in err
+    assert f"Optuna's Pareto set (study.best_trials, {len(study.best_trials)} trial" in err
+    assert "Optuna best trial" not in err
+    assert table[0].startswith("trial,job,state,value,values,error")
+
+    # the same command continues the study; one direction on it is refused
+    again = [*overrides[:2], "hydra.sweeper.n_trials=10", *overrides[3:]]
+    with sphere_sweep(hydra_sweep_runner, tmp_path / "again", _two_spheres, again):
+        pass
+    assert len(optuna.load_study(study_name="sphere", storage=storage).trials) == 10
+    single = [o for o in again if "direction" not in o]
+    with pytest.raises(ConfigError, match=r"has directions \[minimize, minimize\], this sweep one"):
+        with sphere_sweep(hydra_sweep_runner, tmp_path / "single", _sphere, single):
+            pass
+
+
+def test_a_multi_objective_study_is_not_pruned_and_says_so(hydra_sweep_runner, tmp_path, capsys):
+    overrides = [
+        "hydra.sweeper.direction=[minimize,minimize]",
+        "hydra.sweeper.pruner=median",
+        f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler=random",
+    ]
+    with sphere_sweep(hydra_sweep_runner, tmp_path / "multirun", _two_spheres, overrides) as sweep:
+        jobs = [r for batch in sweep.returns for r in batch]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "pruner=median" in line]
+    assert lines == [
+        "[sporeflow] hydra.sweeper.pruner=median is off: Optuna cannot prune the trials of a "
+        "multi-objective study (direction=[minimize,minimize])"
+    ]
+    assert len(jobs) == 3
+    assert not any("TRIAL" in o for r in jobs for o in r.overrides), "no job reports to a pruner"
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (3.0, "not a list of 2 numbers"),
+        ([1.0, 2.0, 3.0], "the job returned 3 values, the study has 2 directions"),
+        ([1.0, float("nan")], "not finite numbers"),
+    ],
+)
+def test_a_job_of_a_two_direction_study_returns_two_numbers(returned, message):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hydra_plugins.sporeflow_optuna_sweeper import results
+
+    ret = JobReturn(status=JobStatus.COMPLETED, _return_value=returned)
+    assert message in results.outcome(ret, 2).error
+    assert results.outcome(
+        JobReturn(status=JobStatus.COMPLETED, _return_value=[1, 2]), 2
+    ).value == [
+        1.0,
+        2.0,
+    ]
+    listed = JobReturn(status=JobStatus.COMPLETED, _return_value=[0.9, 12.0])
+    assert results.outcome(listed, 1, first_of_list=True).value == 0.9
+    assert results.outcome(listed, 1).value is None, "a list to one direction: as before"
+
+
+def test_seeds_combine_each_objective_its_own_way():
+    from hydra_plugins.sporeflow_optuna_sweeper import seeds
+    from hydra_plugins.sporeflow_optuna_sweeper.results import Outcome
+
+    each = [Outcome([0.8, 10.0]), Outcome([0.9, 14.0])]
+    mean = seeds.combined(each, [1, 2], "mean", [True, False]).value
+    assert mean == pytest.approx([0.85, 12.0])
+    lcb = seeds.combined(each, [1, 2], "lcb", [True, False]).value
+    assert lcb[0] == pytest.approx(seeds.trial_value([0.8, 0.9], "lcb", True))
+    assert lcb[1] == pytest.approx(seeds.trial_value([10.0, 14.0], "lcb", False))
+    assert lcb[0] < 0.85 and lcb[1] > 12.0
+
+
+@pytest.mark.parametrize(
+    "objective_, direction, message",
+    [
+        ("[val/acc,cost/passes]", ["maximize"], None),  # one word-list: the first objective
+        ("[val/acc,cost/passes]", ["maximize", "minimize"], None),
+        (
+            "[val/acc,cost/passes]",
+            ["maximize", "minimize", "minimize"],
+            "hydra.sweeper.direction=[maximize,minimize,minimize] has 3 directions, "
+            "sweep.objective=[val/acc,cost/passes] 2: give one direction per objective",
+        ),
+        (
+            "[val/acc,cost/passes]",
+            ["minimize", "minimize"],
+            "hydra.sweeper.direction=[minimize,minimize]: sweep.objective's val/acc is maximized, "
+            "not minimized; write hydra.sweeper.direction=[maximize,minimize]",
+        ),
+        (
+            "val/acc",
+            ["maximize", "minimize"],
+            "hydra.sweeper.direction=[maximize,minimize] has 2 directions, "
+            "sweep.objective=[val/acc] 1: give one direction per objective",
+        ),
+    ],
+)
+def test_a_direction_list_is_checked_against_the_objective_list(objective_, direction, message):
+    from sporeflow.config.facts import sweep_directions
+
+    cfg = OmegaConf.create({"sweep": {"objective": objective_}, "boost": {"name": "none"}})
+    if message is None:
+        assert sweep_directions(cfg, direction) == direction
+    else:
+        with pytest.raises(ConfigError) as refused:
+            sweep_directions(cfg, direction)
+        assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("direction", [["maximize", "up"], [], "sideways", ["maximize", None]])
+def test_a_direction_that_is_no_word_or_list_of_them_is_refused(direction):
+    with pytest.raises(ConfigError, match="hydra.sweeper.direction=.*: allowed are maximize"):
+        search_space.check_direction(direction)
+
+
+def test_a_list_objective_makes_the_job_return_accuracy_and_its_own_cost():
+    from types import SimpleNamespace
+
+    from sporeflow.stages.pipeline import job_objective
+
+    metrics = {"final/val/acc": 0.8, "cost/passes": 120.0, "val/stage2/acc": 0.9}
+    metrics["stage2/passes"] = 95.5
+    plain = SimpleNamespace(objective="val/acc", cost="cost/passes", dim_reduce=False)
+    assert job_objective(plain, metrics) == [0.8, 120.0]
+    pipeline = SimpleNamespace(objective="val/stage2/acc", cost="stage2/passes", dim_reduce=True)
+    assert job_objective(pipeline, metrics) == [0.9, 95.5]
+    one = SimpleNamespace(objective="val/acc", cost="", dim_reduce=False)
+    assert job_objective(one, metrics) == 0.8
+
+
+def test_train_py_refuses_directions_that_do_not_fit_the_objective_with_exit_2(tmp_path):
+    args = [
+        "-m",
+        "hparams_search=dim_reduce_optuna",
+        *TINY,
+        "hydra.sweeper.direction=[maximize,minimize,minimize]",
+        "sweep.objective=[val/stage2/acc,stage2/passes]",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+    ]
+    code, err = train_cli(args, tmp_path, run_dir=None)
+    assert code == 2, err[-3000:]
+    lines = [line for line in err.splitlines() if "give one direction per objective" in line]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
     assert not list(tmp_path.glob("multirun/*/.hydra")), "no job may start"

@@ -97,6 +97,7 @@ def test_a_sweep_returns_its_jobs_and_the_decision_compare_prints(tmp_path, monk
         recorded = MlflowClient(swept.uri).get_run(job["run_id"]).data.metrics
         assert job["final/val/acc"] == recorded["final/val/acc"]
     assert list(swept.points["verdict"])[0] in ("winner", "leading")
+    assert swept.front.empty and "on_front" in swept.front.columns, "one objective: no front"
     again = sporeflow.results()  # latest, from the store alone
     assert again.run_id == swept.run_id and again.verdict == swept.verdict
     compared = sporeflow_here(tmp_path, "compare", "--sweep", "latest")

@@ -9,6 +9,13 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
   from a sporeflow app's `sweep.objective` (a loss is minimised, anything else maximised) and is
   `minimize` for any other app. A job that fails or returns no finite number makes its trial
   FAIL (reason, type and traceback kept); the search goes on and the sweep exits non-zero.
+- `direction` a list (`[maximize, minimize]`): a multi-objective study (the official plugin's
+  way); each job returns one number per direction. A sporeflow app's `sweep.objective` is then
+  the list `[<accuracy>, <cost>]`, the directions checked against it before any job
+  (objective.direction_refusal). Optuna cannot prune a multi-objective trial: the pruner is off
+  (said in one line). The study's Pareto set (Optuna's `best_trials`) ends the sweep and is in
+  optimization_results.yaml as `solutions`, as officially. With one direction a sporeflow job of a
+  list objective is ranked by its first value (its accuracy).
 - `sampler`: tpe (seeded, `n_startup_trials` random ones first), random, or grid (every point
   of a finite space once, in BasicSweeper's order; a grid of no keys is one job); or, as in the
   official plugin, a node naming any class of `optuna.samplers` by `_target_` with its
@@ -44,13 +51,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from hydra_plugins.sporeflow_optuna_sweeper import results, seeds
 from hydra_plugins.sporeflow_optuna_sweeper import study as shared
 from hydra_plugins.sporeflow_optuna_sweeper.launching import LaunchingSweeper, register
-from sporeflow.config import optuna_sampler, search_space
-from sporeflow.config.facts import sweep_direction
+from sporeflow.config import objective, optuna_sampler, search_space
+from sporeflow.config.facts import sweep_directions
 from sporeflow.core.context import TRIAL_ID_ENV
 from sporeflow.core.errors import ConfigError, SporeflowError
 from sporeflow.core.processes import signal_children
@@ -85,8 +92,10 @@ class SporeflowOptunaSweeperConf:
     batched: bool = False
     """true: wait for all `n_jobs` trials before asking for more (the official plugin's way);
     false: a free slot starts the next trial at once."""
-    direction: Optional[str] = None
-    """`maximize` or `minimize`; null: from the app's `sweep.objective` (a loss is minimised)."""
+    direction: Any = None
+    """`maximize` or `minimize`; null: from the app's `sweep.objective` (a loss is minimised); a
+    list (`[maximize, minimize]`): a multi-objective study, one direction per value the job
+    returns (a sporeflow app's `sweep.objective=[<accuracy>, <cost>]`)."""
     sampler: Any = "tpe"
     """`tpe`, `random`, `grid` (every point of a choice/range space once, in order), or a node
     `{_target_: optuna.samplers.<Name>, <argument>: ...}` naming any Optuna sampler with its
@@ -141,7 +150,7 @@ class OptunaSweeper(LaunchingSweeper):
         n_trials: int,
         n_jobs: int,
         batched: bool,
-        direction: Optional[str],
+        direction: Any,
         sampler: str,
         seed: int,
         n_startup_trials: int,
@@ -158,6 +167,9 @@ class OptunaSweeper(LaunchingSweeper):
         self.n_trials, self.n_jobs, self.batched = n_trials, n_jobs, batched
         if isinstance(sampler, DictConfig):  # data until checked (search_space.checked)
             sampler = OmegaConf.to_container(sampler, resolve=True)
+        if isinstance(direction, ListConfig):
+            direction = OmegaConf.to_container(direction, resolve=True)
+        self.directions: List[str] = []  # the study's, decided at the sweep's start
         self.direction, self.sampler, self.seed = direction, sampler, seed
         self.custom_search_space = custom_search_space
         self.space: Optional[search_space.SearchSpace] = None  # checked at the sweep's start
@@ -196,19 +208,34 @@ class OptunaSweeper(LaunchingSweeper):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         url = search_space.storage_url(self.storage, launch_dir)
-        direction = self.direction or sweep_direction(self.config)
+        directions = self.directions
+        direction = directions[0] if len(directions) == 1 else None
         study = optuna.create_study(
             study_name=self.study_name,
             storage=shared.storage(url, self.heartbeat_interval),
             sampler=self._sampler(),
             load_if_exists=True,
             direction=direction,
+            directions=directions if direction is None else None,
         )
         held = len(study.get_trials(deepcopy=False))
         if held:  # a continued study: new draws, not the first sweep's random start-up again
             study.sampler = self._sampler(held)
         where = redacted(url) if url else "memory"
-        if study.direction.name.lower() != direction:
+        held_directions = [d.name.lower() for d in study.directions]
+        if direction is None and held_directions != directions:
+            raise ConfigError(
+                f"hydra.sweeper.study_name={self.study_name!r}: the study in {where} has "
+                f"directions [{', '.join(held_directions)}], this sweep "
+                f"[{', '.join(directions)}]; pick a new study_name"
+            )
+        if direction is not None and len(held_directions) > 1:
+            raise ConfigError(
+                f"hydra.sweeper.study_name={self.study_name!r}: the study in {where} has "
+                f"directions [{', '.join(held_directions)}], this sweep one ({direction}); "
+                "pick a new study_name"
+            )
+        if direction is not None and study.direction.name.lower() != direction:
             raise ConfigError(
                 f"hydra.sweeper.study_name={self.study_name!r}: the study in {where} is "
                 f"{study.direction.name.lower()}d, this sweep would {direction} it; "
@@ -240,6 +267,15 @@ class OptunaSweeper(LaunchingSweeper):
             launch_dir, OmegaConf.to_container(self.config.hydra.runtime.config_sources)
         )
         space = self.space = search_space.checked(self.settings(), arguments, roots)
+        self.directions = sweep_directions(self.config, self.direction)
+        multi = len(self.directions) > 1
+        if multi and self.pruner != "none":
+            print(
+                f"[sporeflow] hydra.sweeper.pruner={self.pruner} is off: Optuna cannot prune the "
+                f"trials of a multi-objective study (direction=[{','.join(self.directions)}])",
+                file=sys.stderr,
+            )
+            self.pruner = "none"
         self._extender = space.custom.load() if space.custom is not None else None
         distributions = space.distributions()
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -251,7 +287,7 @@ class OptunaSweeper(LaunchingSweeper):
         n_trials = self._enqueue_grid(study, distributions) if space.sampler.grid else self.n_trials
         ended, running = shared.budget_used(study)
         print(
-            f"[sporeflow] Optuna study {self.study_name!r} ({study.direction.name.lower()}, "
+            f"[sporeflow] Optuna study {self.study_name!r} ({_directions(study)}, "
             f"{type(study.sampler).__name__ if not space.sampler.grid else 'grid'}): "
             f"{ended} trials done, {max(0, n_trials - ended - running)} to run"
             + (f", {running} running elsewhere" if running else ""),
@@ -261,13 +297,13 @@ class OptunaSweeper(LaunchingSweeper):
             batches, records, failed = self._run(study, space, distributions, n_trials, heartbeat)
         results.write_trials(sweep_dir, records)
         best = results.write_best(study, sweep_dir)
-        if best is not None:
+        if multi:
+            for line in results.pareto_lines(best or []):
+                print(f"[sporeflow] {line}", file=sys.stderr)
+        elif best is not None:
             print(
                 f"[sporeflow] Optuna best trial {best.number}: value {best.value:.4f} with "
-                + " ".join(
-                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in best.params.items()
-                ),
+                + results.shown_params(best.params),
                 file=sys.stderr,
             )
         if failed:
@@ -315,7 +351,15 @@ class OptunaSweeper(LaunchingSweeper):
 
     def _run(self, study, space, distributions: dict, n_trials: int, heartbeat):
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        trials = _Trials(study, heartbeat, sweep_dir, self.seeds, self.seed_statistic)
+        listed = (
+            len(
+                objective.parts(
+                    OmegaConf.select(self.config, "sweep.objective", default=None) or []
+                )
+            )
+            > 1
+        )
+        trials = _Trials(study, heartbeat, sweep_dir, self.seeds, self.seed_statistic, listed)
         if self._unbatched():
             self._run_in_slots(trials, space, distributions, n_trials)
         else:
@@ -444,6 +488,12 @@ class OptunaSweeper(LaunchingSweeper):
             time.sleep(self.heartbeat_interval)
 
 
+def _directions(study) -> str:
+    """`maximize`, or a multi-objective study's `[maximize, minimize]`."""
+    found = [d.name.lower() for d in study.directions]
+    return found[0] if len(found) == 1 else f"[{', '.join(found)}]"
+
+
 def consecutive(trials: list) -> List[list]:
     """A batch cut where its trial numbers jump (another process asked in between): Hydra
     numbers a launch's jobs consecutively, and a job's number is its trial's."""
@@ -460,10 +510,20 @@ class _Trials:
     """The trials this process ran: told to the study, recorded in optuna_trials.csv."""
 
     def __init__(
-        self, study, heartbeat, sweep_dir: Path, seeds_: Optional[List[int]], statistic: str
+        self,
+        study,
+        heartbeat,
+        sweep_dir: Path,
+        seeds_: Optional[List[int]],
+        statistic: str,
+        first_of_list: bool = False,
     ):
         self.study, self.heartbeat, self.sweep_dir = study, heartbeat, sweep_dir
         self.seeds, self.statistic = seeds_, statistic  # the sweeper's `seeds`, `seed_statistic`
+        self.maximize = [d.name == "MAXIMIZE" for d in study.directions]
+        # a sporeflow job of `sweep.objective=[<accuracy>, <cost>]` returns both; a study of one
+        # direction is told the first (the accuracy)
+        self.first_of_list = len(self.maximize) == 1 and first_of_list
         self.batches: List[Any] = []  # Hydra's JobReturns, as the launcher gave them back
         self.records: List[dict] = []
         self.failed: List[str] = []
@@ -480,9 +540,8 @@ class _Trials:
         """Tell the study what the trial's jobs returned (one value over their seeds), and
         record each job."""
         job = seeds.first_job(trial.number, self.seeds)
-        each = [results.outcome(ret) for ret in returns]
-        maximize = self.study.direction.name == "MAXIMIZE"
-        result = seeds.combined(each, self.seeds, self.statistic, maximize)
+        each = [results.outcome(ret, len(self.maximize), self.first_of_list) for ret in returns]
+        result = seeds.combined(each, self.seeds, self.statistic, self.maximize)
         if not shared.tell(self.study, trial, result.value, result.error, bool(result.pruned)):
             result = results.Outcome(None, shared.TAKEN_BACK)  # not lost: run again
             print(f"[sporeflow] trial {trial.number} (job {job}): {result.error}", file=sys.stderr)
@@ -506,8 +565,12 @@ class _Trials:
         """A job's row of optuna_trials.csv: its trial's state and value (with seeds also the
         job's seed and its own value)."""
         row = {"trial": trial.number, "job": job, "state": result.state}
-        row["value"] = "" if result.value is None else result.value
+        row["value"] = results.first(result.value)
+        if len(self.maximize) > 1:  # a multi-objective study: every value, `value` the first
+            row["values"] = results.shown_values(result.value)
         if self.seeds:
             row["seed"] = self.seeds[index]
-            row["job_value"] = "" if outcome.value is None else outcome.value
+            row["job_value"] = results.first(outcome.value)
+            if len(self.maximize) > 1:
+                row["job_values"] = results.shown_values(outcome.value)
         return {**row, "error": result.error, **trial.params}

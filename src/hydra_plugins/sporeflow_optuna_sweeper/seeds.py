@@ -49,12 +49,19 @@ def trial_value(values: Sequence[float], statistic: str, maximize: bool) -> floa
     return mean - half if maximize else mean + half
 
 
-def combined(outcomes: list, seeds: Optional[Sequence[int]], statistic: str, maximize: bool):
+def combined(outcomes: list, seeds: Optional[Sequence[int]], statistic: str, maximize):
     """A trial's outcome from its jobs': the first seed's failure (or pruning) if any, else the
-    statistic over their values."""
+    statistic over their values. `maximize`: a bool, or one per direction (a multi-objective
+    study's values are combined one objective at a time, each its own way)."""
+    ways = list(maximize) if isinstance(maximize, (list, tuple)) else [maximize]
     if len(outcomes) == 1:
         return outcomes[0]
     for seed, outcome in zip(seeds, outcomes, strict=True):
         if outcome.value is None:
             return Outcome(None, f"seed {seed}: {outcome.error}", outcome.traceback, outcome.pruned)
-    return Outcome(trial_value([o.value for o in outcomes], statistic, maximize))
+    values = [o.value for o in outcomes]
+    if isinstance(values[0], list):
+        return Outcome(
+            [trial_value([v[i] for v in values], statistic, up) for i, up in enumerate(ways)]
+        )
+    return Outcome(trial_value(values, statistic, ways[0]))

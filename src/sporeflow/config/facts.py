@@ -76,3 +76,24 @@ def sweep_direction(cfg: Any) -> str:
         return "minimize"
     explicit = objective.name(objective.primary(chosen), is_dim_reduce(cfg))
     return "maximize" if objective.maximize(explicit) else "minimize"
+
+
+def sweep_directions(cfg: Any, direction: Any) -> list[str]:
+    """An Optuna study's directions: `hydra.sweeper.direction` as a list (one word: a list of
+    one; null: `sweep_direction`). A list of several, for a sporeflow app, is checked against its
+    `sweep.objective` list (objective.direction_refusal): ConfigError otherwise."""
+    from sporeflow.core.errors import ConfigError
+
+    if direction is None:
+        return [sweep_direction(cfg)]
+    if isinstance(direction, str):
+        return [direction]
+    given = [str(d) for d in direction]
+    chosen = OmegaConf.select(cfg, "sweep.objective", default=None)
+    if len(given) > 1 and chosen is not None:
+        found = objective.parts(chosen)
+        explicit = [objective.name(o, is_dim_reduce(cfg)) for o in found]
+        problem = objective.direction_refusal(explicit, given)
+        if problem:
+            raise ConfigError(problem)
+    return given

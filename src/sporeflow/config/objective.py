@@ -108,14 +108,28 @@ def list_refusal(objectives: list[str], dim_reduce: bool, baselines: list[str]) 
 
 
 def direction_refusal(objectives: list[str], directions: list[str]) -> str | None:
-    """Why an Optuna study's `hydra.sweeper.direction` list does not fit `sweep.objective`."""
-    if len(objectives) == len(directions):
-        return None
-    return (
-        f"hydra.sweeper.direction=[{','.join(directions)}] has {len(directions)} direction"
-        f"{'s' * (len(directions) != 1)}, sweep.objective=[{','.join(objectives)}] "
-        f"{len(objectives)}: give one direction per objective"
-    )
+    """Why an Optuna study's `hydra.sweeper.direction` list does not fit `sweep.objective`: one
+    direction per objective, each the way that objective goes (an accuracy maximised, a loss or
+    a cost minimised)."""
+    given = f"hydra.sweeper.direction=[{','.join(directions)}]"
+    if len(objectives) != len(directions):
+        return (
+            f"{given} has {len(directions)} direction"
+            f"{'s' * (len(directions) != 1)}, sweep.objective=[{','.join(objectives)}] "
+            f"{len(objectives)}: give one direction per objective"
+        )
+    for goal, direction in zip(objectives, directions, strict=True):
+        way = _way(goal)
+        if direction != way:
+            return (
+                f"{given}: sweep.objective's {goal} is {way[:-1]}ed, not {direction[:-1]}ed; "
+                f"write hydra.sweeper.direction=[{','.join(_way(o) for o in objectives)}]"
+            )
+    return None
+
+
+def _way(goal: str) -> str:
+    return "maximize" if maximize(goal) else "minimize"
 
 
 def name(objective: str, dim_reduce: bool) -> str:

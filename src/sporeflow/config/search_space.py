@@ -123,13 +123,11 @@ def checked(
     custom = optuna_sampler.checked_search_space(
         settings.get("custom_search_space"), roots or [Path.cwd()]
     )
-    for key, allowed in (
-        ("direction", (None, *DIRECTIONS)),
-        ("pruner", PRUNERS),
-    ):
-        if settings.get(key, "none") not in allowed:
-            names = ", ".join(a for a in allowed if a)
-            raise ConfigError(f"hydra.sweeper.{key}={settings.get(key)!r}: allowed are {names}")
+    check_direction(settings.get("direction"))
+    if settings.get("pruner", "none") not in PRUNERS:
+        raise ConfigError(
+            f"hydra.sweeper.pruner={settings.get('pruner')!r}: allowed are {', '.join(PRUNERS)}"
+        )
     for key in ("n_trials", "n_jobs", "heartbeat_interval"):
         if settings[key] < 1:
             raise ConfigError(f"hydra.sweeper.{key}={settings[key]}: must be >= 1")
@@ -165,6 +163,21 @@ def checked(
         grid(distributions, f"hydra.sweeper.sampler={sampler.label}")
     check_seeds(settings, space)
     return space
+
+
+def check_direction(direction: Any) -> None:
+    """`hydra.sweeper.direction`: null, a word, or a list of words (a multi-objective study,
+    one per value the job returns), else a ConfigError."""
+    words = [direction] if direction is None or isinstance(direction, str) else list(direction)
+    if (
+        not words
+        or any(d not in (None, *DIRECTIONS) for d in words)
+        or (len(words) > 1 and None in words)
+    ):
+        raise ConfigError(
+            f"hydra.sweeper.direction={direction!r}: allowed are {', '.join(DIRECTIONS)} or a "
+            "list of them (one per objective)"
+        )
 
 
 def check_seeds(settings: Mapping[str, Any], space: SearchSpace) -> None:

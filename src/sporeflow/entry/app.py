@@ -34,6 +34,8 @@ from sporeflow.stages.job_plan import JobPlan, plan_job
 from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
+Objective = float | list[float]  # a job's result: [accuracy, cost] for a list sweep.objective
+
 log = logging.getLogger("sporeflow")
 
 
@@ -138,7 +140,7 @@ def _say_accepted(plan: JobPlan) -> None:
         print(f"[sporeflow] note: {line}", file=sys.stderr)
 
 
-def _run_as_worker(plan: JobPlan) -> float:
+def _run_as_worker(plan: JobPlan) -> Objective:
     """One rank of an msrun job: the launcher checked the inputs and claimed the run dir;
     rank 0 leaves the result where the launcher reads it; every rank ends with msrun.end_worker."""
     from mindspore.communication import get_rank
@@ -150,6 +152,7 @@ def _run_as_worker(plan: JobPlan) -> float:
     armed = os.environ.get(msrun.REQUEUE_ENV)
     if armed is not None:  # its launcher passes SLURM's warning on as a file
         signals.requeue_on_file(msrun.requeue_file(ctx.run_dir), int(armed))
+    value: Objective
     try:
         value = run_pipeline(plan)
         result: dict = {}
@@ -163,7 +166,7 @@ def _run_as_worker(plan: JobPlan) -> float:
     return value
 
 
-def _run_as_launcher(plan: JobPlan) -> float:
+def _run_as_launcher(plan: JobPlan) -> Objective:
     """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
     from sporeflow.stages import runs
 
@@ -176,13 +179,13 @@ def _run_as_launcher(plan: JobPlan) -> float:
     )
 
 
-def _run_stand_alone(plan: JobPlan) -> float:
+def _run_stand_alone(plan: JobPlan) -> Objective:
     from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     return run_pipeline(plan)
 
 
-def _role_of(plan: JobPlan) -> Callable[[JobPlan], float]:
+def _role_of(plan: JobPlan) -> Callable[[JobPlan], Objective]:
     """The process the user started: the launcher of a parallel job, or the whole run."""
     return _run_as_launcher if msrun.needs_launch(plan.cfg) else _run_stand_alone
 
@@ -195,9 +198,10 @@ def _checked_and_claimed(plan: JobPlan) -> None:
     claim_run_dir(plan.ctx.run_dir)
 
 
-def run_task(cfg: DictConfig) -> float:
+def run_task(cfg: DictConfig) -> Objective:
     """Validate, then play this process's role; returns the job's objective (`sweep.objective`:
-    by default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises."""
+    by default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises; a
+    list objective `[<accuracy>, <cost>]` returns both (stages.pipeline.job_objective)."""
     worker = msrun.under_msrun()
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun

@@ -83,7 +83,8 @@ def compare(args: argparse.Namespace) -> int:
 
 def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     """One row per job of one sweep, best first by its objective, swept keys as columns; as
-    text, first one row per point (the jobs' settings but the seed) and the verdict last."""
+    text, first one row per point (the jobs' settings but the seed) and the verdict; a sweep of
+    [accuracy, cost] then its front (one row per point, the lines the sweep ended with)."""
     from sporeflow.report import sweep_report as report
     from sporeflow.tracking.store_reads import StoreReads
 
@@ -114,6 +115,14 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
         tested = report.reported(reads, found.jobs, found.decision.best, found.key)
         if tested is not None:
             print(report.reported_line(found.decision.best, tested, on_test))
+    if args.format == "text" and found.cost:  # a sweep of [accuracy, cost]: its front last
+        if found.front is None:
+            print(
+                f"front: none (no point has both per-image {found.key} outcomes and a {found.cost})"
+            )
+        else:
+            print(report.render(*found.front.rows(found.key)))
+            print("\n".join([*found.front.beaten_lines(), found.front.line(found.key)]))
     return 0
 
 

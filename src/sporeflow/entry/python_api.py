@@ -82,7 +82,10 @@ class SweepResults:
     `objective`; `points` one row per point (its jobs but the seed) with its pooled value, 95%
     interval, difference from the best, Holm p and verdict, all on the validation images;
     `decision` "winner" or "tie" (None: no per-image outcomes to decide on), as the parent
-    run's `sporeflow.decision` tag; `reported` the chosen point on the test images."""
+    run's `sporeflow.decision` tag; `reported` the chosen point on the test images. A sweep of
+    `sweep.objective=[<accuracy>, <cost>]` (its parent's `sweep.cost` tag): `front` one row per
+    point, cheapest first - point, acc, ci_low, ci_high, cost, on_front, beaten_by, how, p_holm
+    (NaN on the front), seeds, jobs - as the sweep's front.csv; empty for one objective."""
 
     run_id: str
     uri: str
@@ -92,6 +95,7 @@ class SweepResults:
     decision: str | None
     verdict: str  # the decision as the sweep's console says it
     reported: str = ""  # the chosen point on the test images, as the line after the verdict
+    front: Any = None  # pandas.DataFrame: a sweep of [accuracy, cost]'s points (empty otherwise)
 
 
 def compose(
@@ -130,7 +134,9 @@ def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) 
 
     with _hydra(config_dir, list(overrides)) as hydra:  # one run, whatever a preset declares
         job = hydra.run(TRAIN, run_task, [*overrides, "hydra.mode=RUN"])
-    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(job.return_value))
+    value = job.return_value  # [accuracy, cost] for a list objective: the accuracy
+    value = value[0] if isinstance(value, (list, tuple)) else value
+    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(value))
 
 
 def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> SweepResults:
@@ -418,4 +424,20 @@ def _sweep_results(reads: StoreReads, run: Any) -> SweepResults:
         decision.kind if decision is not None else None,
         decision.line(found.key, "test" if on_test else "validation") if decision else "",
         report.reported_line(decision.best, tested, on_test) if decision and tested else "",
+        pd.DataFrame(found.front_records(), columns=FRONT_COLUMNS),
     )
+
+
+FRONT_COLUMNS = [
+    "point",
+    "acc",
+    "ci_low",
+    "ci_high",
+    "cost",
+    "on_front",
+    "beaten_by",
+    "how",
+    "p_holm",
+    "seeds",
+    "jobs",
+]

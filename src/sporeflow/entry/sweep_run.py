@@ -42,6 +42,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective, optuna_sampler, race, search_space
+from sporeflow.config.facts import sweep_directions
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.signals import Interrupted, raise_if_received
@@ -151,6 +152,7 @@ class SweepRun(Callback):
                     OmegaConf.to_container(config.hydra.runtime.config_sources),
                 )
                 search_space.checked(sweeper, task, roots)
+                sweep_directions(config, sweeper.get("direction"))  # a list fits the objective
             elif target == race.RACE_SWEEPER:
                 race.checked(sweeper, task)
         except ConfigError:

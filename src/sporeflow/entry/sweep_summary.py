@@ -290,11 +290,19 @@ class Summary:
                     {"optuna.trial": trial["trial"]}
                 )
         self.parent.log_artifact(path)
+        ran = len({t["trial"] for t in trials})
+        pareto = pareto_trials(self.sweep)
+        if pareto is not None:  # a multi-objective study: Optuna's Pareto set, no single best
+            self.parent.set_tags({"optuna.best_trials": ",".join(map(str, pareto))[:4000]})
+            named = ", ".join(map(str, pareto)) if pareto else "none"
+            return [
+                f"Optuna: {ran} trials this run; the study's Pareto set (Optuna's best_trials, "
+                f"on values alone): trials {named}"
+            ]
         best = best_trial(self.sweep, trials)
         if best is None:
             return []
         self.parent.set_tags({"optuna.best_trial": str(best["trial"])})
-        ran = len({t["trial"] for t in trials})
         return [
             f"Optuna: {ran} trials this run, best trial of the study {best['trial']} "
             f"value {float(best['value']):.4f}"
@@ -317,6 +325,22 @@ def decision_tags(decision: Decision | None) -> dict[str, str]:
     if decision.kind == "tie":
         tags["sporeflow.tied_with"] = "; ".join(p.label for p in decision.tied)[:4000]
     return tags
+
+
+def pareto_trials(sweep: Sweep) -> list[int] | None:
+    """A multi-objective study's Pareto set (Optuna's `best_trials`, the sweeper's RESULTS_FILE
+    `solutions`) as trial numbers; None for a study of one direction (or no file of this sweep)."""
+    path = sweep.sweep_dir / RESULTS_FILE
+    try:
+        if path.stat().st_mtime < sweep.started:
+            return None
+        found = OmegaConf.load(path)
+    except (OSError, ValueError):
+        return None
+    solutions = found.get("solutions") if hasattr(found, "get") else None
+    if solutions is None:
+        return None
+    return [int(s["trial"]) for s in solutions]
 
 
 def best_trial(sweep: Sweep, trials: list[dict]) -> dict | None:

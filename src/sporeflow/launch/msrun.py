@@ -217,7 +217,7 @@ def launch(
     ctx: RunContext,
     before_start: Callable[[], None] = lambda: None,
     on_end: Callable[[str], None] = lambda status: None,
-) -> float:
+) -> float | list[float]:
     """Run the job under msrun; returns rank 0's objective value (app.run_task's result).
 
     `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
@@ -261,7 +261,8 @@ def launch(
         raise TrialPruned(result["pruned"])
     if result.get("requeued"):  # the same: every rank checkpointed at one step, runs left open
         raise signals.Requeued(signal.SIGUSR2, int(result["requeued"]))
-    return float(result.get("objective", float("nan")))
+    found = result.get("objective", float("nan"))
+    return [float(v) for v in found] if isinstance(found, list) else float(found)
 
 
 def msrun_executable() -> str:
@@ -453,7 +454,9 @@ def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
     )
 
 
-def write_result(ctx: RunContext, objective: float, pruned: str = "", requeued: int = 0) -> None:
+def write_result(
+    ctx: RunContext, objective: float | list[float], pruned: str = "", requeued: int = 0
+) -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state): its
     objective, why the sweep's pruner stopped it, or that it stopped for requeue `requeued`."""
     result = {"pruned": pruned} if pruned else {"objective": objective}

@@ -20,6 +20,7 @@ import numpy as np
 
 from sporeflow.config import objective
 from sporeflow.core.context import short_value
+from sporeflow.report import front as pareto
 from sporeflow.report.comparison import save_figure
 from sporeflow.report.decision import Decision, Point, decide
 from sporeflow.tracking.store_reads import StoreReads
@@ -117,13 +118,39 @@ def sweep_run(reads: StoreReads, which: str) -> Any | None:
 @dataclass
 class SweepSummary:
     """A finished (or running) sweep as `sporeflow compare --sweep` shows it: its jobs best
-    first by the objective, and the decision between its points (None: no per-image outcomes)."""
+    first by the objective, and the decision between its points (None: no per-image outcomes);
+    a sweep of `[<accuracy>, <cost>]` (its parent's `sweep.cost` tag) also its Pareto front
+    (report.front, decided again from the store as the sweep's end decided it)."""
 
     run: Any
     keys: list[str]
     key: str
     jobs: list[Job]
     decision: Decision | None
+    cost: str = ""  # the parent's `sweep.cost`: "" for a sweep of one objective
+    front: pareto.Front | None = None  # None: one objective, or no point with both numbers
+
+    def front_records(self) -> list[dict]:
+        """One dict per point of the front's table, cheapest first: point, acc, ci_low, ci_high,
+        cost, on_front, beaten_by, how, p_holm (NaN on the front), seeds, jobs."""
+        if self.front is None:
+            return []
+        return [
+            {
+                "point": r["point"],
+                "acc": r["value"],
+                "ci_low": r["ci_low"],
+                "ci_high": r["ci_high"],
+                "cost": r["cost"],
+                "on_front": r["front"],
+                "beaten_by": r["beaten_by"],
+                "how": r["how"],
+                "p_holm": r["p_holm"],
+                "seeds": r["seeds"],
+                "jobs": r["jobs"],
+            }
+            for r in self.front.records()
+        ]
 
 
 def summarize(reads: StoreReads, run: Any) -> SweepSummary:
@@ -132,7 +159,10 @@ def summarize(reads: StoreReads, run: Any) -> SweepSummary:
     jobs = sweep_jobs(reads, run.info.run_id, keys)
     key = objective_key(jobs, tags.get("sweep.objective", "auto"))
     best_first = ranked(jobs, key)
-    return SweepSummary(run, keys, key, best_first, sweep_decision(reads, best_first, keys, key))
+    points = sweep_points(reads, best_first, keys, key)
+    cost = tags.get("sweep.cost", "")
+    found = pareto.front(points, point_costs(best_first, points, cost), cost) if cost else None
+    return SweepSummary(run, keys, key, best_first, decide(points), cost, found)
 
 
 def objective_key(jobs: list[Job], configured: str) -> str:

@@ -40,6 +40,7 @@ class JobPlan:
     global_batch: int  # the batch of one optimizer update across the job's workers
     first_local_rank: int  # the rank of this node's first worker
     objective: str  # `sweep.objective` made explicit ("auto" -> "val/stage2/acc" or "val/acc")
+    cost: str = ""  # a list objective's cost (`cost/passes`, `stage2/passes`): returned second
     unused: tuple[str, ...] = ()  # the command's settings this job will not use, one line each
     requeues: int = 0  # > 0: SLURM requeued the job and it continues its own run dir
 
@@ -87,6 +88,7 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
         objective=objective.name(
             objective.primary(run.sweep.objective), BoostName.names_dim_reduce(pipeline)
         ),
+        cost=objective.cost_of(run.sweep.objective),
         unused=tuple(unused_settings(cfg, ctx.overrides)),
         requeues=requeues if resume is not None and resume.requeued else 0,
     )

@@ -26,10 +26,12 @@ from sporeflow.stages.spec import plain_spec
 from sporeflow.tracking.tracker import Tracker
 
 
-def run_pipeline(plan: JobPlan) -> float:
+def run_pipeline(plan: JobPlan) -> float | list[float]:
     """Run every stage the plan's config asks for; returns the job's objective
     (`sweep.objective`: stage 2's accuracy in a pipeline, the final accuracy of a plain run, by
-    default)."""
+    default); for `sweep.objective=[<accuracy>, <cost>]` both, the cost as the job's own metrics
+    hold it (a plain job's `cost/passes`, a pipeline's `stage2/passes`): what a multi-objective
+    Optuna study is told."""
     worker = init_context(plan.cfg)
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
         plan.cfg.tracking,
@@ -47,7 +49,16 @@ def run_pipeline(plan: JobPlan) -> float:
         metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
         if metrics is None:
             metrics = PIPELINES[plan.pipeline](runner)
-    return float(metrics.get(objective.metric_key(plan.objective, plan.dim_reduce), float("nan")))
+    return job_objective(plan, metrics)
+
+
+def job_objective(plan: JobPlan, metrics: dict) -> float | list[float]:
+    """The job's result from its metrics: its objective, or [objective, cost] for a list."""
+    found = [objective.metric_key(plan.objective, plan.dim_reduce)]
+    if plan.cost:
+        found.append(objective.metric_key(plan.cost, plan.dim_reduce))
+    values = [float(metrics.get(key, float("nan"))) for key in found]
+    return values if plan.cost else values[0]
 
 
 def run_plain(runner: StageRunner) -> dict:
@@ -61,6 +72,7 @@ def run_plain(runner: StageRunner) -> dict:
     spec = plain_spec(plan.cfg, plan.home, start)
     result = runner.run(spec, resume=resumed)
     recorded = {
+        **result.cost,  # cost/passes: a list objective's cost
         **{f"final/val/{k}": v for k, v in result.metrics.items()},
         **{f"test/{k}": v for k, v in result.test_metrics.items()},
     }

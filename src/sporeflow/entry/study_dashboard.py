@@ -137,12 +137,13 @@ def plan(sweep: Any, host: str, port: int | None, serve: bool = True) -> Dashboa
     refuse_host(host)
     found = study_of(sweep)
     if found is None:
-        which = "no sweep" if sweep is None else f"sweep {sweep.info.run_name}"
-        print(
-            f"dashboard: {which} has no stored Optuna study (a grid sweep, or a study kept in "
-            "memory): no dashboard",
-            file=sys.stderr,
+        why = (
+            "no sweep in this experiment"
+            if sweep is None
+            else f"sweep {sweep.info.run_name} has no stored Optuna study (a grid sweep, or a "
+            "study kept in memory)"
         )
+        print(f"dashboard: {why}: no dashboard", file=sys.stderr)
         return None
     if serve:
         try:

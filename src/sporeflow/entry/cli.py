@@ -3,6 +3,7 @@
 sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PNG]]
                   [--sweep ID|latest] [--format text|csv|markdown]
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
+             [--dashboard-port P] [--dashboard-host 127.0.0.1]
 sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [--auth] [-- MLFLOW ARGS]
 sporeflow server add-user NAME --url URL [--viewer]
 sporeflow predict SOURCE IMAGES [--out predictions.csv]
@@ -26,7 +27,7 @@ from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import console, signals, telemetry
 from sporeflow.core.processes import start_group, stop_group
 from sporeflow.core.uris import redacted
-from sporeflow.entry import team_server
+from sporeflow.entry import study_dashboard, team_server
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment_name  # the schema's default, written once there
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
@@ -127,7 +128,9 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 
 
 def ui(args: argparse.Namespace) -> int:
-    """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view."""
+    """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view; the
+    sweep's Optuna study, if it has one, in optuna-dashboard beside it (entry/study_dashboard.py:
+    read-only, loopback only, a child process that ends with this one)."""
     from sporeflow.report.sweep_report import sweep_run, ui_links
     from sporeflow.tracking.store_reads import StoreReads
 
@@ -147,19 +150,30 @@ def ui(args: argparse.Namespace) -> int:
     links = [
         f"{label:12s} {link}" for label, link in ui_links(base, exp.experiment_id, sweep, jobs)
     ]
-    if args.links_only:
-        print("\n".join(links))
-        return 0
-    taken = port_taken(args.port)
+    taken = None if args.links_only else port_taken(args.port)
     if taken:
         print(f"--port {args.port}: {taken}; give another --port", file=sys.stderr)
         return 2
+    try:
+        dashboard = study_dashboard.plan(
+            sweep, args.dashboard_host, args.dashboard_port, serve=not args.links_only
+        )
+    except team_server.Refusal as ex:
+        print(ex, file=sys.stderr)
+        return 2
+    shown = [f"{'dashboard':12s} {dashboard.link}"] if dashboard is not None else []
+    if args.links_only:
+        print("\n".join(links + shown))
+        return 0
     server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
     server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
     server += ["--uvicorn-opts", "--no-access-log"]  # not a console line per request
     print(f"serving {redacted(uri)} at {base} (Ctrl-C stops it)", file=sys.stderr)
     return _serve(
-        server, {team_server.DB_ENV: uri}, ready=(base, lambda: print("\n".join(links), flush=True))
+        server,
+        {team_server.DB_ENV: uri},
+        ready=(base, lambda up: print("\n".join(links + (shown if up else [])), flush=True)),
+        beside=dashboard,
     )
 
 
@@ -187,20 +201,34 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _serve(
     command: list[str],
     extra_env: dict[str, str] | None = None,
-    ready: tuple[str, Callable[[], None]] | None = None,
+    ready: tuple[str, Callable[[bool], None]] | None = None,
+    beside: study_dashboard.Dashboard | None = None,
 ) -> int:
     """Run `mlflow server` until it ends or Ctrl-C / SIGTERM, which stop it and every worker.
-    `ready` = (its URL, what to do once it answers there): links are printed only then."""
+    `ready` = (its URL, what to do once it answers there, told whether `beside` answers too):
+    links are printed only then. `beside`: optuna-dashboard, started first and stopped
+    whenever the server ends."""
     signals.install()
-    # the server's own output goes to stderr: stdout carries only the links (`ui`)
-    proc = start_group(command, env=server_env(extra_env), stdout=sys.stderr)
+    side = None
     try:
-        if ready is not None and _answers(ready[0], proc):
-            ready[1]()
-        return proc.wait()
-    except signals.Interrupted as ex:  # SIGTERM: uvicorn's quiet shutdown (SIGINT: tracebacks)
-        stop_group(proc, signal.SIGTERM, grace=10.0)
-        return ex.exit_code
+        if beside is not None:  # its own output goes to stderr too
+            side = start_group(beside.command, env={**os.environ, **beside.env}, stdout=sys.stderr)
+        # the server's own output goes to stderr: stdout carries only the links (`ui`)
+        proc = start_group(command, env=server_env(extra_env), stdout=sys.stderr)
+        try:
+            if ready is not None and _answers(ready[0], proc):
+                up = beside is not None and side is not None
+                if up and not study_dashboard.answers(beside.url, side):
+                    print(f"dashboard: it did not answer at {beside.url}", file=sys.stderr)
+                    up = False
+                ready[1](up)
+            return proc.wait()
+        except signals.Interrupted as ex:  # SIGTERM: uvicorn's quiet shutdown (SIGINT: tracebacks)
+            stop_group(proc, signal.SIGTERM, grace=10.0)
+            return ex.exit_code
+    finally:
+        if side is not None:
+            stop_group(side, signal.SIGTERM, grace=5.0)
 
 
 def _answers(url: str, proc) -> bool:
@@ -351,6 +379,19 @@ def _ui_parser(sub) -> None:
         help="the sweep the links open (its parent run's id or name, or latest)",
     )
     p.add_argument("--links-only", action="store_true", help="print the links, start no server")
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=None,
+        help="the port of optuna-dashboard for the sweep's Optuna study (default: a free one; "
+        f"with --links-only {study_dashboard.LINKS_ONLY_PORT}, optuna-dashboard's own)",
+    )
+    p.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="a loopback address only: optuna-dashboard has no login, so another host is "
+        "refused (exit 2); reach it from another machine through an SSH tunnel",
+    )
     p.set_defaults(fn=ui)
 
 

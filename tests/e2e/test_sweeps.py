@@ -136,7 +136,7 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
     expected = sorted(pipelines, key=lambda rho: -pipelines[rho].data.metrics["val/stage2/acc"])
     assert [r["boost.rho"] for r in rows] == expected
     for row in rows:
-        assert float(row["stage2"]) == pytest.approx(
+        assert float(row["stage2_val"]) == pytest.approx(
             pipelines[row["boost.rho"]].data.metrics["val/stage2/acc"], abs=5e-5
         )
     markdown = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
@@ -532,7 +532,7 @@ def test_a_loss_objective_ranks_the_lowest_loss_first(tmp_path):
     assert len(jobs) == 2
     lowest = min(jobs, key=lambda r: r.data.metrics["final/val/loss"])
     assert parent.data.tags["sweep.best_run_id"] == lowest.info.run_id
-    assert parent.data.metrics["best/final/loss"] == pytest.approx(
+    assert parent.data.metrics["best/final/val/loss"] == pytest.approx(
         lowest.data.metrics["final/val/loss"]
     )
 

@@ -141,7 +141,7 @@ def assert_same_record(got: dict, reference: dict) -> None:
 def test_run_tracked_over_http(server, reference):
     run, ref = reference
     assert run.info.status == "FINISHED" and run.data.params["epochs"] == "3"
-    assert len(ref["metrics"]["train/loss"]) == 3 * 45
+    assert len(ref["metrics"]["train/loss"]) == 3 * int(run.data.tags["batch.steps_per_epoch"])
     client = MlflowClient(server.uri)
     assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {
         "checkpoints/final.ckpt"
@@ -291,7 +291,8 @@ def test_a_killed_trainer_leaves_its_records_and_its_writer_ends_the_runs_killed
         assert run.info.status == "KILLED"
         assert f"process {proc.pid} on" in run.data.tags["sporeflow.closed"]
     evals = client_of(tmp_path).get_metric_history(runs["stage1"].info.run_id, "val/acc")
-    assert sorted(m.step for m in evals)[:2] == [45, 90], (
+    per_epoch = int(runs["stage1"].data.tags["batch.steps_per_epoch"])
+    assert sorted(m.step for m in evals)[:2] == [per_epoch, 2 * per_epoch], (
         "epochs journalled before the kill are missing"
     )
 

@@ -12,7 +12,7 @@ from mindspore import Tensor, nn
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.nn import optimizers as optim
 from sporeflow.nn.schedules import learning_rates
-from sporeflow.stages.training import set_by_config
+from sporeflow.stages.training import rebuilt_by_config, set_by_config
 from sporeflow.storage.checkpoints import restore_exact, save_atomic
 
 
@@ -260,7 +260,7 @@ def test_a_resume_takes_the_rate_from_the_config_and_the_count_and_moments_from_
     tmp_path,
 ):
     """A run resumed with a larger `epochs=` builds a longer table (2 epochs of 4 steps: 8
-    rates; 4 epochs: 16): restored with `set_by_config`, the table stays the new one whatever
+    rates; 4 epochs: 16): restored with `rebuilt_by_config`, the table stays the new one whatever
     its length (a shape mismatch was refused, an equal padded length silently replaced it), and
     global_step and the moments are the checkpoint's; a constant rate is the config's too."""
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -287,7 +287,7 @@ def test_a_resume_takes_the_rate_from_the_config_and_the_count_and_moments_from_
     for epochs, schedule in ((4, cosine), (3, cosine), (4, None)):
         opt2, step2 = fresh(epochs, schedule)
         built = {p.name: p.asnumpy().copy() for p in opt2.get_parameters()}
-        restore_exact(state, step2, from_config=set_by_config)
+        restore_exact(state, step2, from_config=set_by_config, rebuilt=rebuilt_by_config)
         assert int(opt2.global_step.asnumpy()[0]) == 8
         np.testing.assert_array_equal(opt2.moments[0].asnumpy(), state["moments.weight"].asnumpy())
         np.testing.assert_array_equal(

@@ -70,13 +70,17 @@ class PreparedStage:
 
 
 def set_by_config(name: str) -> bool:
-    """A parameter the config sets, not the training: the optimizer's learning rate (a float or
-    the schedule's per-update table, built for the resumed run's `epochs`), its weight decay and
-    stage 2's settings (graph inputs since issue 50, which a checkpoint written before lacks).
-    A resume keeps the config's value (it trains on its own config); the optimizer's update
-    count (`global_step`) and moments still come from the checkpoint, so the schedule goes on
-    at the update it reached."""
-    return name in (RATE_NAME, DECAY_NAME) or name.startswith(SETTING_PREFIX)
+    """A parameter the config sets (the optimizer's weight decay, stage 2's settings: graph
+    inputs since issue 50), which a checkpoint written before may lack: the config's value holds
+    (a resume trains on its run's own config)."""
+    return name == DECAY_NAME or name.startswith(SETTING_PREFIX)
+
+
+def rebuilt_by_config(name: str) -> bool:
+    """The optimizer's learning rate (a float or the schedule's per-update table, built for the
+    resumed run's `epochs`): never taken from a checkpoint; the optimizer's update count
+    (`global_step`) and moments are, so the schedule goes on at the update it reached."""
+    return name == RATE_NAME
 
 
 def describe_batching(
@@ -124,7 +128,9 @@ def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool
         )
     parts = build_stage_parts(cfg, spec, steps_per_epoch)
     if state is not None:
-        restore_exact(state, *parts.state_cells, from_config=set_by_config)
+        restore_exact(
+            state, *parts.state_cells, from_config=set_by_config, rebuilt=rebuilt_by_config
+        )
     return PreparedStage(
         spec,
         cfg,

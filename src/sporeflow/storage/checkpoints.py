@@ -160,22 +160,27 @@ def restore_matching(state: dict, network) -> tuple[list[str], list[str]]:
 
 
 def restore_exact(
-    state: dict, *cells, from_config: Callable[[str], bool] | None = None
+    state: dict,
+    *cells,
+    from_config: Callable[[str], bool] | None = None,
+    rebuilt: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """Copy checkpoint values into the cells' parameters, matched by exact name.
 
     `load_param_into_net` matches names loosely (it strips prefixes), which let optimizer
     moments overwrite network weights; here every parameter must find its own name, but those
-    `from_config` names: hyperparameters that are graph inputs, whose value the cells were built
-    with from the run's config. Those are never taken from the checkpoint, whether it has them
-    (a resume with a larger `epochs=` builds a longer rate table, which holds) or not (a
-    checkpoint written before they were graph inputs lacks them). Returns the checkpoint entries
-    not used.
+    `from_config` names (hyperparameters that are graph inputs: a checkpoint written before they
+    were lacks them, and the config's value stays) and `rebuilt` names, never taken from the
+    checkpoint: values the resumed run builds from its own config (the learning rate's
+    per-update table: a resume with a larger `epochs=` builds a longer one, which holds).
+    Returns the checkpoint entries not used.
     """
     params: dict[str, Any] = {}
     for cell in cells:
         for p in cell.get_parameters():
-            if from_config is None or not from_config(p.name):
+            if rebuilt is not None and rebuilt(p.name):
+                continue
+            if p.name in state or from_config is None or not from_config(p.name):
                 params.setdefault(p.name, p)
     missing = [name for name in params if name not in state]
     if missing:

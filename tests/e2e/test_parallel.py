@@ -192,7 +192,10 @@ def test_msrun_command_maps_multi_node_keys(compose_cfg, tmp_path):
 @pytest.mark.slow
 def test_data2_is_the_same_experiment_with_a_quiet_console(tmp_path):
     """Adding parallel=data2 to the default job keeps the global batch (split 2 x 16) and lands
-    within 1 point of stand-alone; the console shows rank 0 only."""
+    where stand-alone lands, within the noise of the test images (not different at 5% by the
+    exact McNemar test on the two runs' right/wrong per test image: a fixed 1-point band was
+    a claim without an interval, and the two runs' last batches differ by the sampler's one
+    padded image); the console shows rank 0 only."""
     par, solo = tmp_path / "par", tmp_path / "solo"
     par.mkdir()
     solo.mkdir()
@@ -209,13 +212,18 @@ def test_data2_is_the_same_experiment_with_a_quiet_console(tmp_path):
     assert "worker rank 1 of 2" in (par / "run" / "msrun_logs" / "worker_1.log").read_text()
     assert run_train(["epochs=5"], solo).returncode == 0
 
-    def acc(launch):
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    def right(launch):
         client = MlflowClient(f"sqlite:///{launch}/mlflow.db")
         (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
-        return run, run.data.metrics["test/acc"]  # 360 test images; validation has 144
+        found = np.load(launch / "run" / "test_predictions.npy")  # the 360 test images
+        assert found.mean() == pytest.approx(run.data.metrics["test/acc"])
+        return run, found
 
-    (run, par_acc), (_, solo_acc) = acc(par), acc(solo)
-    assert abs(par_acc - solo_acc) <= 0.01, (par_acc, solo_acc)
+    (run, a), (_, b) = right(par), right(solo)
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    assert mcnemar(table, exact=True).pvalue >= 0.05, (a.mean(), b.mean(), table)
     assert run.data.tags["batch.global"] == "32" and run.data.tags["batch.per_worker"] == "16"
 
 

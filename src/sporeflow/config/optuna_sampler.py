@@ -185,13 +185,34 @@ def checked_sampler(value: Any) -> SamplerSpec:
     node = dict(value)
     target = node.pop("_target_", f"{PREFIX}TPESampler")
     node.pop("_partial_", None)
-    classes = sampler_classes()
+    name = _sampler_name(target)
+    _check_data(node)
+    _check_packages(name, target)
+    if name == "GridSampler":
+        extra = sorted(set(node) - {"seed"})
+        if extra:
+            raise ConfigError(
+                f"{KEY}.{extra[0]}: not taken by the grid (its points come from "
+                "hydra.sweeper.params and the command line; it takes seed)"
+            )
+    else:
+        _check_arguments(name, node)
+    return SamplerSpec(name=name, arguments=node)
+
+
+def _sampler_name(target: Any) -> str:
+    """The class name a `_target_` gives, when it names a sampler class of optuna.samplers."""
     name = target[len(PREFIX) :] if isinstance(target, str) and target.startswith(PREFIX) else ""
-    if name not in classes:
+    if name not in sampler_classes():
         raise ConfigError(
             f"{KEY}._target_={target!r}: not a sampler class of optuna.samplers; allowed are "
             f"{allowed()}"
         )
+    return name
+
+
+def _check_data(node: Mapping[str, Any]) -> None:
+    """A sampler's arguments are data: no reserved key, no nested `_target_`."""
     for key, argument in node.items():
         if key.startswith("_") and key.endswith("_"):
             raise ConfigError(
@@ -202,21 +223,21 @@ def checked_sampler(value: Any) -> SamplerSpec:
             raise ConfigError(
                 f"{KEY}.{key}: a nested _target_ is not built (a sampler's arguments are data)"
             )
+
+
+def _check_packages(name: str, target: Any) -> None:
+    """The packages a sampler needs at its first draw, found before the sweep starts."""
     for package in NEEDS.get(name, ()):
         if importlib.util.find_spec(package) is None:
             raise ConfigError(
                 f"{KEY}._target_={target!r}: {PREFIX}{name} needs the package {package}, "
                 f"which is not installed (pip install {package}); allowed are {allowed()}"
             )
-    if name == "GridSampler":
-        extra = sorted(set(node) - {"seed"})
-        if extra:
-            raise ConfigError(
-                f"{KEY}.{extra[0]}: not taken by the grid (its points come from "
-                "hydra.sweeper.params and the command line; it takes seed)"
-            )
-        return SamplerSpec(name=name, arguments=node)
-    signature = inspect.signature(classes[name])
+
+
+def _check_arguments(name: str, node: Mapping[str, Any]) -> None:
+    """Every argument one the class takes, and every argument it requires given."""
+    signature = inspect.signature(sampler_classes()[name])
     takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     for key in node:
         if key not in signature.parameters and not takes_any:
@@ -236,7 +257,6 @@ def checked_sampler(value: Any) -> SamplerSpec:
             f"{KEY}: {PREFIX}{name} needs {', '.join(missing)}, which a config cannot give "
             f"(an object); allowed are {allowed()}"
         )
-    return SamplerSpec(name=name, arguments=node)
 
 
 def _has_target(value: Any) -> bool:

@@ -56,8 +56,8 @@ test-e2e: install
 test-all: install
 	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
 
-# mypy checks the layers most code stands on: config, and stages (they read the typed job plan)
-TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking src/sporeflow/config src/sporeflow/stages
+# mypy checks the layers most code stands on: config, and job + stage (they read the typed job plan)
+TYPED := src/sporeflow/core src/sporeflow/storage src/sporeflow/engine src/sporeflow/dim_reduce src/sporeflow/tracking src/sporeflow/config src/sporeflow/job src/sporeflow/stage
 
 lint: install
 	$(RUN) -m ruff check .

@@ -103,7 +103,7 @@ def builtin_worker(run_dir: str, out: str) -> None:
     from sporeflow.dim_reduce.pca import Layout, read_all
     from sporeflow.dim_reduce.snapshots import list_snapshots
     from sporeflow.engine.predictions import logits_and_labels
-    from sporeflow.stages.build import eval_metrics
+    from sporeflow.stage.build import eval_metrics
     from sporeflow.storage.checkpoints import load_weights
 
     ms.set_context(mode=ms.GRAPH_MODE)

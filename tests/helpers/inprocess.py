@@ -73,8 +73,8 @@ def context(launch_dir: Path, overrides, run: str = "run") -> RunContext:
 def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[float, object]:
     """(the job's objective, its validated config) of the job `overrides` composes, run here
     with run dir `<launch_dir>/<run>`."""
-    from sporeflow.stages.job_plan import plan_job
-    from sporeflow.stages.pipeline import run_pipeline
+    from sporeflow.job.pipeline import run_pipeline
+    from sporeflow.job.plan import plan_job
 
     cfg = validate(compose(list(overrides)))
     with shared_writer_named():

@@ -42,8 +42,8 @@ def run_sweep(
     """on_multirun_start, then each job (`base` + its overrides: on_job_start -> the job in
     process -> on_job_end), then on_multirun_end; returns the callback, with the parent each
     job was handed (`handed`)."""
-    from sporeflow.stages.job_plan import plan_job
-    from sporeflow.stages.pipeline import run_pipeline
+    from sporeflow.job.pipeline import run_pipeline
+    from sporeflow.job.plan import plan_job
 
     callback = SweepRun()
     start = composed(launch, [*base, *jobs[0]], sweep_task, sweep_dir=sweep_dir)

@@ -18,7 +18,8 @@ PLUGINS = SRC / "hydra_plugins"
 LAYER_OF_FOLDER = {
     "entry": "entry",
     "launch": "launch",
-    "stages": "stages",
+    "job": "job",
+    "stage": "stage",
     "serving": "serving",
     "report": "report",
     "runtime": "runtime",
@@ -39,7 +40,8 @@ MAY_IMPORT = {
     "entry": {
         "entry",
         "launch",
-        "stages",
+        "job",
+        "stage",
         "serving",
         "report",
         "runtime",
@@ -52,8 +54,22 @@ MAY_IMPORT = {
         "core",
     },
     "launch": {"launch", "config", "storage", "core"},
-    "stages": {
-        "stages",
+    "job": {
+        "job",
+        "stage",
+        "serving",
+        "report",
+        "runtime",
+        "config",
+        "engine",
+        "dim_reduce",
+        "library",
+        "tracking",
+        "storage",
+        "core",
+    },
+    "stage": {
+        "stage",
         "serving",
         "report",
         "runtime",
@@ -87,7 +103,8 @@ BANNED = {
     "report": {"hydra", "mindspore"},
     "runtime": {"hydra", "mlflow"},
     "launch": {"mlflow", "mindspore"},
-    "stages": {"hydra"},
+    "job": {"hydra"},
+    "stage": {"hydra"},
     "serving": {"mlflow"},  # MLflow imports the loader, not the other way round
 }
 
@@ -173,15 +190,17 @@ def test_module_imports_only_downward(path):
             "from sporeflow.tracking.tracker import Tracker\n",
             ["sporeflow.tracking.tracker (tracking)"],
         ),
-        ("engine", "import sporeflow.stages.runner\n", ["sporeflow.stages.runner (stages)"]),
+        ("engine", "import sporeflow.job.runner\n", ["sporeflow.job.runner (job)"]),
         ("engine", "import omegaconf\n", ["omegaconf"]),
         ("core", "from sporeflow import storage\n", ["sporeflow.storage (storage)"]),
         ("storage", "import mlflow\n", ["mlflow"]),
         (
             "config",
-            "from sporeflow.stages.spec import StageSpec\n",
-            ["sporeflow.stages.spec (stages)"],
+            "from sporeflow.stage.spec import StageSpec\n",
+            ["sporeflow.stage.spec (stage)"],
         ),
+        ("stage", "from sporeflow.job.reuse import turn\n", ["sporeflow.job.reuse (job)"]),
+        ("job", "from sporeflow.stage.trainer import Trainer\n", []),
         ("engine", "from sporeflow.storage.files import atomic_path\nimport mindspore\n", []),
     ],
 )
@@ -214,12 +233,12 @@ def test_a_loose_module_at_the_root_is_found(tmp_path, monkeypatch):
     "module, absent",
     [
         ("sporeflow", {"mindspore", "mlflow", "hydra"}),  # the ISA choice must precede MindSpore
-        ("sporeflow.stages.runs", {"mindspore"}),  # the launcher's MLflow hooks stay light
+        ("sporeflow.job.runs", {"mindspore"}),  # the launcher's MLflow hooks stay light
         ("sporeflow.entry.app", {"mindspore"}),  # MindSpore's log variables precede it
         ("sporeflow.launch.msrun", {"mindspore", "mlflow"}),
         ("sporeflow.config.schema", {"mindspore", "mlflow"}),
         ("sporeflow.tracking.tracker", {"mindspore", "mlflow"}),  # the trainer only journals
-        ("sporeflow.stages.pipeline", {"mlflow"}),  # what a training process imports
+        ("sporeflow.job.pipeline", {"mlflow"}),  # what a training process imports
     ],
 )
 def test_importing_a_light_module_loads_no_heavy_library(module, absent):

@@ -1,4 +1,4 @@
-"""What a stage spent (engine.cost), the budget arm's allowance (stages.budget) and the arms'
+"""What a stage spent (engine.cost), the budget arm's allowance (job.budget) and the arms'
 curves against cost (report.cost_report), worked by hand: passes, the snapshots' and PCA's
 passes by the rule (against numpy's own count of the same formula), the seconds unit from both
 arms' measured seconds per step, and the first pass that reaches a target."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sporeflow.engine.cost import FORWARD_SHARE, Cost, Overhead
-from sporeflow.stages.budget import BudgetError, budget_of
+from sporeflow.job.budget import BudgetError, budget_of
 
 # stage 1: 16 epochs x 100 plain steps in 40 s, snapshots 2 s; stage 2: 2 epochs x 100 steps,
 # 130 of them accepted r = 1 (one trial forward), 70 took two, in 12 s

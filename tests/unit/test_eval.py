@@ -306,7 +306,7 @@ def test_the_csv_names_each_label_where_the_data_set_names_its_classes():
     import csv
     import io
 
-    from sporeflow.stages.predict import Prediction, csv_text
+    from sporeflow.job.predict import Prediction, csv_text
 
     probs = np.array([[0.9, 0.1], [0.2, 0.8]])
     named = list(

@@ -10,7 +10,7 @@ from helpers.inprocess import TINY, TINY_PIPELINE, context
 from sporeflow.config.facts import first_local_rank, global_batch_size, worker_batch_size
 from sporeflow.core.errors import ConfigError
 from sporeflow.entry.python_api import compose
-from sporeflow.stages.job_plan import plan_job
+from sporeflow.job.plan import plan_job
 from sporeflow.storage.run_marker import PIPELINE, write_run_marker
 
 

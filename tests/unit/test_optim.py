@@ -12,7 +12,7 @@ from mindspore import Tensor, nn
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.nn import optimizers as optim
 from sporeflow.nn.schedules import learning_rates
-from sporeflow.stages.training import rebuilt_by_config, set_by_config
+from sporeflow.stage.trainer import rebuilt_by_config, set_by_config
 from sporeflow.storage.checkpoints import restore_exact, save_atomic
 
 

@@ -651,7 +651,7 @@ def test_a_direction_that_is_no_word_or_list_of_them_is_refused(direction):
 def test_a_list_objective_makes_the_job_return_accuracy_and_its_own_cost():
     from types import SimpleNamespace
 
-    from sporeflow.stages.pipeline import job_objective
+    from sporeflow.job.pipeline import job_objective
 
     metrics = {"final/val/acc": 0.8, "cost/passes": 120.0, "val/stage2/acc": 0.9}
     metrics["stage2/passes"] = 95.5

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 
-from sporeflow.stages import reuse
+from sporeflow.job import reuse
 from sporeflow.storage.files import sha256_file
 from sporeflow.tracking import run_files
 from sporeflow.tracking.run_files import checksum_tag
@@ -80,7 +80,7 @@ def test_a_shared_run_carries_the_sha256_its_maker_took_and_fetches_whole(stage1
 def test_weights_replaced_in_the_artifact_store_are_not_reused(stage1, tmp_path, caplog):
     tracker, run, _ = stage1
     with tampered(run, "checkpoints/final.ckpt", b"someone else's weights"):
-        with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
+        with caplog.at_level(logging.WARNING, logger="sporeflow.job.reuse"):
             assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert run.info.run_id in caplog.text and "checkpoints/final.ckpt" in caplog.text
     assert not (tmp_path / run_files.FETCHED_DIR / run.info.run_id).exists(), "no copy kept"
@@ -89,7 +89,7 @@ def test_weights_replaced_in_the_artifact_store_are_not_reused(stage1, tmp_path,
 def test_a_file_without_a_recorded_sha256_is_not_reused(stage1, tmp_path, caplog):
     tracker, run, _ = stage1
     with tampered(run, "checkpoints/extra.ckpt", b"slipped in beside the weights"):
-        with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
+        with caplog.at_level(logging.WARNING, logger="sporeflow.job.reuse"):
             assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert "checkpoints/extra.ckpt has no SHA-256" in caplog.text
 
@@ -105,7 +105,7 @@ def test_a_manifest_naming_a_file_outside_its_folder_is_refused(stage1, tmp_path
     before = outside.stat().st_mtime_ns
     manifest = json.dumps({"snap_1.npy": 5, name: 7}).encode()
     with tampered(run, f"snapshots/{run_files.MANIFEST}", manifest):
-        with caplog.at_level(logging.WARNING, logger="sporeflow.stages.reuse"):
+        with caplog.at_level(logging.WARNING, logger="sporeflow.job.reuse"):
             assert reuse.fetch(tracker.reads, run, tmp_path) is None
     assert repr(name) in caplog.text
     assert outside.stat().st_mtime_ns == before, "no file time set outside the folder"

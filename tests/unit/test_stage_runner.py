@@ -16,7 +16,7 @@ from helpers.inprocess import TINY, TINY_PIPELINE, run_job
 from helpers.store import by_stage, runs_of
 from sporeflow.engine.cost import Overhead
 from sporeflow.entry.python_api import compose
-from sporeflow.stages import reuse
+from sporeflow.job import reuse
 
 
 def compose_job(overrides):
@@ -208,9 +208,9 @@ def test_the_budget_arm_trains_what_stage2_cost_and_the_verdict_pairs_them(launc
 def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipelines):
     """The optimizer the budget arm trains with holds, per global step, optimizer.lr x (1 -
     t / T) for its T steps (Budgeted Training), whatever the configured schedule."""
-    from sporeflow.stages.budget import Budget
-    from sporeflow.stages.build import build_stage_parts
-    from sporeflow.stages.spec import budget_spec
+    from sporeflow.job.budget import Budget
+    from sporeflow.job.specs import budget_spec
+    from sporeflow.stage.build import build_stage_parts
 
     cfg = compose_job([*TINY_PIPELINE, "optimizer.schedule.name=cosine"])
     steps, per_epoch = 7, 4
@@ -370,7 +370,7 @@ def test_a_local_stage1_whose_files_are_not_the_recorded_ones_is_trained_again(
     import logging
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    caplog.set_level(logging.WARNING, logger="sporeflow.stages.reuse")
+    caplog.set_level(logging.WARNING, logger="sporeflow.job.reuse")
     base = [*TINY_PIPELINE, "boost.baselines=[baseline]"]
     run_job(compose_job, tmp_path, [*base, "boost.rho=0.4"], run="a")
     flip_a_byte(tmp_path / "a" / "stage1" / "checkpoints" / "final.ckpt")

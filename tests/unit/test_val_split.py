@@ -17,7 +17,7 @@ from sporeflow.data.idx import IdxImages
 from sporeflow.data.image_folder import EXTENSIONS, ImageFolder
 from sporeflow.data.sampling import EpochSampler
 from sporeflow.data.splits import held_out
-from sporeflow.stages import provenance
+from sporeflow.stage import provenance
 
 
 @pytest.fixture(autouse=True)
@@ -297,8 +297,8 @@ def test_image_folder_labels_follow_mindspores_reading_order(tmp_path):
 def test_the_split_is_part_of_every_reuse_and_finished_job_key(compose_cfg):
     """The dataset node is in stage 1's reuse key and in a sweep job's key whole: val_split and
     split_seed with it (the training seed is a key of its own)."""
-    from sporeflow.stages.finished_jobs import job_key
-    from sporeflow.stages.reuse import stage1_config
+    from sporeflow.job.finished_jobs import job_key
+    from sporeflow.job.reuse import stage1_config
 
     made = {"data": "same"}
     cfgs = [

@@ -33,7 +33,7 @@ breaks under SQLAlchemy 2 (which MLflow brings); Hydra's newer plugin needs hydr
   job. Hydra's basic launcher runs jobs in this process, one at a time, in batches of n_jobs;
   `batched=true` keeps batches with any launcher (the official plugin's way).
 - `pruner` (median | hyperband; none by default): each job reports its evaluation every epoch
-  to its trial (sporeflow.stages.pruning) and stops when the pruner finds it behind the others;
+  to its trial (sporeflow.stage.pruning) and stops when the pruner finds it behind the others;
   its trial ends PRUNED (not a failure), its MLflow runs KILLED with `sporeflow.pruned`.
 - `seeds` (e.g. [1,2,3]): each trial is one job per seed and tells the study one value over them,
   `seed_statistic` mean or lcb (seeds.py), so the search does not climb one seed's noise.

@@ -33,7 +33,7 @@ _KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: 
 def validate(cfg: DictConfig) -> DictConfig:
     """Check a composed config completely; returns it resolved (no interpolations left), typed
     by the schema and read-only: no stage can rewrite it (a stage's own epochs or rate are its
-    spec's, stages.spec). Derived facts are read from config.facts.
+    spec's, stage.spec). Derived facts are read from config.facts.
 
     Raises ConfigError with one line per problem, each naming the full key and what is allowed.
     """

@@ -35,7 +35,7 @@ class SweepJob:
     run_id: str  # the sweep's MLflow parent run
     keys: tuple  # swept keys, e.g. ("boost.rho", "boost.sigma")
     job: int
-    # a job that finished before may be copied (stages.finished_jobs): a grid or a race; not a
+    # a job that finished before may be copied (job.finished_jobs): a grid or a race; not a
     # trial of an Optuna study, which continues by itself and whose trials are new proposals
     copies: bool = True
 

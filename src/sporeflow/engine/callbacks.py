@@ -4,7 +4,7 @@ EventRecord, or act on it.
 Metric names: `train/loss`, `train/lr`, `val/<metric>` (and `val/<metric>_ema`),
 `train/images_per_sec`, with step = the stage's global step. Nothing here talks to MLflow: the stage's writer sends
 the record there (rank 0). Order matters within a step and an epoch end: measuring callbacks
-come before those that read what was measured (`stages.stage_callbacks.stage_hooks` builds the list).
+come before those that read what was measured (`stage.hooks.stage_hooks` builds the list).
 """
 
 from __future__ import annotations

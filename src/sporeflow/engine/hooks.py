@@ -8,7 +8,7 @@ resume: the stage saves every user hook's state beside each epoch checkpoint and
 when the stage resumes from that checkpoint.
 
 sporeflow's own hooks (engine.callbacks, engine.cost, engine.divergence, the MLflow writer, the
-pruner's reporter) run in named phases, in this order (stages.stage_callbacks): `guard` (stop
+pruner's reporter) run in named phases, in this order (stage.hooks): `guard` (stop
 before anything sees diverged weights), `measure` (snapshots, cost, throughput, loss, learning
 rate, eval), `record` (journalled to MLflow), `checkpoints`, `pruning`, `progress`, and last
 the stop for a SLURM requeue. A user's hook runs right after the phase its `place` names (`measure` by

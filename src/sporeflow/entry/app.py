@@ -28,9 +28,9 @@ from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
+from sporeflow.job.plan import JobPlan, plan_job
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa, mindspore_log
-from sporeflow.stages.job_plan import JobPlan, plan_job
 from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
@@ -145,7 +145,7 @@ def _run_as_worker(plan: JobPlan) -> Objective:
     rank 0 leaves the result where the launcher reads it; every rank ends with msrun.end_worker."""
     from mindspore.communication import get_rank
 
-    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
+    from sporeflow.job.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     cfg, ctx = plan.cfg, plan.ctx
     msrun.record_worker_pid(ctx, cfg.parallel.workers)
@@ -168,7 +168,7 @@ def _run_as_worker(plan: JobPlan) -> Objective:
 
 def _run_as_launcher(plan: JobPlan) -> Objective:
     """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
-    from sporeflow.stages import runs
+    from sporeflow.job import runs
 
     cfg, ctx = plan.cfg, plan.ctx
     return msrun.launch(
@@ -180,7 +180,7 @@ def _run_as_launcher(plan: JobPlan) -> Objective:
 
 
 def _run_stand_alone(plan: JobPlan) -> Objective:
-    from sporeflow.stages.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
+    from sporeflow.job.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     return run_pipeline(plan)
 
@@ -192,7 +192,7 @@ def _role_of(plan: JobPlan) -> Callable[[JobPlan], Objective]:
 
 def _checked_and_claimed(plan: JobPlan) -> None:
     """Inputs (data folders, resume=, basis file) checked and the run dir claimed, before work."""
-    from sporeflow.stages.preflight import check_inputs  # imports MindSpore: after the ISA choice
+    from sporeflow.job.preflight import check_inputs  # imports MindSpore: after the ISA choice
 
     check_inputs(plan)
     claim_run_dir(plan.ctx.run_dir)
@@ -201,7 +201,7 @@ def _checked_and_claimed(plan: JobPlan) -> None:
 def run_task(cfg: DictConfig) -> Objective:
     """Validate, then play this process's role; returns the job's objective (`sweep.objective`:
     by default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises; a
-    list objective `[<accuracy>, <cost>]` returns both (stages.pipeline.job_objective)."""
+    list objective `[<accuracy>, <cost>]` returns both (job.pipeline.job_objective)."""
     worker = msrun.under_msrun()
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun

@@ -456,8 +456,8 @@ def predict(args: argparse.Namespace) -> int:
     mindspore_log.apply("run_dir", Path(tempfile.gettempdir()) / "sporeflow-predict")
     mindspore_log.load()
     from sporeflow.core.errors import ConfigError, DataError
-    from sporeflow.stages import predict as predicting
-    from sporeflow.stages.source import resolve
+    from sporeflow.job import predict as predicting
+    from sporeflow.stage.source import resolve
     from sporeflow.storage.files import write_text_atomic
     from sporeflow.tracking.store_reads import StoreReads
 

@@ -1,7 +1,7 @@
 """`python eval.py source=<run dir | stage dir | MLflow run id> [split=test|val|train] [key=value]`:
 a finished run's final weights evaluated again, as their own MLflow run (stage `eval`).
 
-The config is the source's own (network, data, transforms: stages.source); keys given on the
+The config is the source's own (network, data, transforms: stage.source); keys given on the
 command line replace the source's (`dataset=fashion_mnist`, `dataset.batch_size=64`). Where it
 records (`tracking`), how many processes (`parallel`: one) and this machine's kernels
 (`runtime`) are the eval's own.
@@ -21,12 +21,12 @@ from sporeflow.core import signals
 from sporeflow.engine import compile_cache
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
+from sporeflow.job.eval_run import evaluate_source, loaded_network
+from sporeflow.job.preflight import check_compile_cache
+from sporeflow.job.runs import base_name, guarded, record_config
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
-from sporeflow.stages.eval_run import evaluate_source, loaded_network
-from sporeflow.stages.preflight import check_compile_cache
-from sporeflow.stages.runs import base_name, guarded, record_config
-from sporeflow.stages.source import Source, resolve
+from sporeflow.stage.source import Source, resolve
 from sporeflow.tracking.store_reads import StoreReads
 from sporeflow.tracking.tracker import Tracker
 

@@ -199,7 +199,7 @@ def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERI
     """A trained network by what `eval.py source=` takes: a run or stage dir, an MLflow run id
     (or the `sf-...` key a run dir holds), a `models:/name/version`; fetched and checked as
     eval.py does. Raises ConfigError naming what is wrong."""
-    from sporeflow.stages.source import resolve
+    from sporeflow.stage.source import resolve
     from sporeflow.tracking.store_reads import StoreReads
 
     return Trained(resolve(str(source), StoreReads.at(uri, experiment)))
@@ -209,14 +209,14 @@ def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERI
 class Trained:
     """A source's network with the config it was trained with (`source.config`)."""
 
-    source: Any  # stages.source.Source: name, weights, config, run_id
+    source: Any  # stage.source.Source: name, weights, config, run_id
 
     def predict(self, images: str | Path | np.ndarray) -> Any:
         """Class probabilities for a folder of image files, a `.npy` batch, or a uint8 array
         (N x H x W or N x H x W x C, as the data set keeps its images), through the data set's
-        eval transforms: a `stages.predict.Prediction` (`names`, `probabilities`, `labels`,
+        eval transforms: a `job.predict.Prediction` (`names`, `probabilities`, `labels`,
         `class_names`, `caveat`). Raises ConfigError or DataError before any work."""
-        from sporeflow.stages import predict as predicting
+        from sporeflow.job import predict as predicting
 
         def predicted(path: Path) -> Any:
             cfg, checked = predicting.checked_inputs(self.source, path)
@@ -329,7 +329,7 @@ def _store_of(cfg: Any) -> StoreReads:
 
 def _final_weights(reads: StoreReads, ref: str) -> Path | None:
     """A job's final weights (a pipeline's: stage 2's), as eval.py's source= finds them."""
-    from sporeflow.stages.source import resolve
+    from sporeflow.stage.source import resolve
 
     try:
         return resolve(ref, reads).weights

@@ -91,7 +91,7 @@ def trial_link(config: DictConfig) -> TrialLink | None:
 
 def registered_model_name(config: DictConfig) -> str:
     """`sweep.registered_model`, else "<model>-<dataset>" (a plain job run's name)."""
-    from sporeflow.stages.runs import base_name
+    from sporeflow.job.runs import base_name
 
     chosen = config.sweep.registered_model
     return base_name(config) if chosen is None else chosen

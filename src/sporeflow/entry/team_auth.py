@@ -11,7 +11,7 @@ into it, and later replace a trainer's weights in it, digest tag included (issue
 2. A recorded SHA-256 (`sha256/<artifact>` tag) is written once: the same value again is
    accepted (a journal replayed), another value or deleting it is refused, for everyone.
    Whoever may write a run's artifact may so not also make a replaced file look like the one
-   the run made: a machine that fetches it finds the mismatch (stages/reuse.py).
+   the run made: a machine that fetches it finds the mismatch (job/reuse.py).
 
 MLflow calls `authenticate_request` (named as `authorization_function` in the auth app's
 basic_auth.ini, which `sporeflow server` writes) before every request, in Flask's request

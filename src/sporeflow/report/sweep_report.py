@@ -3,7 +3,7 @@ the swept parameters as columns; the gain against each swept parameter; the best
 per-epoch curves. Used by the sweep's parent run (sporeflow.entry.sweep_run) and `sporeflow compare`.
 
 Reads only the MLflow store: a job's top-level run carries `sweep.run_id`/`sweep.job` tags, its
-overrides, its config as params and its comparison metrics (sporeflow.stages.runs)."""
+overrides, its config as params and its comparison metrics (sporeflow.job.runs)."""
 
 from __future__ import annotations
 

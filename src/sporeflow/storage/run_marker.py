@@ -1,6 +1,6 @@
 """The run marker: what a resume (and the launcher closing a run) needs to find a run's MLflow
 record again, kept as a small JSON file in the run dir; and which run dir a `resume=` names.
-No MindSpore here: the launcher's hooks (stages/runs.py) and the `${sporeflow.run_dir:...}`
+No MindSpore here: the launcher's hooks (job/runs.py) and the `${sporeflow.run_dir:...}`
 resolver Hydra calls before anything else stay light."""
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
 """Tracking layer: the MLflow client that never costs a training run. Imports no MindSpore and
-no Hydra; the engine never imports it (stages/record_writer.py sends the engine's events)."""
+no Hydra; the engine never imports it (stage/writer.py sends the engine's events)."""

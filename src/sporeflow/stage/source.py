@@ -34,7 +34,7 @@ from sporeflow.tracking.store_reads import (
 )
 
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
-LOGGED_CONFIG = "config/config.yaml"  # stages.runs.record_config
+LOGGED_CONFIG = "config/config.yaml"  # job.runs.record_config
 CHECKED_NODES = ("model", "dataset")  # what builds the network and its input
 
 

@@ -5,11 +5,11 @@ stage1:    plain training keeping weight snapshots; reused when a finished one h
            fingerprint (or `boost.stage1_run` names one);
 stage2:    the PCA basis of the snapshots, then dimension-reduced steps (DimReduceStep);
 baselines: plain continuation, annealed continuation, snapshot mean - what stage 2 must beat;
-           each reused like stage 1 (stages.reuse), so a stage-2 sweep trains it once;
-           and the budget arm: plain training for what stage 2 cost (stages.budget), the
+           each reused like stage 1 (job.reuse), so a stage-2 sweep trains it once;
+           and the budget arm: plain training for what stage 2 cost (job.budget), the
            verdict at equal cost. Every arm's cost (engine.cost) is on the parent beside its
            accuracy, with its curve against passes since stage 1's end (report.cost_report).
-Each stage is a spec (stages.spec) built here once and run by the job's StageRunner; the config
+Each stage is a spec (stage.spec) built here once and run by the job's StageRunner; the config
 is never rewritten. A pipeline continued in its run dir (a SLURM requeue, `resume=`) takes each
 stage it finished from its `stage_result.json`, continues the stage it stopped in from that
 stage's newest checkpoint and run, and runs the rest. On several nodes every node decides so
@@ -44,6 +44,12 @@ from sporeflow.dim_reduce.pca import (
 from sporeflow.dim_reduce.snapshots import DimReduceError, list_snapshots
 from sporeflow.engine.cost import Cost, Overhead
 from sporeflow.engine.macs import forward_macs, weight_count
+from sporeflow.job import reuse
+from sporeflow.job.budget import Budget, budget_of
+from sporeflow.job.pipeline_cost import log_costs
+from sporeflow.job.runner import StageRunner
+from sporeflow.job.runs import guarded
+from sporeflow.job.specs import baseline_spec, budget_spec, stage1_spec, stage2_spec
 from sporeflow.report.comparison import (
     comparison_plot,
     one_line_summary,
@@ -53,23 +59,11 @@ from sporeflow.report.comparison import (
 )
 from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import barrier
-from sporeflow.stages import fine_tune, reuse
-from sporeflow.stages import provenance as made_with
-from sporeflow.stages.budget import Budget, budget_of
-from sporeflow.stages.evaluation import network_with
-from sporeflow.stages.outputs import record_data
-from sporeflow.stages.pipeline_cost import log_costs
-from sporeflow.stages.runner import StageRunner
-from sporeflow.stages.runs import guarded
-from sporeflow.stages.spec import (
-    FineTuneStart,
-    StageSpec,
-    baseline_spec,
-    budget_spec,
-    stage1_spec,
-    stage2_spec,
-)
-from sporeflow.stages.stage_result import (
+from sporeflow.stage import fine_tune
+from sporeflow.stage import provenance as made_with
+from sporeflow.stage.evaluation import network_with
+from sporeflow.stage.outputs import record_data
+from sporeflow.stage.result import (
     PREDICTIONS,
     TEST_PREDICTIONS,
     StageResult,
@@ -77,6 +71,7 @@ from sporeflow.stages.stage_result import (
     load_result,
     save_result,
 )
+from sporeflow.stage.spec import FineTuneStart, StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     checkpoint_files,

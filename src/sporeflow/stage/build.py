@@ -23,8 +23,8 @@ from sporeflow.engine import graph_pool
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
-from sporeflow.stages import fine_tune
-from sporeflow.stages.spec import StageSpec
+from sporeflow.stage import fine_tune
+from sporeflow.stage.spec import StageSpec
 from sporeflow.storage.checkpoints import load_weights
 
 

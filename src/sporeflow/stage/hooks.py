@@ -37,8 +37,8 @@ from sporeflow.engine.divergence import DivergenceGuard
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
 from sporeflow.runtime.mindspore_context import any_rank
-from sporeflow.stages import pruning
-from sporeflow.stages.record_writer import MlflowWriter
+from sporeflow.stage import pruning
+from sporeflow.stage.writer import MlflowWriter
 from sporeflow.tracking.tracker import TrackedRun
 
 
@@ -129,7 +129,7 @@ def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
 
 
 def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
-    """The hooks of `stage` (a stages.training.PreparedStage) writing into `record` and `run`:
+    """The hooks of `stage` (a stage.trainer.PreparedStage) writing into `record` and `run`:
     sporeflow's own by phase, each user hook right after the phase its `place` names."""
     cfg, main = stage.cfg, stage.worker.is_main
     throughput = Throughput(record, global_batch_size(cfg))  # rank 0's rate x the global batch

@@ -20,9 +20,9 @@ from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.data.image_files import ImageInput, image_input
 from sporeflow.engine import compile_cache
+from sporeflow.job.eval_run import loaded_network
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
-from sporeflow.stages.eval_run import loaded_network
-from sporeflow.stages.source import Source
+from sporeflow.stage.source import Source
 
 
 @dataclass(frozen=True)

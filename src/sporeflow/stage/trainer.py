@@ -25,17 +25,17 @@ from sporeflow.engine.hooks import load_hooks_state
 from sporeflow.engine.loop import StageParts, fit
 from sporeflow.nn.optimizers import DECAY_NAME, RATE_NAME
 from sporeflow.runtime.mindspore_context import Worker
-from sporeflow.stages.build import build_stage_parts
-from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.spec import StageSpec
-from sporeflow.stages.stage_callbacks import StageHooks, stage_hooks
-from sporeflow.stages.stage_result import (
+from sporeflow.stage.build import build_stage_parts
+from sporeflow.stage.hooks import StageHooks, stage_hooks
+from sporeflow.stage.outputs import record_data, record_model
+from sporeflow.stage.result import (
     Ended,
     StageResult,
     ended,
     save_predictions,
     with_passes,
 )
+from sporeflow.stage.spec import StageSpec
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     checkpoint_files,

@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
 from sporeflow.runtime.mindspore_context import Worker, barrier
-from sporeflow.stages.stage_result import PREDICTIONS, TEST_PREDICTIONS
+from sporeflow.stage.result import PREDICTIONS, TEST_PREDICTIONS
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.run_files import MANIFEST, unverified_here
 from sporeflow.tracking.store_reads import StoreReads
@@ -55,7 +55,7 @@ def stage1_config(cfg: DictConfig) -> str:
 
 
 def stage1_fingerprint(cfg: DictConfig, provenance: dict[str, str]) -> str:
-    """Identifies a stage-1 run: its config part and what else made it (stages.provenance)."""
+    """Identifies a stage-1 run: its config part and what else made it (stage.provenance)."""
     return _digest({"config": stage1_config(cfg), "provenance": provenance})
 
 

@@ -2,7 +2,7 @@
 
 Every sweep job's top-level run carries its key (`sporeflow.job_key`): a digest of its whole config
 but where it logs and how a sweep ranks (`tracking`, `sweep`, `resume`, the progress bar), and
-of what else made it (stages.provenance: sporeflow's code, MindSpore, the data's digest). A
+of what else made it (stage.provenance: sporeflow's code, MindSpore, the data's digest). A
 sweep job whose key a FINISHED run of the store already has is not trained: its run in this
 sweep copies that run's metrics and per-image predictions (what the sweep's table and decision
 read) and names it (`sporeflow.copied_from`). So an interrupted multi-seed grid, started again

@@ -14,10 +14,10 @@ from sporeflow.config.components import build_loss, build_model
 from sporeflow.config.facts import checkpoint_format
 from sporeflow.engine import graph_pool
 from sporeflow.engine.batchnorm import recompute_batchnorm
-from sporeflow.stages.build import model_around
-from sporeflow.stages.outputs import record_data, record_model
-from sporeflow.stages.spec import StageSpec
-from sporeflow.stages.stage_result import StageResult, ended, save_predictions
+from sporeflow.stage.build import model_around
+from sporeflow.stage.outputs import record_data, record_model
+from sporeflow.stage.result import StageResult, ended, save_predictions
+from sporeflow.stage.spec import StageSpec
 from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
 from sporeflow.tracking.tracker import TrackedRun
 

@@ -15,10 +15,10 @@ from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
 from sporeflow.engine import compile_cache
+from sporeflow.job.plan import JobPlan
+from sporeflow.job.runs import record_problems
 from sporeflow.runtime.mindspore_context import device_problem, refuse_compile_cache
-from sporeflow.stages import fine_tune
-from sporeflow.stages.job_plan import JobPlan
-from sporeflow.stages.runs import record_problems
+from sporeflow.stage import fine_tune
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
@@ -30,7 +30,7 @@ from sporeflow.tracking.store_reads import StoreReads
 def check_inputs(plan: JobPlan) -> None:
     """Every check, in the order a user fixes things: the device, the store, the data, what
     the job continues or starts from, a given basis. (`resume=` naming no run dir, or one of
-    the other kind of job, was refused when the plan was made: stages.job_plan.)"""
+    the other kind of job, was refused when the plan was made: job.plan.)"""
     cfg = plan.cfg
     problem = device_problem(cfg.device_target)
     if problem:

@@ -1,7 +1,7 @@
 """Fine-tuning (`train.init_from`, `train.freeze`): a run that starts from another run's final
 weights where names and shapes match, with the parameters under some prefixes kept fixed.
 
-The source is named as for eval.py (stages.source). What does not fit (a classifier for another
+The source is named as for eval.py (stage.source). What does not fit (a classifier for another
 `num_classes`) stays as initialised and is named in one log line; a source of which nothing
 fits, or a freeze prefix that matches no parameter, is refused before any work (preflight)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.core.errors import ConfigError
-from sporeflow.stages.source import Source, resolve
-from sporeflow.stages.spec import FineTuneStart
+from sporeflow.stage.source import Source, resolve
+from sporeflow.stage.spec import FineTuneStart
 from sporeflow.storage.checkpoints import load_checkpoint_file, matching, restore_matching
 from sporeflow.tracking.store_reads import StoreReads
 

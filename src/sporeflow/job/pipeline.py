@@ -2,9 +2,9 @@
 pipeline `boost.name` names, looked up in PIPELINES.
 
 boost=none:       one spec, `train`, in its own MLflow run.
-boost=dim_reduce: the dim-reduce pipeline (stages.dim_reduce_pipeline): stage 1, PCA,
+boost=dim_reduce: the dim-reduce pipeline (job.dim_reduce_pipeline): stage 1, PCA,
                   stage 2 and the baselines under one parent MLflow run.
-Both go through one StageRunner (stages.runner), which owns each stage's life.
+Both go through one StageRunner (job.runner), which owns each stage's life.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from collections.abc import Callable
 from sporeflow.config import objective
 from sporeflow.config.schema import BoostName
 from sporeflow.engine import compile_cache
+from sporeflow.job import finished_jobs
+from sporeflow.job.dim_reduce_pipeline import DimReducePipeline
+from sporeflow.job.plan import JobPlan
+from sporeflow.job.runner import StageRunner
+from sporeflow.job.specs import plain_spec
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
-from sporeflow.stages import fine_tune, finished_jobs
-from sporeflow.stages.dim_reduce_pipeline import DimReducePipeline
-from sporeflow.stages.job_plan import JobPlan
-from sporeflow.stages.runner import StageRunner
-from sporeflow.stages.spec import plain_spec
+from sporeflow.stage import fine_tune
 from sporeflow.tracking.tracker import Tracker
 
 

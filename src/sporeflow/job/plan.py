@@ -34,7 +34,7 @@ class JobPlan:
     cfg: DictConfig  # validated, resolved and read-only: what components are built from
     run: RunConfig  # the same config typed by the schema: what code reads its settings from
     ctx: RunContext
-    pipeline: str  # `boost.name`: the key of stages.pipeline.PIPELINES
+    pipeline: str  # `boost.name`: the key of job.pipeline.PIPELINES
     resume: Continuation | None  # what the job continues (None: a new run)
     worker_batch: int  # the batch one worker feeds per step
     global_batch: int  # the batch of one optimizer update across the job's workers

@@ -13,14 +13,15 @@ from pathlib import Path
 
 from sporeflow.config.components import build_dataset
 from sporeflow.data.base import ImageDataset
+from sporeflow.job import finished_jobs, reuse
+from sporeflow.job.plan import JobPlan
+from sporeflow.job.runs import guarded, record_config, start_job_run
 from sporeflow.runtime.mindspore_context import Worker
-from sporeflow.stages import finished_jobs, reuse, training
-from sporeflow.stages import provenance as made_with
-from sporeflow.stages.evaluation import evaluate_weights
-from sporeflow.stages.job_plan import JobPlan
-from sporeflow.stages.runs import guarded, record_config, start_job_run
-from sporeflow.stages.spec import ReuseKey, StageSpec
-from sporeflow.stages.stage_result import StageResult
+from sporeflow.stage import provenance as made_with
+from sporeflow.stage import trainer
+from sporeflow.stage.evaluation import evaluate_weights
+from sporeflow.stage.result import StageResult
+from sporeflow.stage.spec import ReuseKey, StageSpec
 from sporeflow.storage.run_marker import read_run_marker, write_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker
 
@@ -70,14 +71,14 @@ class StageRunner:
         return run
 
     def _start_job_run(self, stage: str) -> TrackedRun:
-        """A top-level run with the job's key (stages.finished_jobs), when it has one."""
+        """A top-level run with the job's key (job.finished_jobs), when it has one."""
         run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
         if finished_jobs.keyed(self):
             run.set_tags({finished_jobs.KEY_TAG: self.job_key()})
         return run
 
     def job_key(self) -> str:
-        """The job's key (stages.finished_jobs), made once: its config and provenance (the data
+        """The job's key (job.finished_jobs), made once: its config and provenance (the data
         set it trains on is built once, for this and for training)."""
         if self._job_key is None:
             provenance = made_with.of(self.data(self.cfg.dataset.batch_size))
@@ -116,9 +117,9 @@ class StageRunner:
     ) -> StageResult:
         """Train the stage in its own run. Prepared first: what cannot start creates no run and
         changes none (a resumed run keeps its status)."""
-        prepared = training.prepare(self.cfg, spec, self.data(), self.worker, resume)
+        prepared = trainer.prepare(self.cfg, spec, self.data(), self.worker, resume)
         run = self.open_run(spec, parent, resume)
-        return guarded(run, lambda: training.train(prepared, run))
+        return guarded(run, lambda: trainer.train(prepared, run))
 
     def evaluate(self, spec: StageSpec, weights: dict, parent: TrackedRun) -> StageResult:
         """A stage that trains nothing: `spec.init_weights` overlaid with `weights`, evaluated

@@ -86,7 +86,7 @@ MAY_IMPORT = {
     "runtime": {"runtime", "config", "core"},
     "config": {"config", "library", "storage", "core"},
     "engine": {"engine", "storage", "core"},
-    "dim_reduce": {"dim_reduce", "storage", "core"},
+    "dim_reduce": {"dim_reduce", "engine", "storage", "core"},  # its hook is a HookBase
     "library": {"library", "storage", "core"},
     "tracking": {"tracking", "storage", "core"},
     "storage": {"storage", "core"},

@@ -114,7 +114,7 @@ def test_snapshot_steps_evenly_spaced():
 
 
 def as_npy_snapshots(data, net, directory):
-    """The flat .npy + layout.json form SnapshotCallback writes."""
+    """The flat .npy + layout.json form TakeSnapshots writes."""
     import json
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from mindspore.train import Callback
 
 from sporeflow.core.errors import SporeflowError
+from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 from sporeflow.storage.checkpoints import checkpoint_files
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
@@ -36,34 +35,30 @@ def snapshot_steps(steps_per_epoch: int, per_epoch: int) -> set[int]:
     return {round((i + 1) * steps_per_epoch / per_epoch) for i in range(per_epoch)}
 
 
-class SnapshotCallback(Callback):
-    """Saves the network's trainable weights `per_epoch` times an epoch from `start_epoch` on."""
+class TakeSnapshots(HookBase):
+    """Saves the network's trainable weights `per_epoch` times an epoch from `start_epoch` on:
+    a stage-1 hook of the `measure` phase (stage.hooks), before the cost meter, which takes
+    its `seconds` out of the step's."""
 
     def __init__(
-        self,
-        network,
-        directory: Path,
-        start_epoch: int,
-        per_epoch: int,
-        steps_per_epoch: int,
-        step_in_epoch: Callable[[Any], int],
+        self, record: EventRecord, network, directory: Path, start_epoch: int, per_epoch: int
     ):
-        """`step_in_epoch(cb_params)`: batches of the current epoch trained so far, also in a
-        stage continued mid-epoch (whose first fit counts its steps from 1 again)."""
+        """At the steps of an epoch `snapshot_steps` names, counted by the record (also in a
+        stage continued mid-epoch, whose fit counts its steps from 1 again)."""
         super().__init__()
+        self.bind(record)
         self.params = network.trainable_params()
         self.directory = Path(directory)
         self.start_epoch = start_epoch
-        self.at = snapshot_steps(steps_per_epoch, per_epoch)
-        self.step_in_epoch = step_in_epoch
+        self.at = snapshot_steps(record.steps_per_epoch, per_epoch)
         self.saved: list[Path] = []
         self.seconds = 0.0  # spent saving snapshots: engine.cost
 
-    def on_train_step_end(self, run_context):
-        cb = run_context.original_args()
+    def after_step(self, step: int) -> None:
+        cb = self.cb_params
         if cb.cur_epoch_num < self.start_epoch:
             return
-        in_epoch = self.step_in_epoch(cb)
+        in_epoch = self.record.step_in_epoch(cb)
         if in_epoch in self.at:
             started = time.perf_counter()
             path = self.directory / f"snapshot_e{cb.cur_epoch_num:04d}_s{in_epoch:05d}.npy"
@@ -73,7 +68,7 @@ class SnapshotCallback(Callback):
             self.saved.append(path)
             self.seconds += time.perf_counter() - started
 
-    def on_train_begin(self, run_context):
+    def before_train(self) -> None:
         layout = {
             "names": [p.name for p in self.params],
             "shapes": [list(p.shape) for p in self.params],

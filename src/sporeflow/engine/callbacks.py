@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from sporeflow.core import console, signals
 from sporeflow.engine.events import EventRecord
-from sporeflow.engine.hooks import HookBase, save_hooks_state
+from sporeflow.engine.hooks import HookBase, write_hooks_state
 from sporeflow.storage.checkpoints import checkpoint_files, prune, save_atomic
 
 
@@ -315,7 +316,8 @@ class CheckpointEachEpoch(HookBase):
     hooks' state beside it (`epoch_0003.hooks.json`, written first), so a resume from that
     checkpoint gives every hook back what it knew then. A stop mid-epoch (a requeue) writes
     `epoch_0003_step_00000150.<fmt>` (after epoch 3's, before epoch 4's by name), which also
-    holds `epoch_step`, the batches of epoch 4 already trained on.
+    holds `epoch_step`, the batches of epoch 4 already trained on. `state()`: what the stage's
+    hooks remember (stage.trainer.Trainer.state_dict), written when it is not empty.
     """
 
     def __init__(
@@ -325,7 +327,7 @@ class CheckpointEachEpoch(HookBase):
         every_n_epochs: int = 1,
         keep_last: int = 2,
         integrated_save: bool = True,
-        hooks: Sequence[HookBase] = (),
+        state: Callable[[], dict] = dict,
         fmt: str = "ckpt",
     ):
         super().__init__()
@@ -335,7 +337,7 @@ class CheckpointEachEpoch(HookBase):
         self.every = every_n_epochs
         self.keep = keep_last
         self.integrated_save = integrated_save
-        self.hooks = list(hooks)
+        self.state = state  # the hooks' state at this step (Trainer.state_dict): saved beside
 
     def save(self, cb, epoch_step: int = 0) -> Path:
         """The full checkpoint of the step `cb` is at: after `cb.cur_epoch_num` when
@@ -344,8 +346,9 @@ class CheckpointEachEpoch(HookBase):
         step = self.record.global_step(cb)
         stem = f"epoch_{done:04d}" + (f"_step_{step:08d}" if epoch_step else "")
         path = self.directory / f"{stem}.{self.fmt}"
-        if self.hooks:
-            save_hooks_state(path, self.hooks)
+        state = self.state()
+        if state:
+            write_hooks_state(path, state)
         save_atomic(
             cb.train_network,
             path,
@@ -364,7 +367,7 @@ class CheckpointEachEpoch(HookBase):
 class RequeueAtSignal(HookBase):
     """Stops a stage for a requeue once it was asked (core.signals.requeue_on: SLURM's warning
     before the time limit) at the next step where nothing is half done (not inside a gradient
-    accumulation): the record written (`flush`), a full checkpoint of that step, then
+    accumulation): the record written (`flush`), a full checkpoint of that step (`save`), then
     `Requeued`. At an epoch's last step it waits for the epoch's end (evaluation, checkpoint).
     Runs last among a stage's callbacks; the last epoch's end just finishes the stage.
     `agree(asked)`: whether any rank of the job was asked (runtime.mindspore_context.any_rank),
@@ -373,14 +376,16 @@ class RequeueAtSignal(HookBase):
     def __init__(
         self,
         record: EventRecord,
-        checkpoints: CheckpointEachEpoch,
+        save: Callable[[Any, int], Path],
+        every_n_epochs: int = 1,
         accumulation_steps: int = 1,
         flush: Sequence[Callable[[], None]] = (),
         agree: Callable[[bool], bool] = bool,
     ):
         super().__init__()
         self.bind(record)
-        self.checkpoints = checkpoints
+        self.save = save  # the stage's full checkpoint of a step (Trainer.save_checkpoint)
+        self.every = every_n_epochs  # epoch ends that already wrote one
         self.accumulation_steps = accumulation_steps
         self.flush = list(flush)
         self.agree = agree
@@ -389,8 +394,8 @@ class RequeueAtSignal(HookBase):
     def _stop(self, cb, epoch_step: int) -> None:
         for write in self.flush:
             write()
-        if epoch_step or cb.cur_epoch_num % self.checkpoints.every:  # not saved at this end yet
-            self.checkpoints.save(cb, epoch_step)
+        if epoch_step or cb.cur_epoch_num % self.every:  # not saved at this end yet
+            self.save(cb, epoch_step)
         signals.raise_requeued()
 
     def _asked(self) -> bool:

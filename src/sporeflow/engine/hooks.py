@@ -46,6 +46,8 @@ class HookBase(Callback):
     record: EventRecord
     failure: BaseException | None = None  # in after_train: what ended training, if it raised
     cb_params: Any = None  # MindSpore's callback parameters of the current call
+    _stop_requested = False  # (bind resets these: a hook that needs no record works unbound)
+    _ended = False
 
     def bind(self, record: EventRecord) -> HookBase:
         self.record = record
@@ -174,17 +176,34 @@ def hooks_state_path(checkpoint: Path) -> Path:
     return Path(checkpoint).with_suffix(".hooks.json")
 
 
-def save_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
+def hooks_state(hooks: list[HookBase]) -> dict:
+    """Every hook's `state_dict`, keyed by its place in the list and its class."""
+    return {f"{i}:{type(h).__qualname__}": h.state_dict() for i, h in enumerate(hooks)}
+
+
+def write_hooks_state(checkpoint: Path, state: dict) -> None:
     """Written before the checkpoint itself: a checkpoint never exists without its hooks' state."""
-    state = {f"{i}:{type(h).__qualname__}": h.state_dict() for i, h in enumerate(hooks)}
     write_text_atomic(hooks_state_path(checkpoint), json.dumps(state, sort_keys=True))
 
 
-def load_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
-    """Give each hook the state saved with `checkpoint` (none saved: hooks start fresh)."""
+def read_hooks_state(checkpoint: Path) -> dict:
+    """The hooks' state saved with `checkpoint` ({} when none was saved)."""
     path = hooks_state_path(checkpoint)
-    saved: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def restore_hooks_state(hooks: list[HookBase], saved: dict) -> None:
+    """Give each hook its entry of `saved` (hooks_state's keys); a hook without one starts fresh."""
     for i, hook in enumerate(hooks):
         state = saved.get(f"{i}:{type(hook).__qualname__}")
         if state is not None:
             hook.load_state_dict(state)
+
+
+def save_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
+    write_hooks_state(checkpoint, hooks_state(hooks))
+
+
+def load_hooks_state(checkpoint: Path, hooks: list[HookBase]) -> None:
+    """Give each hook the state saved with `checkpoint` (none saved: hooks start fresh)."""
+    restore_hooks_state(hooks, read_hooks_state(checkpoint))

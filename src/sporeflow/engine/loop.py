@@ -8,7 +8,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from mindspore import Model, nn
-from mindspore.train import Callback
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from sporeflow.core.signals import raise_if_received
@@ -26,34 +25,39 @@ class StageParts:
     ema_swap: Callable[[], AbstractContextManager] | None = (
         None  # puts the EMA weights in, when EMA is on
     )
+    # forward passes the train cell spent beyond one per image (stage 2's line search), so far
+    extra_forwards: Callable[[], float] = lambda: 0.0
 
 
-class StopOnSignal(Callback):
+class StopOnSignal(HookBase):
     """Ends training at the next step after SIGINT/SIGTERM, even when the Interrupted the signal
-    raised was swallowed where it landed (core.signals.raise_if_received)."""
+    raised was swallowed where it landed (core.signals.raise_if_received). Needs no record: it
+    answers MindSpore's step end itself."""
 
     def on_train_step_end(self, run_context):
         raise_if_received()
 
 
-def fit(parts: StageParts, train_data, epochs: int, callbacks: list, start_epoch: int = 0) -> None:
+def fit(
+    parts: StageParts, train_data, epochs: int, hooks: list[HookBase], start_epoch: int = 0
+) -> None:
     """Train epochs start_epoch+1 .. epochs (nothing when already there).
 
-    Non-sink mode: the callbacks act per step (loss, progress, snapshots)."""
+    Non-sink mode: the hooks act per step (loss, progress, snapshots)."""
     if start_epoch >= epochs:
         return
-    bars = any(isinstance(callback, ProgressBar) for callback in callbacks)
+    bars = any(isinstance(hook, ProgressBar) for hook in hooks)
+    every = [StopOnSignal(), *hooks]
     try:
         with logging_redirect_tqdm() if bars else nullcontext():  # log lines above the bar
             parts.model.train(
                 epochs,
                 train_data,
-                callbacks=[StopOnSignal(), *callbacks],
+                callbacks=every,
                 dataset_sink_mode=False,
                 initial_epoch=start_epoch,
             )
     except BaseException as failure:  # MindSpore calls no on_train_end then: the hooks' is here
-        for callback in callbacks:  # (a progress bar ends its line before the error's)
-            if isinstance(callback, HookBase):
-                callback.training_raised(failure)
+        for hook in hooks:  # (a progress bar ends its line before the error's)
+            hook.training_raised(failure)
         raise

@@ -18,10 +18,11 @@ from sporeflow.job.plan import JobPlan
 from sporeflow.job.runs import guarded, record_config, start_job_run
 from sporeflow.runtime.mindspore_context import Worker
 from sporeflow.stage import provenance as made_with
-from sporeflow.stage import trainer
 from sporeflow.stage.evaluation import evaluate_weights
 from sporeflow.stage.result import StageResult
+from sporeflow.stage.settings import StageSettings
 from sporeflow.stage.spec import ReuseKey, StageSpec
+from sporeflow.stage.trainer import Trainer
 from sporeflow.storage.run_marker import read_run_marker, write_run_marker
 from sporeflow.tracking.tracker import TrackedRun, Tracker
 
@@ -117,9 +118,13 @@ class StageRunner:
     ) -> StageResult:
         """Train the stage in its own run. Prepared first: what cannot start creates no run and
         changes none (a resumed run keeps its status)."""
-        prepared = trainer.prepare(self.cfg, spec, self.data(), self.worker, resume)
+        plan = self.plan
+        settings = StageSettings.of(
+            plan.run, spec, plan.worker_batch, plan.objective, plan.dim_reduce
+        )
+        trainer = Trainer(self.cfg, settings, spec, self.data(), self.worker, resume)
         run = self.open_run(spec, parent, resume)
-        return guarded(run, lambda: trainer.train(prepared, run))
+        return guarded(run, lambda: trainer.train(run))
 
     def evaluate(self, spec: StageSpec, weights: dict, parent: TrackedRun) -> StageResult:
         """A stage that trains nothing: `spec.init_weights` overlaid with `weights`, evaluated

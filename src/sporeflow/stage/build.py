@@ -109,7 +109,9 @@ def _built_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> Stag
             sigma=b.sigma,
             weight_decay=b.weight_decay,
         )
-        return StageParts(network, model_around(step, network, loss_fn, reuse), (step,))
+        forwards = step.trial_forwards  # the line search's trial forwards, restored on resume
+        model = model_around(step, network, loss_fn, reuse)
+        return StageParts(network, model, (step,), extra_forwards=lambda: float(forwards.asnumpy()))
     optimizer = build_optimizer(
         cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr, spec.schedule
     )

@@ -15,9 +15,9 @@ from sporeflow.config.facts import checkpoint_format
 from sporeflow.engine import graph_pool
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.stage.build import model_around
-from sporeflow.stage.outputs import record_data, record_model
 from sporeflow.stage.result import StageResult, ended, save_predictions
 from sporeflow.stage.spec import StageSpec
+from sporeflow.stage.writer import StageWriter
 from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
 from sporeflow.tracking.tracker import TrackedRun
 
@@ -53,12 +53,12 @@ def evaluate_weights(
     final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"
     path = save_atomic(network, final)
     end = ended(model, result, val_data, test_data)
-    for saved in save_predictions(spec.stage_dir, end):
-        run.log_artifact(saved, checksum=True)
-    record_data(run, data)
-    record_model(cfg, run, network, path, test_data, spec.stage_dir, 0)
-    run.log_metrics({f"val/{k}": v for k, v in result.items()}, 0)
-    run.log_metrics(end.metrics(), 0, flush=True)
+    writer = StageWriter(run)  # the stage's one road to its run, as a trained stage's
+    writer.files(save_predictions(spec.stage_dir, end))
+    writer.data(data)
+    writer.model(cfg, network, path, test_data, spec.stage_dir, 0)
+    writer.metrics({f"val/{k}": v for k, v in result.items()}, 0)
+    writer.metrics(end.metrics(), 0, flush=True)
     return StageResult(
         spec.name,
         end.val,

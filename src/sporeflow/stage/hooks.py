@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from sporeflow.config.components import build_hook
-from sporeflow.config.facts import checkpoint_format, global_batch_size
-from sporeflow.config.schema import EvalWith, LossScaleManager
-from sporeflow.dim_reduce.snapshots import SnapshotCallback
+from sporeflow.dim_reduce.snapshots import TakeSnapshots
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine.callbacks import (
     BestCheckpoints,
@@ -34,157 +33,159 @@ from sporeflow.engine.callbacks import (
 )
 from sporeflow.engine.cost import CostMeter, StopAtStep
 from sporeflow.engine.divergence import DivergenceGuard
-from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
 from sporeflow.runtime.mindspore_context import any_rank
 from sporeflow.stage import pruning
-from sporeflow.stage.writer import MlflowWriter
-from sporeflow.tracking.tracker import TrackedRun
+
+if TYPE_CHECKING:  # the trainer builds these; they read it, never the other way round at import
+    from sporeflow.stage.trainer import Trainer
 
 
 @dataclass
 class StageHooks:
-    """The ordered list `fit` runs, and the members the stage reads after training."""
+    """A stage's hooks by phase, the user's, the stop for a requeue (last), and the members the
+    trainer reads after training or passes on to the others."""
 
-    ordered: list
+    phases: dict[str, list[HookBase]]
+    user: list[HookBase]  # the configured hooks (their state is saved with each checkpoint)
+    requeue: RequeueAtSignal
     throughput: Throughput
     evaluator: EvalEachEpoch
-    user: list[HookBase]  # the configured hooks (their state is saved with each checkpoint)
     cost: CostMeter
+    checkpoints: CheckpointEachEpoch
+    snapshots: list[TakeSnapshots]
 
 
-def user_hooks(cfg, record: EventRecord) -> list[HookBase]:
+def user_hooks(trainer: Trainer) -> list[HookBase]:
     """`callbacks.hooks`, built (validated before any work) and bound to the stage's record."""
-    return [build_hook(node).bind(record) for node in cfg.callbacks.hooks]
+    return [build_hook(node).bind(trainer.record) for node in trainer.cfg.callbacks.hooks]
 
 
-def _guard(stage, record: EventRecord) -> list:
-    if not stage.cfg.callbacks.stop_on_divergence:
+def _guard(trainer: Trainer) -> list[HookBase]:
+    settings = trainer.settings
+    if not settings.callbacks.stop_on_divergence:
         return []
-    dynamic = stage.cfg.train.loss_scale_manager is LossScaleManager.dynamic
-    return [DivergenceGuard(record, stage.parts.network, tolerate_nonfinite_loss=dynamic)]
+    network, dynamic = trainer.parts.network, settings.dynamic_loss_scale
+    return [DivergenceGuard(trainer.record, network, tolerate_nonfinite_loss=dynamic)]
 
 
-def _snapshots(stage, record: EventRecord) -> list:
-    if stage.spec.snapshot_dir is None:
+def _snapshots(trainer: Trainer) -> list[TakeSnapshots]:
+    settings = trainer.settings
+    if settings.snapshot_dir is None:
         return []
-    snap = stage.cfg.boost.snapshot
+    snap = settings.snapshot
+    network = trainer.parts.network
+    record = trainer.record
+    return [TakeSnapshots(record, network, settings.snapshot_dir, snap.start_epoch, snap.per_epoch)]
+
+
+def _cost(trainer: Trainer) -> CostMeter:
+    """The stage's cost meter: the train cell's extra forwards (stage 2's line search), the
+    snapshots' and evaluations' seconds through the trainer."""
+    settings = trainer.settings
+    return CostMeter(
+        trainer.record,
+        settings.global_batch,
+        settings.accumulation_steps,
+        extra_forwards=trainer.parts.extra_forwards,
+        snapshot_seconds=trainer.snapshot_seconds,
+        eval_seconds=trainer.eval_seconds,
+        overhead_passes=settings.overhead_passes,
+    )
+
+
+def _best(trainer: Trainer) -> list[HookBase]:
+    settings = trainer.settings
+    best, ema_ranked = settings.callbacks.best, settings.ema_ranked
+    if not best.keep:
+        return []
     return [
-        SnapshotCallback(
-            stage.parts.network,
-            stage.spec.snapshot_dir,
-            snap.start_epoch,
-            snap.per_epoch,
-            record.steps_per_epoch,
-            record.step_in_epoch,
+        BestCheckpoints(
+            trainer.record,
+            trainer.parts.network,
+            trainer.ckpt_dir,
+            best.monitor + ("_ema" if ema_ranked else ""),
+            best.mode.value,
+            best.keep,
+            trainer.parts.ema_swap if ema_ranked else None,
+            settings.checkpoint_format,
         )
     ]
 
 
-def _cost(stage, record: EventRecord, evaluator: EvalEachEpoch, snapshots: list) -> CostMeter:
-    """The stage's cost meter: stage 2's trial forwards from its train cell, the snapshots' and
-    evaluations' seconds from the callbacks that spend them."""
-    trials = getattr(stage.parts.state_cells[0], "trial_forwards", None)
-    return CostMeter(
-        record,
-        global_batch_size(stage.cfg),
-        stage.cfg.train.accumulation_steps,
-        extra_forwards=(lambda: float(trials.asnumpy())) if trials is not None else lambda: 0.0,
-        snapshot_seconds=lambda: sum(s.seconds for s in snapshots),
-        eval_seconds=lambda: evaluator.seconds,
-        overhead_passes=stage.spec.overhead_passes,
+def _each_epoch(trainer: Trainer) -> CheckpointEachEpoch:
+    settings = trainer.settings
+    every = settings.callbacks.checkpoint
+    return CheckpointEachEpoch(
+        trainer.record,
+        trainer.ckpt_dir,
+        every.every_n_epochs,
+        every.keep_last,
+        settings.integrated_save,
+        trainer.state_dict,
+        settings.checkpoint_format,
     )
 
 
-def _checkpoints(stage, record: EventRecord, user: list[HookBase]) -> list:
-    cb_cfg, ema_ranked = stage.cfg.callbacks, stage.cfg.train.ema.eval_with is EvalWith.ema
-    kept = []
-    if cb_cfg.best.keep:
-        kept.append(
-            BestCheckpoints(
-                record,
-                stage.parts.network,
-                stage.ckpt_dir,
-                cb_cfg.best.monitor + ("_ema" if ema_ranked else ""),
-                cb_cfg.best.mode.value,
-                cb_cfg.best.keep,
-                stage.parts.ema_swap if ema_ranked else None,
-                checkpoint_format(stage.cfg),
-            )
-        )
-    every = cb_cfg.checkpoint
-    save = stage.cfg.parallel.integrated_save
-    kept.append(
-        CheckpointEachEpoch(
-            record,
-            stage.ckpt_dir,
-            every.every_n_epochs,
-            every.keep_last,
-            save,
-            user,
-            checkpoint_format(stage.cfg),
-        )
-    )
-    return kept
-
-
-def stage_hooks(stage, record: EventRecord, run: TrackedRun) -> StageHooks:
-    """The hooks of `stage` (a stage.trainer.PreparedStage) writing into `record` and `run`:
-    sporeflow's own by phase, each user hook right after the phase its `place` names."""
-    cfg, main = stage.cfg, stage.worker.is_main
-    throughput = Throughput(record, global_batch_size(cfg))  # rank 0's rate x the global batch
+def stage_hooks(trainer: Trainer) -> StageHooks:
+    """The hooks of `trainer`'s stage writing into its record and (rank 0) its writer:
+    sporeflow's own by phase; the trainer places each user hook after the phase it names."""
+    settings, record, main = trainer.settings, trainer.record, trainer.worker.is_main
+    callbacks = settings.callbacks
+    throughput = Throughput(record, settings.global_batch)  # rank 0's rate x the global batch
     evaluator = EvalEachEpoch(
         record,
-        stage.parts.model,
-        stage.val_data,
-        cfg.callbacks.eval_every_n_epochs,
-        stage.parts.ema_swap,
-        shown=None if main and cfg.callbacks.progress_bar else False,
+        trainer.parts.model,
+        trainer.val_data,
+        callbacks.eval_every_n_epochs,
+        trainer.parts.ema_swap,
+        shown=None if main and callbacks.progress_bar else False,
     )
-    user = user_hooks(cfg, record)
-    snapshots = _snapshots(stage, record)
-    cost = _cost(stage, record, evaluator, snapshots)
-    writer = MlflowWriter(record, run) if main else None
-    checkpoints = _checkpoints(stage, record, user)
-    reporter = pruning.for_stage(cfg, stage.spec.name, record, stage.worker)
-    phases = {
-        "guard": _guard(stage, record),
+    snapshots = _snapshots(trainer)
+    cost = _cost(trainer)
+    checkpoints = _each_epoch(trainer)
+    reporter = pruning.for_stage(settings, record, trainer.worker)
+    writer = trainer.writer.follow(record) if main else None
+    phases: dict[str, list[HookBase]] = {
+        "guard": _guard(trainer),
         "measure": [
             *snapshots,
             cost,
             throughput,
-            *_stop_at(stage, record),
-            *([StepLoss(record, cfg.callbacks.log_every_n_steps)] if main else []),
-            *_learning_rate(stage, record, main),
+            *_stop_at(trainer),
+            *([StepLoss(record, callbacks.log_every_n_steps)] if main else []),
+            *_learning_rate(trainer, main),
             evaluator,
         ],
         "record": [writer] if writer else [],
-        "checkpoints": checkpoints,
+        "checkpoints": [*_best(trainer), checkpoints],
         "pruning": [reporter] if reporter else [],  # after the epoch is saved
-        "progress": [ProgressBar(record, stage.spec.name)]
-        if main and cfg.callbacks.progress_bar
-        else [],
+        "progress": [ProgressBar(record, settings.name)] if main and callbacks.progress_bar else [],
     }
-    ordered = []
-    for phase, own in phases.items():
-        ordered += [*own, *(hook for hook in user if hook.place == phase)]
-    flush = [writer.write] if writer else []
-    agree = partial(any_rank, stage.worker)
-    accumulation = cfg.train.accumulation_steps
-    ordered.append(RequeueAtSignal(record, checkpoints[-1], accumulation, flush, agree))
-    return StageHooks(ordered, throughput, evaluator, user, cost)
+    requeue = RequeueAtSignal(
+        record,
+        trainer.save_checkpoint,
+        callbacks.checkpoint.every_n_epochs,
+        settings.accumulation_steps,
+        [writer.write] if writer else [],
+        partial(any_rank, trainer.worker),
+    )
+    return StageHooks(
+        phases, user_hooks(trainer), requeue, throughput, evaluator, cost, checkpoints, snapshots
+    )
 
 
-def _stop_at(stage, record: EventRecord) -> list:
+def _stop_at(trainer: Trainer) -> list[HookBase]:
     """A budget that is not whole epochs ends at its step."""
-    return [] if stage.spec.max_steps is None else [StopAtStep(record, stage.spec.max_steps)]
+    max_steps = trainer.settings.max_steps
+    return [] if max_steps is None else [StopAtStep(trainer.record, max_steps)]
 
 
-def _learning_rate(stage, record: EventRecord, main: bool) -> list:
+def _learning_rate(trainer: Trainer, main: bool) -> list[HookBase]:
     """`train/lr` at each epoch's end (rank 0: what the writer sends), the rate the stage's
     last update used."""
-    rate = _rate_of(stage.parts.state_cells)
-    return [LearningRate(record, rate)] if main and rate is not None else []
+    rate = _rate_of(trainer.parts.state_cells)
+    return [LearningRate(trainer.record, rate)] if main and rate is not None else []
 
 
 def _rate_of(cells: tuple) -> Callable[[], float | None] | None:

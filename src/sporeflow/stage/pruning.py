@@ -21,6 +21,7 @@ from sporeflow.core.errors import TrialPruned
 from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
 from sporeflow.runtime.mindspore_context import Worker, any_rank
+from sporeflow.stage.settings import StageSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,18 +80,17 @@ class ReportToTrial(HookBase):
             )
 
 
-def for_stage(cfg: Any, stage: str, record: EventRecord, worker: Worker) -> ReportToTrial | None:
-    """The reporter for `stage` when this job belongs to a pruning sweep and the stage shows its
-    objective while it trains; None otherwise."""
+def for_stage(settings: StageSettings, record: EventRecord, worker: Worker) -> ReportToTrial | None:
+    """The reporter for the stage `settings` describe when this
+    job belongs to a pruning sweep and the stage shows its objective while it trains; None
+    otherwise."""
     from sporeflow.config import objective
-    from sporeflow.config.facts import is_dim_reduce
-    from sporeflow.config.schema import EvalWith
 
     link = TrialLink.from_environ()
     if link is None:
         return None
-    shown = objective.progress(objective.primary(cfg.sweep.objective), is_dim_reduce(cfg))
-    if shown is None or shown[0] != stage:
+    shown = objective.progress(settings.objective, settings.dim_reduce)
+    if shown is None or shown[0] != settings.name:
         return None
-    ema = cfg.train.ema.eval_with is EvalWith.ema  # the weights the stage exports are ranked
-    return ReportToTrial(record, link, shown[1] + ("_ema" if ema else ""), worker)
+    ema = "_ema" if settings.ema_ranked else ""  # the weights the stage exports are ranked
+    return ReportToTrial(record, link, shown[1] + ema, worker)

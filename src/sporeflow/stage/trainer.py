@@ -1,41 +1,39 @@
-"""One stage's training, once its run is open: the parts built and a resumed checkpoint
-loaded (`prepare`), then hooks -> fit (engine), evaluating on the validation split -> the
-exported weights measured on validation and, once, on test -> files -> the run (`train`).
+"""One stage's training as one object, in the shape of detectron2's `TrainerBase`: a `Trainer`
+is built from the stage's settings (stage.settings, resolved once) and spec - its splits opened,
+its parts built, a resumed checkpoint loaded - before any run exists; `train(run)` registers its
+hooks by phase (stage.hooks), fits around MindSpore's `Model.train` (engine.loop), exports the
+weights, measures them on the validation split and, once, on the test split, writes every
+record through its one writer (stage.writer) and returns the typed `StageResult`.
 
-A resumed stage restores the newest complete checkpoint (weights, optimizer state, EMA, step,
-the hooks' state), continues at the next epoch and in the same MLflow run."""
+Hooks reach each other only through the trainer: a requeue's checkpoint is
+`Trainer.save_checkpoint`, the cost meter reads `snapshot_seconds`/`eval_seconds`, what the
+hooks remember is the trainer's `state_dict` (saved beside each checkpoint, loaded on resume).
+A resumed stage continues at the next epoch (or batch) in the same MLflow run."""
 
 from __future__ import annotations
 
 import logging
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sporeflow.config.facts import checkpoint_format, global_batch_size, worker_batch_size
-from sporeflow.config.schema import EvalWith
+from sporeflow.config.facts import global_batch_size  # noqa: F401 - tests read it here
 from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.dim_reduce.step import SETTING_PREFIX
 from sporeflow.engine.divergence import TrainingDiverged
 from sporeflow.engine.events import EventRecord
-from sporeflow.engine.hooks import load_hooks_state
-from sporeflow.engine.loop import StageParts, fit
+from sporeflow.engine.hooks import HookBase, hooks_state, read_hooks_state, restore_hooks_state
+from sporeflow.engine.loop import fit
 from sporeflow.nn.optimizers import DECAY_NAME, RATE_NAME
 from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stage import hooks as wiring
 from sporeflow.stage.build import build_stage_parts
-from sporeflow.stage.hooks import StageHooks, stage_hooks
-from sporeflow.stage.outputs import record_data, record_model
-from sporeflow.stage.result import (
-    Ended,
-    StageResult,
-    ended,
-    save_predictions,
-    with_passes,
-)
+from sporeflow.stage.result import Ended, StageResult, ended, save_predictions, with_passes
+from sporeflow.stage.settings import StageSettings
 from sporeflow.stage.spec import StageSpec
+from sporeflow.stage.writer import StageWriter
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     checkpoint_files,
@@ -46,27 +44,6 @@ from sporeflow.storage.checkpoints import (
 from sporeflow.tracking.tracker import TrackedRun
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PreparedStage:
-    """Everything a stage needs before it touches MLflow: data opened, parts built, a resumed
-    checkpoint loaded into them. A stage that cannot get this far leaves no trace in MLflow
-    (and a resumed run keeps the status it had)."""
-
-    spec: StageSpec
-    cfg: DictConfig
-    ckpt_dir: Path
-    worker: Worker
-    start_epoch: int
-    start_batches: int  # of epoch start_epoch + 1, trained before a stop mid-epoch
-    resumed_from: Path | None  # the checkpoint a resumed stage continues from
-    train_data: object
-    val_data: object  # every evaluation during training reads it: what choices see
-    test_data: object  # read once, at the stage's end: what reports show
-    steps_per_epoch: int
-    parts: StageParts
-    data: object  # the ImageDataset both splits come from
 
 
 def set_by_config(name: str) -> bool:
@@ -83,201 +60,207 @@ def rebuilt_by_config(name: str) -> bool:
     return name == RATE_NAME
 
 
-def describe_batching(
-    cfg: DictConfig, epochs: int, steps_per_epoch: int, max_steps: int | None = None
-) -> str:
-    """ "2 workers x batch 16 = global batch 32, 450 optimizer updates" (stand-alone: "batch 32, ...");
-    `max_steps`: a stage cut there (the budget arm)."""
-    steps = (
-        epochs * steps_per_epoch if max_steps is None else min(max_steps, epochs * steps_per_epoch)
-    )
-    updates = steps // cfg.train.accumulation_steps
-    workers = cfg.parallel.workers
-    split = f"{workers} workers x batch {worker_batch_size(cfg)} = global " if workers > 1 else ""
-    return f"{split}batch {global_batch_size(cfg)}, {updates} optimizer updates"
+class Trainer:
+    """One stage of one job on this worker. Built before its MLflow run is opened: a stage that
+    cannot get this far leaves no trace in MLflow (and a resumed run keeps its status).
+    `cfg` is read only where components are built (network, optimizer, loss, data, a user's
+    hooks, the packaged model); every setting comes from `settings`."""
 
-
-def prepare(cfg: DictConfig, spec: StageSpec, data, worker: Worker, resume: bool) -> PreparedStage:
-    """Open the splits of `data` (the job's data set, built once) and build the stage's parts."""
-    if worker.is_main:
-        log.info("stage %s: building the network and its train step", spec.name)
-    ckpt_dir = checkpoint_dir(spec.stage_dir, worker.rank, worker.world_size)
-    start_epoch, start_batches, state, path = 0, 0, None, None
-    if resume:
-        path, state = newest_complete_checkpoint(ckpt_dir)
-        start_epoch = int(state["epoch_num"].asnumpy())
-        if "epoch_step" in state:  # written mid-epoch (a requeue): the batches already trained
-            start_batches = int(state["epoch_step"].asnumpy())
-        log.info(
-            "resuming %s from %s (epoch %d, %d batches into the next)",
-            spec.name,
-            path,
-            start_epoch,
-            start_batches,
-        )
-    train_data = data.create(
-        "train", seed=cfg.seed, start_epoch=start_epoch, **worker.dataset_args()
-    )
-    if start_batches:  # MindSpore's own fast-forward: its first epoch starts after them
-        train_data.set_init_step(start_batches)
-    steps_per_epoch = train_data.get_dataset_size()
-    if steps_per_epoch == 0:
-        raise DataError(
-            f"the training split of {cfg.dataset._target_} yields no batch of "
-            f"{worker_batch_size(cfg)} (drop_remainder={getattr(data, 'drop_remainder', False)})"
-        )
-    parts = build_stage_parts(cfg, spec, steps_per_epoch)
-    if state is not None:
-        restore_exact(
-            state, *parts.state_cells, from_config=set_by_config, rebuilt=rebuilt_by_config
-        )
-    return PreparedStage(
-        spec,
-        cfg,
-        ckpt_dir,
-        worker,
-        start_epoch,
-        start_batches,
-        path,
-        train_data,
-        data.create("val"),
-        data.create("test"),
-        steps_per_epoch,
-        parts,
+    def __init__(
+        self,
+        cfg: DictConfig,
+        settings: StageSettings,
+        spec: StageSpec,
         data,
-    )
-
-
-def diverged_message(name: str, ex: TrainingDiverged, ckpt_dir: Path, stage_dir: Path) -> str:
-    finite = checkpoint_files(ckpt_dir, "epoch_*")
-    kept = (
-        f"the last finite checkpoint is {finite[-1]} (resume={stage_dir} continues from it)"
-        if finite
-        else "no checkpoint was written before it"
-    )
-    return (
-        f"stage {name} {ex}; nothing after it was saved, {kept}. Lower optimizer.lr or set "
-        "train.clip_grad_norm; callbacks.stop_on_divergence=false trains on regardless"
-    )
-
-
-def _tag_batching(stage: PreparedStage, run: TrackedRun) -> None:
-    cfg = stage.cfg
-    run.set_tags(
-        {
-            "batch.per_worker": worker_batch_size(cfg),
-            "batch.global": global_batch_size(cfg),
-            "batch.workers": cfg.parallel.workers,
-            "batch.steps_per_epoch": stage.steps_per_epoch,
-        }
-    )
-
-
-def _fit(stage: PreparedStage, record: EventRecord, hooks: StageHooks) -> None:
-    if stage.resumed_from is not None:
-        load_hooks_state(stage.resumed_from, hooks.user)
-    try:
-        fit(stage.parts, stage.train_data, stage.spec.epochs, hooks.ordered, stage.start_epoch)
-    except TrainingDiverged as ex:
-        spec = stage.spec
-        raise DivergedError(
-            diverged_message(spec.name, ex, stage.ckpt_dir, spec.stage_dir)
-        ) from None
-
-
-def _exported(final: dict, ema_ranked: bool) -> dict:
-    """The metrics of the weights the stage exports: the EMA ones (named without `_ema`) when
-    they are ranked, else the raw ones."""
-    if ema_ranked:
-        return {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
-    return {k: v for k, v in final.items() if not k.endswith("_ema")}
-
-
-def plan_line(stage: PreparedStage, batching: str) -> str:
-    """What the stage will train; a resume of a stage that trained all its epochs says there
-    is nothing left (it read "epochs 2..1" before): its weights are only evaluated and exported."""
-    spec = stage.spec
-    if stage.start_epoch >= spec.epochs:
-        return (
-            f"stage {spec.name}: nothing left to train: {stage.resumed_from} is at epoch "
-            f"{stage.start_epoch} of its {spec.epochs} (a larger epochs= trains on); its "
-            "weights are evaluated and exported again"
+        worker: Worker,
+        resume: bool = False,
+    ):
+        self.cfg, self.settings, self.spec, self.worker = cfg, settings, spec, worker
+        self.data = data  # the job's ImageDataset: train, val and test come from it
+        if worker.is_main:
+            log.info("stage %s: building the network and its train step", spec.name)
+        self.ckpt_dir = checkpoint_dir(spec.stage_dir, worker.rank, worker.world_size)
+        self.start_epoch, start_batches, state = 0, 0, None
+        self.resumed_from: Path | None = None  # the checkpoint a resumed stage continues from
+        if resume:
+            self.resumed_from, state = newest_complete_checkpoint(self.ckpt_dir)
+            self.start_epoch = int(state["epoch_num"].asnumpy())
+            if "epoch_step" in state:  # written mid-epoch (a requeue): batches already trained
+                start_batches = int(state["epoch_step"].asnumpy())
+            log.info(
+                "resuming %s from %s (epoch %d, %d batches into the next)",
+                spec.name,
+                self.resumed_from,
+                self.start_epoch,
+                start_batches,
+            )
+        self.train_data = data.create(
+            "train", seed=settings.seed, start_epoch=self.start_epoch, **worker.dataset_args()
         )
-    return (
-        f"stage {spec.name}: epochs {stage.start_epoch + 1}..{spec.epochs} x "
-        f"{stage.steps_per_epoch} steps; {batching}"
-    )
+        if start_batches:  # MindSpore's own fast-forward: its first epoch starts after them
+            self.train_data.set_init_step(start_batches)
+        self.steps_per_epoch = self.train_data.get_dataset_size()
+        if self.steps_per_epoch == 0:
+            raise DataError(
+                f"the training split of {cfg.dataset._target_} yields no batch of "
+                f"{settings.worker_batch} (drop_remainder={getattr(data, 'drop_remainder', False)})"
+            )
+        self.val_data = data.create("val")  # every evaluation during training: what chooses
+        self.test_data = data.create("test")  # read once, at the stage's end: what reports
+        self.parts = build_stage_parts(cfg, spec, self.steps_per_epoch)
+        if state is not None:
+            restore_exact(
+                state, *self.parts.state_cells, from_config=set_by_config, rebuilt=rebuilt_by_config
+            )
+        self.record = EventRecord(
+            settings.epochs, self.steps_per_epoch, self.start_epoch, start_batches
+        )
+        self.writer = StageWriter(None)  # the run's, once train() has one
+        self.hooks: list[HookBase] = []  # in the order fit runs them
+        self.own: wiring.StageHooks | None = None
 
+    # --- hooks ---------------------------------------------------------------------------------
+    def register_hooks(self, built: wiring.StageHooks) -> None:
+        """sporeflow's hooks by phase, each user hook right after the phase its `place` names,
+        and last the stop for a requeue (it needs every other hook's work of the step done)."""
+        self.own = built
+        ordered: list[HookBase] = []
+        for phase, own in built.phases.items():
+            ordered += [*own, *(hook for hook in built.user if hook.place == phase)]
+        self.hooks = [*ordered, built.requeue]
 
-def train(stage: PreparedStage, run: TrackedRun) -> StageResult:
-    """Train up to the spec's epochs (or until a hook stops it), evaluate, export `final.ckpt`,
-    report to the run."""
-    cfg, spec = stage.cfg, stage.spec
-    batching = describe_batching(cfg, spec.epochs, stage.steps_per_epoch, spec.max_steps)
-    log.info("%s", plan_line(stage, batching))
-    if stage.worker.is_main:
-        _tag_batching(stage, run)
-        record_data(run, stage.data)
-    record = EventRecord(spec.epochs, stage.steps_per_epoch, stage.start_epoch, stage.start_batches)
-    hooks = stage_hooks(stage, record, run)
-    _fit(stage, record, hooks)
-    latest = record.latest_eval()
-    final = latest[1] if latest is not None else hooks.evaluator.evaluate()
-    last_epoch = latest[0] if latest is not None else spec.epochs  # a hook may stop early
-    ema_ranked = cfg.train.ema.eval_with is EvalWith.ema
-    last_step = last_epoch * stage.steps_per_epoch
-    weights, end = _export(stage, run, ema_ranked, _exported(final, ema_ranked), last_step)
-    cost = hooks.cost.cost()
-    if stage.worker.is_main:
-        for path in save_predictions(spec.stage_dir, end):
-            run.log_artifact(path, checksum=True)
+    def state_dict(self) -> dict:
+        """What the user's hooks remember: saved beside every full checkpoint."""
+        return hooks_state(self.own.user) if self.own is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.own is not None:
+            restore_hooks_state(self.own.user, state)
+
+    def save_checkpoint(self, cb, epoch_step: int = 0) -> Path:
+        """The full checkpoint of the step MindSpore's `cb` is at (a requeue's, mid-epoch)."""
+        assert self.own is not None, "register_hooks first"
+        return self.own.checkpoints.save(cb, epoch_step)
+
+    def snapshot_seconds(self) -> float:
+        return sum(hook.seconds for hook in self.own.snapshots) if self.own is not None else 0.0
+
+    def eval_seconds(self) -> float:
+        return self.own.evaluator.seconds if self.own is not None else 0.0
+
+    # --- the stage -----------------------------------------------------------------------------
+    def plan_line(self, batching: str) -> str:
+        """What the stage will train; a resume of a stage that trained all its epochs says
+        there is nothing left: its weights are only evaluated and exported."""
+        name, epochs = self.spec.name, self.settings.epochs
+        if self.start_epoch >= epochs:
+            return (
+                f"stage {name}: nothing left to train: {self.resumed_from} is at epoch "
+                f"{self.start_epoch} of its {epochs} (a larger epochs= trains on); its "
+                "weights are evaluated and exported again"
+            )
+        return (
+            f"stage {name}: epochs {self.start_epoch + 1}..{epochs} x "
+            f"{self.steps_per_epoch} steps; {batching}"
+        )
+
+    def train(self, run: TrackedRun) -> StageResult:
+        """Train up to the stage's epochs (or until a hook stops it), export `final.<format>`,
+        measure it on validation and test, record it all through the writer; the result."""
+        settings = self.settings
+        batching = settings.batching(self.steps_per_epoch)
+        log.info("%s", self.plan_line(batching))
+        self.writer = StageWriter(run if self.worker.is_main else None)
+        self.writer.tags(self._batching_tags())
+        self.writer.data(self.data)
+        self.register_hooks(wiring.stage_hooks(self))
+        self._fit()
+        own = self.own
+        assert own is not None
+        latest = self.record.latest_eval()
+        final = latest[1] if latest is not None else own.evaluator.evaluate()
+        last_epoch = latest[0] if latest is not None else settings.epochs  # a hook may stop
+        last_step = last_epoch * self.steps_per_epoch
+        weights, end = self._export(self._exported(final), last_step)
+        cost = own.cost.cost()
+        if self.worker.is_main:
+            self.writer.files(save_predictions(self.spec.stage_dir, end))
         spent = cost.metrics()
-        if last_epoch in hooks.cost.by_epoch:  # its epoch's end put cost/passes at this step
+        if last_epoch in own.cost.by_epoch:  # its epoch's end put cost/passes at this step
             spent.pop("cost/passes")
-        run.log_metrics({**end.metrics(), **spent}, last_step)
-        speed = hooks.throughput.mean  # NaN when no step ran: not a measurement
-        run.log_metrics(
+        self.writer.metrics({**end.metrics(), **spent}, last_step)
+        speed = own.throughput.mean  # NaN when no step ran: not a measurement
+        self.writer.metrics(
             {"final/images_per_sec": speed} if math.isfinite(speed) else {}, last_step, flush=True
         )
-        run.log_artifact(weights, "checkpoints", checksum=True)
-    return StageResult(
-        spec.name,
-        end.val,
-        weights,
-        hooks.throughput.mean,
-        with_passes(record.evals, hooks.cost.by_epoch),
-        batching,
-        end.val_correct,
-        run.run_id,
-        spec.stage_dir,
-        cost=cost.metrics(),
-        test_metrics=end.test,
-        test_correct=end.test_correct,
-    )
+        self.writer.files([weights], "checkpoints")
+        return StageResult(
+            self.spec.name,
+            end.val,
+            weights,
+            speed,
+            with_passes(self.record.evals, own.cost.by_epoch),
+            batching,
+            end.val_correct,
+            run.run_id,
+            self.spec.stage_dir,
+            cost=cost.metrics(),
+            test_metrics=end.test,
+            test_correct=end.test_correct,
+        )
 
+    def _batching_tags(self) -> dict:
+        settings = self.settings
+        return {
+            "batch.per_worker": settings.worker_batch,
+            "batch.global": settings.global_batch,
+            "batch.workers": settings.workers,
+            "batch.steps_per_epoch": self.steps_per_epoch,
+        }
 
-def _export(
-    stage: PreparedStage, run: TrackedRun, ema_ranked: bool, val: dict, last_step: int
-) -> tuple[Path, Ended]:
-    """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the exported
-    weights measured on validation and test (`val`: their last validation metrics), and (rank
-    0) the packaged model on the run."""
-    parts, fmt = stage.parts, checkpoint_format(stage.cfg)
-    swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
-    with swapped():
-        weights = save_atomic(parts.network, stage.ckpt_dir / f"final.{fmt}")
-        end = ended(parts.model, val, stage.val_data, stage.test_data)
-        if stage.worker.is_main:
-            record_model(
-                stage.cfg,
-                run,
-                parts.network,
-                weights,
-                stage.test_data,
-                stage.spec.stage_dir,
-                last_step,
+    def _fit(self) -> None:
+        if self.resumed_from is not None:
+            self.load_state_dict(read_hooks_state(self.resumed_from))
+        try:
+            fit(self.parts, self.train_data, self.settings.epochs, self.hooks, self.start_epoch)
+        except TrainingDiverged as ex:
+            raise DivergedError(self._diverged_message(ex)) from None
+
+    def _diverged_message(self, ex: TrainingDiverged) -> str:
+        finite = checkpoint_files(self.ckpt_dir, "epoch_*")
+        kept = (
+            f"the last finite checkpoint is {finite[-1]} (resume={self.spec.stage_dir} "
+            "continues from it)"
+            if finite
+            else "no checkpoint was written before it"
+        )
+        return (
+            f"stage {self.spec.name} {ex}; nothing after it was saved, {kept}. Lower "
+            "optimizer.lr or set train.clip_grad_norm; callbacks.stop_on_divergence=false "
+            "trains on regardless"
+        )
+
+    def _exported(self, final: dict) -> dict:
+        """The metrics of the weights the stage exports: the EMA ones (named without `_ema`)
+        when they are ranked, else the raw ones."""
+        if self.settings.ema_ranked:
+            return {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
+        return {k: v for k, v in final.items() if not k.endswith("_ema")}
+
+    def _export(self, val: dict, last_step: int) -> tuple[Path, Ended]:
+        """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
+        exported weights measured on validation and test (`val`: their last validation
+        metrics), and (rank 0) the packaged model on the run."""
+        parts, fmt = self.parts, self.settings.checkpoint_format
+        ema_ranked = self.settings.ema_ranked
+        swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
+        with swapped():
+            weights = save_atomic(parts.network, self.ckpt_dir / f"final.{fmt}")
+            end = ended(parts.model, val, self.val_data, self.test_data)
+            self.writer.model(
+                self.cfg, parts.network, weights, self.test_data, self.spec.stage_dir, last_step
             )
-    if parts.ema_swap is not None and not ema_ranked:
-        with parts.ema_swap():
-            save_atomic(parts.network, stage.ckpt_dir / f"final_ema.{fmt}")
-    return weights, end
+        if parts.ema_swap is not None and not ema_ranked:
+            with parts.ema_swap():
+                save_atomic(parts.network, self.ckpt_dir / f"final_ema.{fmt}")
+        return weights, end

@@ -56,45 +56,68 @@ class StageHooks:
     snapshots: list[TakeSnapshots]
 
 
-def user_hooks(trainer: Trainer) -> list[HookBase]:
-    """`callbacks.hooks`, built (validated before any work) and bound to the stage's record."""
-    return [build_hook(node).bind(trainer.record) for node in trainer.cfg.callbacks.hooks]
-
-
-def _guard(trainer: Trainer) -> list[HookBase]:
-    settings = trainer.settings
-    if not settings.callbacks.stop_on_divergence:
-        return []
-    network, dynamic = trainer.parts.network, settings.dynamic_loss_scale
-    return [DivergenceGuard(trainer.record, network, tolerate_nonfinite_loss=dynamic)]
-
-
-def _snapshots(trainer: Trainer) -> list[TakeSnapshots]:
-    settings = trainer.settings
-    if settings.snapshot_dir is None:
-        return []
-    snap = settings.snapshot
-    network = trainer.parts.network
-    record = trainer.record
-    return [TakeSnapshots(record, network, settings.snapshot_dir, snap.start_epoch, snap.per_epoch)]
-
-
-def _cost(trainer: Trainer) -> CostMeter:
-    """The stage's cost meter: the train cell's extra forwards (stage 2's line search), the
-    snapshots' and evaluations' seconds through the trainer."""
-    settings = trainer.settings
-    return CostMeter(
-        trainer.record,
-        settings.global_batch,
+def stage_hooks(trainer: Trainer) -> StageHooks:
+    """The hooks of `trainer`'s stage writing into its record and (rank 0) its writer:
+    sporeflow's own by phase; the trainer places each user hook after the phase it names.
+    Built module by module (engine.callbacks, engine.cost, the guard, stage 1's snapshots,
+    pruning, the user's); `phases` gives the order they run in."""
+    settings, record, main = trainer.settings, trainer.record, trainer.worker.is_main
+    callbacks, parts = settings.callbacks, trainer.parts
+    shown = main and callbacks.progress_bar
+    throughput = Throughput(record, settings.global_batch)  # rank 0's rate x the global batch
+    every = callbacks.eval_every_n_epochs
+    evaluator = EvalEachEpoch(
+        record, parts.model, trainer.val_data, every, parts.ema_swap, None if shown else False
+    )
+    checkpoints = _each_epoch(trainer)
+    best = _best(trainer)
+    losses = [StepLoss(record, callbacks.log_every_n_steps)] if main else []
+    rate = _rate_of(parts.state_cells)
+    rates = [LearningRate(record, rate)] if main and rate is not None else []
+    bars: list[HookBase] = [ProgressBar(record, settings.name)] if shown else []
+    writer = trainer.writer.follow(record) if main else None
+    requeue = RequeueAtSignal(
+        record,
+        trainer.save_checkpoint,
+        callbacks.checkpoint.every_n_epochs,
         settings.accumulation_steps,
-        extra_forwards=trainer.parts.extra_forwards,
-        snapshot_seconds=trainer.snapshot_seconds,
-        eval_seconds=trainer.eval_seconds,
-        overhead_passes=settings.overhead_passes,
+        [writer.write] if writer else [],
+        partial(any_rank, trainer.worker),
+    )
+    cost = _cost(trainer)
+    stop_at = [] if settings.max_steps is None else [StopAtStep(record, settings.max_steps)]
+    guard = _guard(trainer)
+    snapshots = _snapshots(trainer)
+    reporter = pruning.for_stage(settings, record, trainer.worker)
+    phases: dict[str, list[HookBase]] = {
+        "guard": guard,
+        "measure": [*snapshots, cost, throughput, *stop_at, *losses, *rates, evaluator],
+        "record": [writer] if writer else [],
+        "checkpoints": [*best, checkpoints],
+        "pruning": [reporter] if reporter else [],  # after the epoch is saved
+        "progress": bars,
+    }
+    user = [build_hook(node).bind(record) for node in trainer.cfg.callbacks.hooks]
+    return StageHooks(phases, user, requeue, throughput, evaluator, cost, checkpoints, snapshots)
+
+
+def _each_epoch(trainer: Trainer) -> CheckpointEachEpoch:
+    """Full checkpoints with what the trainer's hooks remember (`Trainer.state_dict`)."""
+    settings = trainer.settings
+    every = settings.callbacks.checkpoint
+    return CheckpointEachEpoch(
+        trainer.record,
+        trainer.ckpt_dir,
+        every.every_n_epochs,
+        every.keep_last,
+        settings.integrated_save,
+        trainer.state_dict,
+        settings.checkpoint_format,
     )
 
 
 def _best(trainer: Trainer) -> list[HookBase]:
+    """The best `keep` by the validation metric `monitor` (of the EMA weights when ranked)."""
     settings = trainer.settings
     best, ema_ranked = settings.callbacks.best, settings.ema_ranked
     if not best.keep:
@@ -113,79 +136,36 @@ def _best(trainer: Trainer) -> list[HookBase]:
     ]
 
 
-def _each_epoch(trainer: Trainer) -> CheckpointEachEpoch:
+def _cost(trainer: Trainer) -> CostMeter:
+    """The stage's cost meter: the train cell's extra forwards (stage 2's line search), the
+    snapshots' and evaluations' seconds through the trainer."""
     settings = trainer.settings
-    every = settings.callbacks.checkpoint
-    return CheckpointEachEpoch(
+    return CostMeter(
         trainer.record,
-        trainer.ckpt_dir,
-        every.every_n_epochs,
-        every.keep_last,
-        settings.integrated_save,
-        trainer.state_dict,
-        settings.checkpoint_format,
-    )
-
-
-def stage_hooks(trainer: Trainer) -> StageHooks:
-    """The hooks of `trainer`'s stage writing into its record and (rank 0) its writer:
-    sporeflow's own by phase; the trainer places each user hook after the phase it names."""
-    settings, record, main = trainer.settings, trainer.record, trainer.worker.is_main
-    callbacks = settings.callbacks
-    throughput = Throughput(record, settings.global_batch)  # rank 0's rate x the global batch
-    evaluator = EvalEachEpoch(
-        record,
-        trainer.parts.model,
-        trainer.val_data,
-        callbacks.eval_every_n_epochs,
-        trainer.parts.ema_swap,
-        shown=None if main and callbacks.progress_bar else False,
-    )
-    snapshots = _snapshots(trainer)
-    cost = _cost(trainer)
-    checkpoints = _each_epoch(trainer)
-    reporter = pruning.for_stage(settings, record, trainer.worker)
-    writer = trainer.writer.follow(record) if main else None
-    phases: dict[str, list[HookBase]] = {
-        "guard": _guard(trainer),
-        "measure": [
-            *snapshots,
-            cost,
-            throughput,
-            *_stop_at(trainer),
-            *([StepLoss(record, callbacks.log_every_n_steps)] if main else []),
-            *_learning_rate(trainer, main),
-            evaluator,
-        ],
-        "record": [writer] if writer else [],
-        "checkpoints": [*_best(trainer), checkpoints],
-        "pruning": [reporter] if reporter else [],  # after the epoch is saved
-        "progress": [ProgressBar(record, settings.name)] if main and callbacks.progress_bar else [],
-    }
-    requeue = RequeueAtSignal(
-        record,
-        trainer.save_checkpoint,
-        callbacks.checkpoint.every_n_epochs,
+        settings.global_batch,
         settings.accumulation_steps,
-        [writer.write] if writer else [],
-        partial(any_rank, trainer.worker),
+        extra_forwards=trainer.parts.extra_forwards,
+        snapshot_seconds=trainer.snapshot_seconds,
+        eval_seconds=trainer.eval_seconds,
+        overhead_passes=settings.overhead_passes,
     )
-    return StageHooks(
-        phases, user_hooks(trainer), requeue, throughput, evaluator, cost, checkpoints, snapshots
-    )
 
 
-def _stop_at(trainer: Trainer) -> list[HookBase]:
-    """A budget that is not whole epochs ends at its step."""
-    max_steps = trainer.settings.max_steps
-    return [] if max_steps is None else [StopAtStep(trainer.record, max_steps)]
+def _guard(trainer: Trainer) -> list[HookBase]:
+    settings = trainer.settings
+    if not settings.callbacks.stop_on_divergence:
+        return []
+    network, dynamic = trainer.parts.network, settings.dynamic_loss_scale
+    return [DivergenceGuard(trainer.record, network, tolerate_nonfinite_loss=dynamic)]
 
 
-def _learning_rate(trainer: Trainer, main: bool) -> list[HookBase]:
-    """`train/lr` at each epoch's end (rank 0: what the writer sends), the rate the stage's
-    last update used."""
-    rate = _rate_of(trainer.parts.state_cells)
-    return [LearningRate(trainer.record, rate)] if main and rate is not None else []
+def _snapshots(trainer: Trainer) -> list[TakeSnapshots]:
+    settings = trainer.settings
+    if settings.snapshot_dir is None:
+        return []
+    snap, network = settings.snapshot, trainer.parts.network
+    directory = settings.snapshot_dir
+    return [TakeSnapshots(trainer.record, network, directory, snap.start_epoch, snap.per_epoch)]
 
 
 def _rate_of(cells: tuple) -> Callable[[], float | None] | None:

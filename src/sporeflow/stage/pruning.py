@@ -81,16 +81,10 @@ class ReportToTrial(HookBase):
 
 
 def for_stage(settings: StageSettings, record: EventRecord, worker: Worker) -> ReportToTrial | None:
-    """The reporter for the stage `settings` describe when this
-    job belongs to a pruning sweep and the stage shows its objective while it trains; None
+    """The reporter of the stage `settings` describe when this job belongs to a pruning sweep
+    and the stage shows its objective while it trains (`settings.progress_metric`); None
     otherwise."""
-    from sporeflow.config import objective
-
     link = TrialLink.from_environ()
-    if link is None:
+    if link is None or settings.progress_metric is None:
         return None
-    shown = objective.progress(settings.objective, settings.dim_reduce)
-    if shown is None or shown[0] != settings.name:
-        return None
-    ema = "_ema" if settings.ema_ranked else ""  # the weights the stage exports are ranked
-    return ReportToTrial(record, link, shown[1] + ema, worker)
+    return ReportToTrial(record, link, settings.progress_metric, worker)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sporeflow.config.objective import progress as objective_progress
 from sporeflow.config.schema import (
     CallbacksConfig,
     EvalWith,
@@ -37,15 +38,21 @@ class StageSettings:
     checkpoint_format: str  # ckpt | safetensors
     integrated_save: bool  # a sharded network's checkpoints hold whole tensors
     callbacks: CallbacksConfig  # progress bar, logging, evaluation, checkpoints, best-k
-    objective: str  # the job's objective, explicit (`val/stage2/acc`): what pruning reads
-    dim_reduce: bool  # the job is a dim-reduce pipeline
+    # the validation metric that shows the job's objective while this stage trains (what a
+    # pruning sweep's trial is told each epoch; `acc_ema` when EMA weights are ranked), or None
+    progress_metric: str | None
 
     @classmethod
     def of(
         cls, run: RunConfig, spec: StageSpec, worker_batch: int, objective: str, dim_reduce: bool
     ) -> StageSettings:
-        """From the typed config (job.plan's `plan.run`) and the stage's spec."""
+        """From the typed config (job.plan's `plan.run`), the stage's spec and what the plan
+        derived: the worker's batch, the job's objective made explicit, whether it is a
+        dim-reduce pipeline."""
         train = run.train
+        ema_ranked = train.ema.eval_with is EvalWith.ema
+        shown = objective_progress(objective, dim_reduce)
+        progress = shown[1] + ("_ema" if ema_ranked else "") if shown else None
         return cls(
             name=spec.name,
             epochs=spec.epochs,
@@ -58,13 +65,12 @@ class StageSettings:
             global_batch=worker_batch * run.parallel.workers,
             workers=run.parallel.workers,
             accumulation_steps=train.accumulation_steps,
-            ema_ranked=train.ema.eval_with is EvalWith.ema,
+            ema_ranked=ema_ranked,
             dynamic_loss_scale=train.loss_scale_manager is LossScaleManager.dynamic,
             checkpoint_format=run.callbacks.checkpoint.format.value,
             integrated_save=run.parallel.integrated_save,
             callbacks=run.callbacks,
-            objective=objective,
-            dim_reduce=dim_reduce,
+            progress_metric=progress if shown and shown[0] == spec.name else None,
         )
 
     def batching(self, steps_per_epoch: int) -> str:

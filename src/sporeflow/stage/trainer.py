@@ -181,10 +181,9 @@ class Trainer:
         final = latest[1] if latest is not None else own.evaluator.evaluate()
         last_epoch = latest[0] if latest is not None else settings.epochs  # a hook may stop
         last_step = last_epoch * self.steps_per_epoch
-        weights, end = self._export(self._exported(final), last_step)
+        weights, end, predictions = self._export(self._exported(final), last_step)
         cost = own.cost.cost()
-        if self.worker.is_main:
-            self.writer.files(save_predictions(self.spec.stage_dir, end))
+        self.writer.files(predictions)
         spent = cost.metrics()
         if last_epoch in own.cost.by_epoch:  # its epoch's end put cost/passes at this step
             spent.pop("cost/passes")
@@ -247,20 +246,23 @@ class Trainer:
             return {k[:-4]: v for k, v in final.items() if k.endswith("_ema")}
         return {k: v for k, v in final.items() if not k.endswith("_ema")}
 
-    def _export(self, val: dict, last_step: int) -> tuple[Path, Ended]:
+    def _export(self, val: dict, last_step: int) -> tuple[Path, Ended, list[Path]]:
         """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
         exported weights measured on validation and test (`val`: their last validation
-        metrics), and (rank 0) the packaged model on the run."""
+        metrics) with right/wrong per image saved (rank 0: predictions.npy,
+        test_predictions.npy), and (rank 0) the packaged model on the run."""
         parts, fmt = self.parts, self.settings.checkpoint_format
         ema_ranked = self.settings.ema_ranked
         swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
         with swapped():
             weights = save_atomic(parts.network, self.ckpt_dir / f"final.{fmt}")
             end = ended(parts.model, val, self.val_data, self.test_data)
+            main = self.worker.is_main
+            predictions = save_predictions(self.spec.stage_dir, end) if main else []
             self.writer.model(
                 self.cfg, parts.network, weights, self.test_data, self.spec.stage_dir, last_step
             )
         if parts.ema_swap is not None and not ema_ranked:
             with parts.ema_swap():
                 save_atomic(parts.network, self.ckpt_dir / f"final_ema.{fmt}")
-        return weights, end
+        return weights, end, predictions

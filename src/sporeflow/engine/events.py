@@ -1,9 +1,9 @@
 """The per-stage record of what happened: scalars by global step and eval results by epoch.
 
-Callbacks that measure (loss, throughput, evaluation) put into it; callbacks that act on
-measurements (progress bar, best-k checkpoints) and writers (the stage's MLflow writer) read
-from it. No callback holds a tracking run or reaches into another callback (the shape of
-detectron2's EventStorage and its writers).
+Hooks that measure (loss, throughput, evaluation) put into it; hooks that act on measurements
+(progress bar, best-k checkpoints) and the stage's one writer (stage.writer, the only hook
+holding a run) read from it. No hook reaches into another: what one needs of another comes
+through the stage's Trainer (the shape of detectron2's EventStorage and its writers).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The fit loop: built parts + data + callbacks -> trained weights. It only steps; what to
-build for a stage, and what to do with the record afterwards, is decided in `stages/`."""
+build for a stage, and what to do with the record afterwards, is decided in `stage/` (the Trainer)."""
 
 from __future__ import annotations
 

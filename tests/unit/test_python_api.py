@@ -5,6 +5,7 @@ store read with MLflow's own client, and against the commands' own output."""
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -23,6 +24,29 @@ def test_import_sporeflow_loads_neither_mindspore_nor_mlflow():
     probe = "import sys, sporeflow; print(sorted({'mindspore', 'mlflow'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_run_with_tracking_off_returns_the_metrics_the_console_printed(
+    tmp_path, monkeypatch, capsys
+):
+    """Nothing is recorded, yet the job's result comes back: what the trainer returned, not a
+    read of a store (issue 62)."""
+    monkeypatch.chdir(tmp_path)
+    result = sporeflow.run([*QUICK, "tracking.enabled=false"])
+    said = capsys.readouterr().err
+    line = next(row for row in said.splitlines() if row.startswith("[sporeflow] train: "))
+    printed = {
+        f"{split}/{name}": float(value)
+        for split, name, value in re.findall(r"(val|test) (acc|loss)=([0-9.]+)", line)
+    }
+    assert set(printed) == {"val/acc", "val/loss", "test/acc", "test/loss"}
+    for key, value in printed.items():  # the console prints 4 decimals
+        recorded = result.metrics["final/" + key if key.startswith("val/") else key]
+        assert round(recorded, 4) == value
+    assert result.objective == result.metrics["final/val/acc"]
+    assert result.run_id is None and not (tmp_path / "mlflow.db").exists()
+    assert result.weights == result.run_dir / "checkpoints" / "final.ckpt"
+    assert result.weights.is_file() and result.metrics["cost/passes"] > 0
 
 
 def test_run_returns_what_its_mlflow_run_recorded_and_its_weights_predict(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ from sporeflow.core.context import RunContext, SweepJob
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
+from sporeflow.job.job_result import JobResult
 from sporeflow.job.plan import JobPlan, plan_job
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa, mindspore_log
@@ -140,7 +141,7 @@ def _say_accepted(plan: JobPlan) -> None:
         print(f"[sporeflow] note: {line}", file=sys.stderr)
 
 
-def _run_as_worker(plan: JobPlan) -> Objective:
+def _run_as_worker(plan: JobPlan) -> JobResult:
     """One rank of an msrun job: the launcher checked the inputs and claimed the run dir;
     rank 0 leaves the result where the launcher reads it; every rank ends with msrun.end_worker."""
     from mindspore.communication import get_rank
@@ -152,40 +153,44 @@ def _run_as_worker(plan: JobPlan) -> Objective:
     armed = os.environ.get(msrun.REQUEUE_ENV)
     if armed is not None:  # its launcher passes SLURM's warning on as a file
         signals.requeue_on_file(msrun.requeue_file(ctx.run_dir), int(armed))
-    value: Objective
     try:
-        value = run_pipeline(plan)
-        result: dict = {}
+        job = run_pipeline(plan)
+        weights = str(job.weights) if job.weights else None
+        result: dict = {"metrics": job.metrics, "run_id": job.run_id, "weights": weights}
     except TrialPruned as ex:  # every rank stopped at the same step: a clean end for msrun
-        value, result = float("nan"), {"pruned": str(ex)}
+        job, result = JobResult(), {"pruned": str(ex)}
     except signals.Requeued as ex:  # the same, for a requeue: the launcher asks SLURM
-        value, result = float("nan"), {"requeued": ex.requeues}
+        job, result = JobResult(), {"requeued": ex.requeues}
     if get_rank() == 0:
-        msrun.write_result(ctx, value, **result)
+        msrun.write_result(ctx, job.objective, **result)
     msrun.end_worker(ctx, get_rank(), plan.run.parallel.node_rank)
-    return value
+    return job
 
 
-def _run_as_launcher(plan: JobPlan) -> Objective:
+def _run_as_launcher(plan: JobPlan) -> JobResult:
     """A parallel job: start msrun for this node's workers; node 0 owns the MLflow runs."""
     from sporeflow.job import runs
 
     cfg, ctx = plan.cfg, plan.ctx
-    return msrun.launch(
+    found = msrun.launch(
         cfg,
         ctx,
         before_start=lambda: runs.prepare_store(cfg, ctx),
         on_end=lambda status: runs.mark_ended(cfg, ctx, status),
     )
+    weights = found.get("weights")
+    return JobResult(
+        found.get("metrics", {}), found.get("run_id"), weights and Path(weights), found["objective"]
+    )
 
 
-def _run_stand_alone(plan: JobPlan) -> Objective:
+def _run_stand_alone(plan: JobPlan) -> JobResult:
     from sporeflow.job.pipeline import run_pipeline  # imports MindSpore: after the ISA choice
 
     return run_pipeline(plan)
 
 
-def _role_of(plan: JobPlan) -> Callable[[JobPlan], Objective]:
+def _role_of(plan: JobPlan) -> Callable[[JobPlan], JobResult]:
     """The process the user started: the launcher of a parallel job, or the whole run."""
     return _run_as_launcher if msrun.needs_launch(plan.cfg) else _run_stand_alone
 
@@ -199,9 +204,15 @@ def _checked_and_claimed(plan: JobPlan) -> None:
 
 
 def run_task(cfg: DictConfig) -> Objective:
-    """Validate, then play this process's role; returns the job's objective (`sweep.objective`:
-    by default the final eval accuracy, stage 2's in a pipeline) - what a sweeper optimises; a
-    list objective `[<accuracy>, <cost>]` returns both (job.pipeline.job_objective)."""
+    """train.py's Hydra task: the job's objective (`sweep.objective`: by default the final
+    validation accuracy, stage 2's in a pipeline) - what a sweeper optimises; a list objective
+    `[<accuracy>, <cost>]` returns both (job.pipeline.job_objective)."""
+    return run_job(cfg).objective
+
+
+def run_job(cfg: DictConfig) -> JobResult:
+    """Validate, then play this process's role; the job's result (its objective, metrics, run
+    and weights: what the Python API returns, tracking on or off)."""
     worker = msrun.under_msrun()
     if worker:
         signals.die_with_parent()  # a worker (or msrun's scheduler) never outlives msrun

@@ -29,6 +29,7 @@ from sporeflow.core.errors import ConfigError
 from sporeflow.entry import messages
 
 if TYPE_CHECKING:  # the store's reads import MLflow at first use, not with sporeflow
+    from sporeflow.job.job_result import JobResult
     from sporeflow.tracking.store_reads import StoreReads
 
 TRAIN = "train"
@@ -130,13 +131,11 @@ def run(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) 
     its mlflow.db unless `tracking.uri` says otherwise). Raises ConfigError (the command's
     refusal line) before any work, or what made the run fail; KeyboardInterrupt ends the run
     KILLED as Ctrl-C does."""
-    from sporeflow.entry.app import run_task
+    from sporeflow.entry.app import run_job
 
     with _hydra(config_dir, list(overrides)) as hydra:  # one run, whatever a preset declares
-        job = hydra.run(TRAIN, run_task, [*overrides, "hydra.mode=RUN"])
-    value = job.return_value  # [accuracy, cost] for a list objective: the accuracy
-    value = value[0] if isinstance(value, (list, tuple)) else value
-    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, float(value))
+        job = hydra.run(TRAIN, run_job, [*overrides, "hydra.mode=RUN"])
+    return _job_result(job.hydra_cfg.hydra.runtime.output_dir, job.cfg, job.return_value)
 
 
 def sweep(overrides: Sequence[str] = (), *, config_dir: str | Path | None = None) -> SweepResults:
@@ -337,21 +336,24 @@ def _final_weights(reads: StoreReads, ref: str) -> Path | None:
         return None  # a job that trained nothing of its own (copied from a finished one)
 
 
-def _job_result(run_dir: str, cfg: Any, objective: float) -> RunResult:
-    """What the job at `run_dir` recorded: its MLflow run and final weights."""
+def _job_result(run_dir: str, cfg: Any, job: JobResult) -> RunResult:
+    """The job at `run_dir` as it returned: its objective (a list objective's accuracy), run,
+    weights and metrics - those its MLflow run recorded when there is one (every final metric,
+    system metrics too, as `results` reads it back), else the job's own (tracking off)."""
     from sporeflow.tracking.store_reads import marked_run_id
 
-    reads = _store_of(cfg)
-    folder = Path(run_dir)
-    run_id = marked_run_id(folder, folder)
+    value = job.objective  # [accuracy, cost] for a list objective: the accuracy
+    value = value[0] if isinstance(value, (list, tuple)) else value
+    reads, folder = _store_of(cfg), Path(run_dir)
+    run_id = job.run_id or marked_run_id(folder, folder)  # a copied finished job: its marker's
     recorded = reads.get_run(run_id) if run_id else None
     return RunResult(
         folder,
-        objective,
+        float(value),
         recorded.info.run_id if recorded is not None else None,
         reads.uri,
-        dict(recorded.data.metrics) if recorded is not None else {},
-        _final_weights(reads, str(folder)),
+        dict(recorded.data.metrics) if recorded is not None else dict(job.metrics),
+        job.weights or _final_weights(reads, str(folder)),
     )
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from sporeflow.config import objective
 from sporeflow.config.schema import BoostName
+from sporeflow.core.names import StageKind
 from sporeflow.engine import compile_cache
 from sporeflow.job import finished_jobs
 from sporeflow.job.dim_reduce_pipeline import DimReducePipeline
+from sporeflow.job.job_result import JobResult
 from sporeflow.job.plan import JobPlan
 from sporeflow.job.runner import StageRunner
 from sporeflow.job.specs import plain_spec
@@ -27,8 +30,8 @@ from sporeflow.stage import fine_tune
 from sporeflow.tracking.tracker import Tracker
 
 
-def run_pipeline(plan: JobPlan) -> float | list[float]:
-    """Run every stage the plan's config asks for; returns the job's objective
+def run_pipeline(plan: JobPlan) -> JobResult:
+    """Run every stage the plan's config asks for; returns the job's result with its objective
     (`sweep.objective`: stage 2's accuracy in a pipeline, the final accuracy of a plain run, by
     default); for `sweep.objective=[<accuracy>, <cost>]` both, the cost as the job's own metrics
     hold it (a plain job's `cost/passes`, a pipeline's `stage2/passes`): what a multi-objective
@@ -47,10 +50,9 @@ def run_pipeline(plan: JobPlan) -> float | list[float]:
         long_lived_objects_frozen(keep=plan.ctx.sweep is not None),
     ):
         runner = StageRunner(plan, tracker, worker)
-        metrics = finished_jobs.copy_finished(runner)  # a sweep started again: done before
-        if metrics is None:
-            metrics = PIPELINES[plan.pipeline](runner)
-    return job_objective(plan, metrics)
+        copied = finished_jobs.copy_finished(runner)  # a sweep started again: done before
+        result = JobResult(copied) if copied is not None else PIPELINES[plan.pipeline](runner)
+    return replace(result, objective=job_objective(plan, result.metrics))
 
 
 def job_objective(plan: JobPlan, metrics: dict) -> float | list[float]:
@@ -62,7 +64,7 @@ def job_objective(plan: JobPlan, metrics: dict) -> float | list[float]:
     return values if plan.cost else values[0]
 
 
-def run_plain(runner: StageRunner) -> dict:
+def run_plain(runner: StageRunner) -> JobResult:
     """A plain job: one stage in the run dir, or in the dir `resume=` names (its own run);
     its metrics as its run records them (`final/val/acc`, `test/acc`, ...)."""
     plan = runner.plan
@@ -91,16 +93,18 @@ def run_plain(runner: StageRunner) -> dict:
             f"{result.checkpoint}; {runner.tracker.describe(result.run_id)}",
             file=sys.stderr,
         )
-    return recorded
+    return JobResult(recorded, result.run_id, result.checkpoint)
 
 
-def run_dim_reduce(runner: StageRunner) -> dict:
+def run_dim_reduce(runner: StageRunner) -> JobResult:
     """A dim-reduce job: stage 1, PCA, stage 2 and the baselines under one parent run."""
-    return DimReducePipeline(runner).run()
+    pipeline = DimReducePipeline(runner)
+    metrics = pipeline.run()
+    return JobResult(metrics, pipeline.parent.run_id, pipeline.stages[StageKind.stage2].checkpoint)
 
 
 # `boost.name` -> what runs a job of it: a new kind of job is a function registered here
-PIPELINES: dict[str, Callable[[StageRunner], dict]] = {
+PIPELINES: dict[str, Callable[[StageRunner], JobResult]] = {
     BoostName.none.value: run_plain,
     BoostName.dim_reduce.value: run_dim_reduce,
 }

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -217,8 +218,10 @@ def launch(
     ctx: RunContext,
     before_start: Callable[[], None] = lambda: None,
     on_end: Callable[[str], None] = lambda status: None,
-) -> float | list[float]:
-    """Run the job under msrun; returns rank 0's objective value (app.run_task's result).
+) -> dict[str, Any]:
+    """Run the job under msrun; returns what rank 0 left (write_result): `objective` (a float,
+    or [accuracy, cost]), and the job's `metrics`, `run_id` and `weights` when it recorded them;
+    a node other than node 0 returns `{"objective": nan}` (node 0 reports the job).
 
     `before_start` runs once before any worker exists; `on_end("FAILED")` when the job failed,
     `on_end("KILLED")` when this launcher was interrupted (SIGINT/SIGTERM: passed on to every
@@ -250,7 +253,7 @@ def launch(
             f"({par.master_addr}) reports the results and the MLflow run",
             file=sys.stderr,
         )
-        return float("nan")
+        return {"objective": float("nan")}
     result_path = ctx.run_dir / RESULT_FILE
     if not ended_well or not result_path.is_file():
         if master_node:
@@ -262,7 +265,8 @@ def launch(
     if result.get("requeued"):  # the same: every rank checkpointed at one step, runs left open
         raise signals.Requeued(signal.SIGUSR2, int(result["requeued"]))
     found = result.get("objective", float("nan"))
-    return [float(v) for v in found] if isinstance(found, list) else float(found)
+    objective = [float(v) for v in found] if isinstance(found, list) else float(found)
+    return {**result, "objective": objective}
 
 
 def msrun_executable() -> str:
@@ -455,11 +459,17 @@ def cluster_not_formed(cfg: DictConfig, port: int, log_dir: Path) -> str:
 
 
 def write_result(
-    ctx: RunContext, objective: float | list[float], pruned: str = "", requeued: int = 0
+    ctx: RunContext,
+    objective: float | list[float],
+    pruned: str = "",
+    requeued: int = 0,
+    **outcome: Any,
 ) -> None:
     """Rank 0 tells the launcher how the job ended (the launcher has no MindSpore state): its
-    objective, why the sweep's pruner stopped it, or that it stopped for requeue `requeued`."""
-    result = {"pruned": pruned} if pruned else {"objective": objective}
+    objective (and `outcome`: the job's metrics, run id, weights, each when given), why the
+    sweep's pruner stopped it, or that it stopped for requeue `requeued`."""
+    given = {key: value for key, value in outcome.items() if value}
+    result = {"pruned": pruned} if pruned else {"objective": objective, **given}
     if requeued:
         result = {"requeued": requeued}
     write_text_atomic(ctx.run_dir / RESULT_FILE, json.dumps(result))

@@ -78,7 +78,8 @@ def run_job(compose, launch_dir: Path, overrides, run: str = "run") -> tuple[flo
 
     cfg = validate(compose(list(overrides)))
     with shared_writer_named():
-        return run_pipeline(plan_job(cfg, context(launch_dir, overrides, run))), cfg
+        job = run_pipeline(plan_job(cfg, context(launch_dir, overrides, run)))
+        return job.objective, cfg  # what train.py returns
 
 
 def _entry(app: str = "train"):

@@ -56,7 +56,7 @@ def run_sweep(
         ctx.sweep = SweepJob.from_environ()
         callback.handed.append(ctx.sweep.run_id)
         try:
-            value = run_pipeline(plan_job(validate(without_hydra(config)), ctx))
+            value = run_pipeline(plan_job(validate(without_hydra(config)), ctx)).objective
             result = JobReturn(status=JobStatus.COMPLETED, _return_value=value)
         except Exception as ex:  # noqa: BLE001 - what Hydra's run_job catches
             result = JobReturn(status=JobStatus.FAILED, _return_value=ex)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,25 +45,16 @@ from sporeflow.engine.cost import Cost, Overhead
 from sporeflow.engine.macs import forward_macs, weight_count
 from sporeflow.job import reuse
 from sporeflow.job.budget import Budget, budget_of
-from sporeflow.job.pipeline_cost import log_costs
+from sporeflow.job.comparison import PipelineComparison
 from sporeflow.job.runner import StageRunner
 from sporeflow.job.runs import guarded
 from sporeflow.job.specs import baseline_spec, budget_spec, stage1_spec, stage2_spec
-from sporeflow.report.comparison import (
-    comparison_plot,
-    one_line_summary,
-    paired_lines,
-    pipeline_metrics,
-    summary_table,
-)
-from sporeflow.report.sweep_report import CURVE_PREFIX
 from sporeflow.runtime.mindspore_context import barrier
 from sporeflow.stage import fine_tune
 from sporeflow.stage import provenance as made_with
 from sporeflow.stage.evaluation import network_with
 from sporeflow.stage.outputs import record_data
 from sporeflow.stage.result import (
-    PREDICTIONS,
     TEST_PREDICTIONS,
     StageResult,
     load_predictions,
@@ -181,7 +171,21 @@ class DimReducePipeline:
             else:
                 arm = baseline_spec(self.cfg, self.home, name, stage1.checkpoint, self.provenance)
             self._keep(self._baseline(arm, snapshots))
-        return self._compare()
+        if self.pca_seconds is None and self.continued and (self.home / PCA_SECONDS).is_file():
+            self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
+        return PipelineComparison(
+            self.stages,
+            self.parent,
+            self.worker,
+            self.home,
+            self.cfg.epochs,
+            self.boost.target_acc,
+            self.budget,
+            self.overhead,
+            self.pca_seconds,
+            self.ctx.sweep.job if self.ctx.sweep is not None else None,
+            self.tracker.describe(self.parent.run_id),
+        ).record()
 
     def _overhead(self, n_snapshots: int) -> Overhead:
         """Stage 1's snapshots and the PCA in passes, by engine.cost's rule: from the snapshot
@@ -403,93 +407,4 @@ class DimReducePipeline:
         return self._trained(
             spec,
             lambda: self.runner.reused_or_run(spec, usable, train, self.boost.reuse_baselines),
-        )
-
-    # --- the comparison ------------------------------------------------------------------------
-    def _log_curves(self) -> None:
-        """Every stage's eval accuracy by epoch on one axis: stage 1's epochs (`epochs`), then
-        the others continuing from its last epoch (the snapshot mean is one point there)."""
-        offset = self.cfg.epochs
-        for name, result in self.stages.items():
-            history = result.history[-1:] if name == "snapshot_mean" else result.history
-            for epoch, evaluated in history:
-                if "acc" not in evaluated:
-                    continue
-                step = (
-                    epoch
-                    if name == "stage1"
-                    else offset + (0 if name == "snapshot_mean" else epoch)
-                )
-                self.parent.log_metrics({f"{CURVE_PREFIX}{name}": evaluated["acc"]}, step)
-        self.parent.flush()
-
-    def _log_predictions(self) -> None:
-        """Every stage's right/wrong per validation and per test image on the pipeline's run
-        (reused stages included), `predictions/<stage>/`: what a sweep's decision pairs (the
-        validation file) and what its report pairs (the test file)."""
-        for name, result in self.stages.items():
-            for file in (PREDICTIONS, TEST_PREDICTIONS):
-                path = result.stage_dir / file if result.stage_dir else None
-                if path is not None and path.is_file():
-                    self.parent.log_artifact(path, f"predictions/{name}")
-
-    def _compare(self) -> dict[str, float]:
-        """The comparison on both splits: `val/...` (what a sweep decides on) and `test/...`
-        (what it reports; the table, figure and paired lines read it, with the validation's
-        paired lines below)."""
-        val = {name: r.metrics for name, r in self.stages.items()}
-        tested = {name: r.test_metrics for name, r in self.stages.items()}
-        val_correct = {
-            n: r.val_correct for n, r in self.stages.items() if r.val_correct is not None
-        }
-        test_correct = {
-            n: r.test_correct for n, r in self.stages.items() if r.test_correct is not None
-        }
-        val_metrics, val_paired, _ = pipeline_metrics(val, val_correct)
-        test_metrics, paired, gain_cmp = pipeline_metrics(tested, test_correct, chosen_by=val)
-        metrics = {
-            **{f"val/{k}": v for k, v in val_metrics.items()},
-            **{f"test/{k}": v for k, v in test_metrics.items()},
-        }
-        if self.pca_seconds is None and self.continued and (self.home / PCA_SECONDS).is_file():
-            self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
-        if self.pca_seconds is not None:
-            metrics["pca_seconds"] = self.pca_seconds
-        costs = log_costs(self, metrics, val_correct)
-        self.parent.log_metrics(metrics, 0, flush=True)
-        self._log_curves()
-        self._log_predictions()
-        described = self.budget.describe() if self.budget else None
-        table = summary_table(val, tested)
-        for split, found in (("test", paired), ("validation", val_paired)):
-            if found:
-                table += f"\n  paired on the {split} images:\n" + paired_lines(found, described)
-        table += "\n" + costs
-        self.parent.log_text(table + "\n", "comparison.txt")
-        if self.worker.is_main:
-            n_test = len(test_correct["stage2"]) if "stage2" in test_correct else None
-            plot = comparison_plot(tested, self.home / "comparison.png", n_test, gain_cmp)
-            if plot is not None:
-                self.parent.log_artifact(plot)
-            trained = "\n".join(
-                f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
-            )
-            self._say(tested, f"{table}\n{trained}")
-        return metrics
-
-    def _say(self, results: dict[str, dict], table: str) -> None:
-        """The table on the console, or in a sweep's job one line naming the table's file:
-        the sweep compares its jobs at the end, and N tables would bury that."""
-        where = self.tracker.describe(self.parent.run_id)
-        if self.ctx.sweep is None:
-            print(
-                f"[sporeflow] dim_reduce pipeline ({self.home}); {where}\n{table}", file=sys.stderr
-            )
-            return
-        kept = self.home / "comparison.txt"
-        write_text_atomic(kept, table + "\n")
-        print(
-            f"[sporeflow] job {self.ctx.sweep.job}: {one_line_summary(results)}; table {kept}; "
-            f"{where}",
-            file=sys.stderr,
         )

@@ -15,6 +15,7 @@ include them); the snapshot mean after the snapshots (by the same rule)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from sporeflow.report.cost_report import (
     COST_CURVE_PREFIX,
@@ -25,18 +26,23 @@ from sporeflow.report.cost_report import (
     passes_to_target,
 )
 
+if TYPE_CHECKING:  # the comparison calls this module: its type only
+    from sporeflow.job.comparison import PipelineComparison
+
 STARTS_AT_STAGE1 = 0.0
 GIVEN = "budget_given/"  # what the budget arm was allowed (`budget/passes`: what it spent)
 
 
-def _offsets(pipeline) -> dict[str, float]:
+def _offsets(pipeline: PipelineComparison) -> dict[str, float]:
     """Passes an arm waited for that its own run does not count: the snapshot mean's snapshots
     (stage 2 counts its overhead in its own cost/passes)."""
     overhead = pipeline.overhead
     return {"snapshot_mean": overhead.snapshot_passes if overhead is not None else 0.0}
 
 
-def curves(pipeline, offsets: dict[str, float]) -> dict[str, list[tuple[float, float]]]:
+def curves(
+    pipeline: PipelineComparison, offsets: dict[str, float]
+) -> dict[str, list[tuple[float, float]]]:
     """Every arm after stage 1: (passes since stage 1's end, acc), from stage 1's end point."""
     start = pipeline.stages["stage1"].metrics.get("acc")
     found = {}
@@ -51,7 +57,7 @@ def curves(pipeline, offsets: dict[str, float]) -> dict[str, list[tuple[float, f
     return {name: [p for p in curve if p[1] is not None] for name, curve in found.items()}
 
 
-def log_costs(pipeline, metrics: dict, correct: dict) -> str:
+def log_costs(pipeline: PipelineComparison, metrics: dict, correct: dict) -> str:
     """Put every arm's cost (and the budget, the target's cost) into `metrics`, log the cost
     curves and figure on the parent; the cost table for the console."""
     offsets = _offsets(pipeline)
@@ -61,7 +67,7 @@ def log_costs(pipeline, metrics: dict, correct: dict) -> str:
     budget = pipeline.budget
     if budget is not None:
         metrics.update({GIVEN + "passes": budget.passes, GIVEN + "ratio": budget.ratio})
-    target, reached = pipeline.boost.target_acc, ""
+    target, reached = pipeline.target_acc, ""
     if target is not None:
         to_target = {name: passes_to_target(curve, target) for name, curve in arms.items()}
         metrics.update({f"{name}/passes_to_target": v for name, v in to_target.items()})

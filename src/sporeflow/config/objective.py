@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sporeflow.core.names import StageKind
+
 PLAIN = ("acc", "loss")
 VAL, TEST = "val/", "test/"
-COSTS = {False: ("cost/passes",), True: ("stage2/passes",)}  # by dim_reduce
+COSTS = {False: ("cost/passes",), True: (f"{StageKind.stage2}/passes",)}  # by dim_reduce
 ALL_COSTS = tuple(c for found in COSTS.values() for c in found)
 
 
@@ -60,8 +62,8 @@ def allowed(dim_reduce: bool, baselines: list[str], costs: bool = False) -> list
     extra = list(COSTS[dim_reduce]) if costs else []
     if not dim_reduce:
         return ["auto", *(VAL + m for m in PLAIN), *extra]
-    stages = ["stage2", "stage1", *baselines]
-    at_cost = ["gain_at_cost"] if "budget" in baselines else []
+    stages = [StageKind.stage2, StageKind.stage1, *baselines]
+    at_cost = ["gain_at_cost"] if StageKind.budget in baselines else []
     named = ["gain", *at_cost, *(f"{stage}/{m}" for stage in stages for m in PLAIN)]
     return ["auto", *(VAL + n for n in named), *extra]
 
@@ -138,7 +140,7 @@ def name(objective: str, dim_reduce: bool) -> str:
     if is_cost(objective):
         return objective
     if objective == "auto":
-        return VAL + ("stage2/acc" if dim_reduce else "acc")
+        return VAL + (f"{StageKind.stage2}/acc" if dim_reduce else "acc")
     if objective.startswith((VAL, TEST)):
         return objective
     return VAL + objective
@@ -162,8 +164,8 @@ def progress(objective: str, dim_reduce: bool) -> tuple[str, str] | None:
     epoch by epoch)."""
     explicit = name(objective, dim_reduce)[len(VAL) :]
     if not dim_reduce:
-        return "train", explicit
+        return StageKind.train, explicit
     if explicit in ("gain", "gain_at_cost"):
-        return "stage2", "acc"
+        return StageKind.stage2, "acc"
     stage, _, metric = explicit.partition("/")
-    return (stage, metric) if stage == "stage2" else None
+    return (StageKind.stage2, metric) if stage == StageKind.stage2 else None

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Annotated, Any, Dict, Iterator, List, Optional
 
 from sporeflow.config import objective
+from sporeflow.core.names import StageKind
 from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range
 from sporeflow.core.uris import redacted, store_uri_problem
 
@@ -128,10 +129,12 @@ class StartFrom(Enum):
 
 
 class Baseline(Enum):
-    baseline = "baseline"  # plain training continued from stage 1, same budget
-    annealed = "annealed"  # the same at anneal_factor x LR
-    snapshot_mean = "snapshot_mean"  # the mean of the stage-1 snapshots, no training
-    budget = "budget"  # plain training for what stage 2 cost, LR decayed linearly to zero
+    """The `boost.baselines` options: each one names the stage that runs it (its StageKind)."""
+
+    baseline = StageKind.baseline.value  # plain training continued from stage 1, same budget
+    annealed = StageKind.annealed.value  # the same at anneal_factor x LR
+    snapshot_mean = StageKind.snapshot_mean.value  # the mean of the stage-1 snapshots
+    budget = StageKind.budget.value  # plain training for what stage 2 cost, LR decayed to zero
 
 
 class BudgetUnit(Enum):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import console, signals, telemetry
+from sporeflow.core.names import STAGE_TAG, SWEEP_RUN_ID_TAG
 from sporeflow.core.processes import start_group, stop_group
 from sporeflow.core.uris import redacted
 from sporeflow.entry import study_dashboard, team_server
@@ -62,7 +63,7 @@ def compare(args: argparse.Namespace) -> int:
         return compare_sweep(client, exp, uri, args)
     runs = client.search_runs(
         [exp.experiment_id],
-        "tags.stage = 'pipeline'",
+        f"tags.{STAGE_TAG} = 'pipeline'",
         max_results=args.last,
         order_by=["attributes.start_time DESC"],
     )
@@ -142,7 +143,9 @@ def ui(args: argparse.Namespace) -> int:
     sweep = sweep_run(StoreReads.at(uri, args.experiment), args.sweep)
     jobs = (
         client.search_runs(
-            [exp.experiment_id], f"tags.`sweep.run_id` = '{sweep.info.run_id}'", max_results=200
+            [exp.experiment_id],
+            f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep.info.run_id}'",
+            max_results=200,
         )
         if sweep is not None
         else []

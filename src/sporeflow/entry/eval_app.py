@@ -18,6 +18,7 @@ from sporeflow.config.paths import from_launch_dir
 from sporeflow.config.schema import EVAL_KEYS, Split
 from sporeflow.config.validation import validate
 from sporeflow.core import signals
+from sporeflow.core.names import SOURCE_RUN_TAG, SOURCE_TAG, SOURCE_WEIGHTS_TAG
 from sporeflow.engine import compile_cache
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
@@ -76,9 +77,9 @@ def run_eval(cfg: DictConfig) -> float:
 
 def source_tags(source: Source, split: str) -> dict[str, str]:
     """What links the eval run to what it evaluated."""
-    tags = {"sporeflow.source": source.name, "sporeflow.weights": str(source.weights)}
+    tags = {SOURCE_TAG: source.name, SOURCE_WEIGHTS_TAG: str(source.weights)}
     if source.run_id:
-        tags["sporeflow.source_run"] = source.run_id
+        tags[SOURCE_RUN_TAG] = source.run_id
     return {**tags, "eval.split": split}
 
 

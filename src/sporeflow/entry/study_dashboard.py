@@ -26,12 +26,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from sporeflow.core.names import OPTUNA_STORAGE_TAG, OPTUNA_STUDY_TAG
 from sporeflow.core.uris import sqlite_file
 from sporeflow.entry.team_server import Refusal, is_loopback
 
 STORAGE_ENV = "SPOREFLOW_DASHBOARD_STORAGE"
 LINKS_ONLY_PORT = 8080  # optuna-dashboard's own default port: `optuna-dashboard <storage>`
-STUDY_TAG, STORAGE_TAG = "optuna.study", "optuna.storage"
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def study_of(sweep: Any) -> tuple[str, str] | None:
     if sweep is None:
         return None
     tags = sweep.data.tags
-    name, storage = tags.get(STUDY_TAG), tags.get(STORAGE_TAG)
+    name, storage = tags.get(OPTUNA_STUDY_TAG), tags.get(OPTUNA_STORAGE_TAG)
     if not name or not storage:
         return None
     # the tag is redacted (user:***@host): the password comes from PGPASSWORD or ~/.pgpass

@@ -45,6 +45,13 @@ from sporeflow.config import objective, optuna_sampler, race, search_space
 from sporeflow.config.facts import sweep_directions
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
+from sporeflow.core.names import (
+    FAILURE_TAG,
+    STAGE_TAG,
+    SWEEP_COST_TAG,
+    SWEEP_KEYS_TAG,
+    SWEEP_OBJECTIVE_TAG,
+)
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.entry.sweep_jobs import (
     job_outcome,
@@ -206,14 +213,14 @@ class SweepRun(Callback):
 
     def _tags(self, config: DictConfig, study: dict) -> dict:
         return {
-            "stage": "sweep",
+            STAGE_TAG: "sweep",
             "sweep.overrides": " ".join(OmegaConf.to_container(config.hydra.overrides.task)),
-            "sweep.keys": ",".join(self.sweep.keys),
+            SWEEP_KEYS_TAG: ",".join(self.sweep.keys),
             "sweep.dir": str(self.sweep.sweep_dir),
             "sweep.sweeper": str(config.hydra.sweeper.get("_target_", "")),
             "sweep.launcher": str(config.hydra.launcher.get("_target_", "")),
-            "sweep.objective": self.sweep.objective,
-            **({"sweep.cost": self.sweep.cost} if self.sweep.cost else {}),
+            SWEEP_OBJECTIVE_TAG: self.sweep.objective,
+            **({SWEEP_COST_TAG: self.sweep.cost} if self.sweep.cost else {}),
             **study,
         }
 
@@ -289,9 +296,9 @@ class SweepRun(Callback):
         lines = self._summary_lines(tracker, parent, failed, count)
         if failed:
             why = "; ".join(f"job {o['job']}: {o['error']}" for o in failed)
-            parent.set_tags({"sporeflow.failure": why[:5000]})
+            parent.set_tags({FAILURE_TAG: why[:5000]})
         elif error is not None:
-            parent.set_tags({"sporeflow.failure": short_error(error)})
+            parent.set_tags({FAILURE_TAG: short_error(error)})
         parent.end(status)
         why = str(error) if status == "FAILED" and not failed and error is not None else ""
         head = status_line(status, count, self.run_id, tracker.uri, why)

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import search_space
 from sporeflow.core.context import TRIAL_ID_ENV, TrialLink
+from sporeflow.core.names import OPTUNA_STORAGE_TAG, OPTUNA_STUDY_TAG, STAGE_TAG, StageKind
 from sporeflow.core.uris import database_lock, redacted
 from sporeflow.tracking.store_reads import StoreReads
 
@@ -33,7 +34,7 @@ def study_tags(config: DictConfig) -> dict:
     if sweeper.get("_target_") != search_space.OPTUNA_SWEEPER or not sweeper.get("storage"):
         return {}
     url = search_space.storage_url(sweeper.storage, Path(config.hydra.runtime.cwd))
-    return {"optuna.study": str(sweeper.study_name), "optuna.storage": redacted(str(url))}
+    return {OPTUNA_STUDY_TAG: str(sweeper.study_name), OPTUNA_STORAGE_TAG: redacted(str(url))}
 
 
 def study_storage(config: DictConfig) -> tuple[str, str]:
@@ -63,7 +64,7 @@ def study_parent(reads: StoreReads, study: dict) -> Any:
     created one each at the same moment agree on it; None when there is none yet."""
     quoted = {k: v.replace("'", "\\'") for k, v in study.items()}
     runs = reads.search_runs(
-        "tags.stage = 'sweep' and "
+        f"tags.{STAGE_TAG} = 'sweep' and "
         + " and ".join(f"tags.`{k}` = '{v}'" for k, v in quoted.items()),
         max_results=100,
     )
@@ -102,6 +103,6 @@ def model_stage(key: str) -> str:
     val/stage1/acc -> stage1, val/gain -> stage2 (the pipeline's result), final/val/acc ->
     train (a plain job)."""
     if key.startswith("final/"):
-        return "train"
+        return StageKind.train
     named = key.removeprefix("val/")
-    return named.split("/", 1)[0] if "/" in named else "stage2"
+    return named.split("/", 1)[0] if "/" in named else StageKind.stage2

@@ -17,6 +17,18 @@ from omegaconf import OmegaConf
 
 from sporeflow.config import objective
 from sporeflow.core.context import SweepJob
+from sporeflow.core.names import (
+    BEST_IN_SWEEP_TAG,
+    DECISION_TAG,
+    FAILURE_TAG,
+    FRONT_TAG,
+    PARENT_RUN_TAG,
+    SWEEP_BEST_RUN_TAG,
+    SWEEP_JOB_TAG,
+    SWEEP_RUN_ID_TAG,
+    SWEEP_VIEW_TAG,
+    TIED_WITH_TAG,
+)
 from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
 from sporeflow.entry.sweep_study import model_stage
 from sporeflow.report import front, importance, views
@@ -68,17 +80,17 @@ def end_job_runs(tracker: Tracker, sweep_run_id: str, outcome: dict) -> None:
     try:
         sync(Path(outcome["dir"]))
         top = tracker.reads.search_runs(
-            f"tags.`sweep.run_id` = '{sweep_run_id}' and tags.`sweep.job` = '{outcome['job']}'"
+            f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep_run_id}' and tags.`{SWEEP_JOB_TAG}` = '{outcome['job']}'"
         )
         children = [
             child
             for run in top
-            for child in tracker.reads.search_runs(f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+            for child in tracker.reads.search_runs(f"tags.{PARENT_RUN_TAG} = '{run.info.run_id}'")
         ]
         for run in top + children:
             if run.info.status == "FINISHED":
                 continue
-            tracker.run(run.info.run_id).set_tags({"sporeflow.failure": outcome["error"]})
+            tracker.run(run.info.run_id).set_tags({FAILURE_TAG: outcome["error"]})
             if run.info.status == "RUNNING":
                 tracker.run(run.info.run_id).end("KILLED")
     except Exception as ex:  # noqa: BLE001 - the parent must still end
@@ -151,9 +163,7 @@ class Summary:
             table = self.sweep.sweep_dir / front.TABLE
             self.parent.log_artifact(write_text_atomic(table, report.render(header, rows, "csv")))
             self.parent.log_metrics(front.metrics(found), 0)
-            self.parent.set_tags(
-                {"sporeflow.front": "; ".join(p.label for p in found.front)[:4000]}
-            )
+            self.parent.set_tags({FRONT_TAG: "; ".join(p.label for p in found.front)[:4000]})
         except Exception as ex:  # noqa: BLE001 - the front must not fail a finished sweep
             log.warning("the accuracy-cost front failed: %s", ex)
             return [f"front: not decided ({ex})"]
@@ -209,7 +219,7 @@ class Summary:
         self.tracker.set_experiment_tag(
             views.TAG_PREFIX + views.share_key(run_id), views.encode(view)
         )
-        self.parent.set_tags({"sweep.view": views.share_key(run_id)})
+        self.parent.set_tags({SWEEP_VIEW_TAG: views.share_key(run_id)})
 
     def _best(self, best, key: str, decision: Decision | None) -> list[str]:
         """The leading job: its params and objective on the parent, the decision (`winner` or
@@ -219,11 +229,11 @@ class Summary:
         self.parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
         verdict = decision_tags(decision)
         self.parent.set_tags(
-            {"sweep.best_run_id": best.run_id, "sweep.best_job": str(best.number), **verdict}
+            {SWEEP_BEST_RUN_TAG: best.run_id, "sweep.best_job": str(best.number), **verdict}
         )
         winner = decision is not None and decision.kind == "winner"
         self.tracker.run(best.run_id).set_tags(
-            {"sporeflow.best_in_sweep": "true" if winner else "false", **verdict}
+            {BEST_IN_SWEEP_TAG: "true" if winner else "false", **verdict}
         )
         said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
         if decision is None:
@@ -248,7 +258,7 @@ class Summary:
             number = self.parent.register_model(
                 best.run_id, model_stage(key), name, tags, self.tracker.drain_timeout
             )
-            kind = verdict.get("sporeflow.decision", "undecided")
+            kind = verdict.get(DECISION_TAG, "undecided")
             lines.append(f"its model: {registered(name, number)}, tagged {kind}")
         return lines
 
@@ -321,9 +331,9 @@ def leading_job(ranked: list, key: str, decision: Decision | None):
 def decision_tags(decision: Decision | None) -> dict[str, str]:
     if decision is None:
         return {}
-    tags = {"sporeflow.decision": decision.kind}
+    tags = {DECISION_TAG: decision.kind}
     if decision.kind == "tie":
-        tags["sporeflow.tied_with"] = "; ".join(p.label for p in decision.tied)[:4000]
+        tags[TIED_WITH_TAG] = "; ".join(p.label for p in decision.tied)[:4000]
     return tags
 
 

@@ -24,8 +24,9 @@ import functools
 import json
 from typing import Any
 
+from sporeflow.core.names import CHECKSUM_TAG
+
 TRAINER_ROLE = "sporeflow-trainer"  # EDIT on every experiment and registered model
-CHECKSUM_TAG = "sha256/"  # tracking.run_files.CHECKSUM_TAG; not imported: the server stays light
 TAG_WRITES = ("/mlflow/runs/set-tag", "/mlflow/runs/log-batch", "/mlflow/runs/delete-tag")
 
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sporeflow.core.names import StageKind
 from sporeflow.engine.cost import Overhead
 from sporeflow.job.budget import Budget
 from sporeflow.job.pipeline_cost import log_costs
@@ -49,14 +50,14 @@ class PipelineComparison:
         the others continuing from its last epoch (the snapshot mean is one point there)."""
         offset = self.stage1_epochs
         for name, result in self.stages.items():
-            history = result.history[-1:] if name == "snapshot_mean" else result.history
+            history = result.history[-1:] if name == StageKind.snapshot_mean else result.history
             for epoch, evaluated in history:
                 if "acc" not in evaluated:
                     continue
                 step = (
                     epoch
-                    if name == "stage1"
-                    else offset + (0 if name == "snapshot_mean" else epoch)
+                    if name == StageKind.stage1
+                    else offset + (0 if name == StageKind.snapshot_mean else epoch)
                 )
                 self.parent.log_metrics({f"{CURVE_PREFIX}{name}": evaluated["acc"]}, step)
         self.parent.flush()
@@ -103,7 +104,9 @@ class PipelineComparison:
         table += "\n" + costs
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
-            n_test = len(test_correct["stage2"]) if "stage2" in test_correct else None
+            n_test = (
+                len(test_correct[StageKind.stage2]) if StageKind.stage2 in test_correct else None
+            )
             plot = comparison_plot(tested, self.home / "comparison.png", n_test, gain_cmp)
             if plot is not None:
                 self.parent.log_artifact(plot)

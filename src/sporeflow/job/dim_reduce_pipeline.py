@@ -33,6 +33,7 @@ import numpy as np
 from sporeflow.config.components import build_model
 from sporeflow.config.facts import checkpoint_format, global_batch_size, reuse_off_reason
 from sporeflow.config.schema import StartFrom
+from sporeflow.core.names import RUN_DIR_TAG, StageKind
 from sporeflow.dim_reduce.pca import (
     Layout,
     check_count,
@@ -163,8 +164,8 @@ class DimReducePipeline:
             self.cfg, self.home, stage2_from, basis, basis_path, len(snapshots), self.overhead
         )
         self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
-        for name in (b.value for b in self.boost.baselines):
-            if name == "budget":
+        for name in (StageKind(b.value) for b in self.boost.baselines):
+            if name == StageKind.budget:
                 arm = budget_spec(
                     self.cfg, self.home, stage1.checkpoint, self.provenance, self._budget()
                 )
@@ -223,7 +224,10 @@ class DimReducePipeline:
         """What stage 2 cost, snapshots and PCA included (by the rule): the budget arm's
         allowance. With several workers every rank must train the same steps, and measured
         seconds differ by rank: `budget_unit=seconds` then falls back to passes, said once."""
-        unit, stage1 = self.boost.budget_unit.value, Cost.from_metrics(self.stages["stage1"].cost)
+        unit, stage1 = (
+            self.boost.budget_unit.value,
+            Cost.from_metrics(self.stages[StageKind.stage1].cost),
+        )
         if self.worker.world_size > 1 and unit == "seconds":
             if self.worker.is_main:
                 log.warning(
@@ -236,7 +240,7 @@ class DimReducePipeline:
         self.budget = budget_of(
             unit,
             stage1,
-            Cost.from_metrics(self.stages["stage2"].cost),
+            Cost.from_metrics(self.stages[StageKind.stage2].cost),
             self.overhead,
             self.boost.epochs,
             self.pca_cost_seconds,
@@ -250,7 +254,7 @@ class DimReducePipeline:
         self.stages[result.name] = result
         if result.reused_from is not None:
             self.parent.set_tags({f"{result.name}_reused_from": result.reused_from})
-        if result.name == "stage2" and result.run_id is not None and self.worker.is_main:
+        if result.name == StageKind.stage2 and result.run_id is not None and self.worker.is_main:
             self.parent.link_model(result.run_id)
         return result
 
@@ -288,7 +292,7 @@ class DimReducePipeline:
 
     def _usable_stage1(self, run, run_dir: Path) -> StageResult | None:
         """A finished stage 1 whose final weights and snapshots are here."""
-        found = self._reused("stage1", run, run_dir)
+        found = self._reused(StageKind.stage1, run, run_dir)
         return found if found.checkpoint.is_file() and (run_dir / "snapshots").is_dir() else None
 
     def _named_stage1(self, spec: StageSpec) -> StageResult:
@@ -303,7 +307,7 @@ class DimReducePipeline:
         found = self._usable_stage1(run, run_dir)
         if found is None:
             raise DimReduceError(
-                f"{key}: its run dir {run.data.tags.get('run_dir')} lacks checkpoints/final.* or snapshots/"
+                f"{key}: its run dir {run.data.tags.get(RUN_DIR_TAG)} lacks checkpoints/final.* or snapshots/"
             )
         return found
 
@@ -382,7 +386,7 @@ class DimReducePipeline:
         if self.boost.start_from is StartFrom.final:
             return stage1.checkpoint
         name = f"start_mean_rank_{self.worker.rank}.{checkpoint_format(self.cfg)}"
-        path = self.home / "stage2" / name
+        path = self.home / StageKind.stage2 / name
         return save_atomic(
             network_with(self.cfg, stage1.checkpoint, self._snapshot_mean(snapshots)), path
         )
@@ -390,7 +394,7 @@ class DimReducePipeline:
     # --- baselines -----------------------------------------------------------------------------
     def _baseline(self, spec: StageSpec, snapshots: list[Path]) -> StageResult:
         def train() -> StageResult:
-            if spec.name != "snapshot_mean":
+            if spec.name != StageKind.snapshot_mean:
                 return self.runner.run(spec, self.parent)
             counted = replace(spec, tags={"n_snapshots": str(len(snapshots))})
             return self.runner.evaluate(counted, self._snapshot_mean(snapshots), self.parent)

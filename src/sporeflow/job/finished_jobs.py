@@ -24,11 +24,11 @@ import sys
 from pathlib import Path
 
 from sporeflow.config.facts import container
+from sporeflow.core.names import COPIED_FROM_TAG, JOB_KEY_TAG, StageKind
 
 log = logging.getLogger(__name__)
 
-KEY_TAG = "sporeflow.job_key"
-COPIED_TAG = "sporeflow.copied_from"
+KEY_TAG = JOB_KEY_TAG  # job.runner tags a job with it (it will import core.names itself)
 NOT_IN_KEY = ("tracking", "sweep", "resume")  # where a job logs and how a sweep ranks it
 COPIED_DIR = "copied"  # in the job's run dir: the original's predictions, sent as this run's
 
@@ -58,8 +58,8 @@ def applies(runner) -> bool:
 
 def finished_run(runner, key: str):
     """The newest FINISHED top-level run with `key`, an original before a copy; None."""
-    found = runner.tracker.reads.finished_with_tag(KEY_TAG, key)
-    originals = [r for r in found if COPIED_TAG not in r.data.tags]
+    found = runner.tracker.reads.finished_with_tag(JOB_KEY_TAG, key)
+    originals = [r for r in found if COPIED_FROM_TAG not in r.data.tags]
     return (originals or found or [None])[0]
 
 
@@ -71,9 +71,9 @@ def copy_finished(runner) -> dict | None:
     original = finished_run(runner, runner.job_key())
     if original is None:
         return None
-    stage = "pipeline" if runner.plan.dim_reduce else "train"
+    stage = "pipeline" if runner.plan.dim_reduce else StageKind.train
     run = runner.open_job_run(stage, runner.ctx.run_dir)  # tagged with the key
-    run.set_tags({COPIED_TAG: original.info.run_id})
+    run.set_tags({COPIED_FROM_TAG: original.info.run_id})
     metrics = dict(original.data.metrics)
     run.log_metrics(metrics, 0)
     for path, folder in _predictions(runner, original.info.run_id):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from sporeflow.core.names import StageKind
 from sporeflow.report.cost_report import (
     COST_CURVE_PREFIX,
     arm_curve,
@@ -37,19 +38,19 @@ def _offsets(pipeline: PipelineComparison) -> dict[str, float]:
     """Passes an arm waited for that its own run does not count: the snapshot mean's snapshots
     (stage 2 counts its overhead in its own cost/passes)."""
     overhead = pipeline.overhead
-    return {"snapshot_mean": overhead.snapshot_passes if overhead is not None else 0.0}
+    return {StageKind.snapshot_mean: overhead.snapshot_passes if overhead is not None else 0.0}
 
 
 def curves(
     pipeline: PipelineComparison, offsets: dict[str, float]
 ) -> dict[str, list[tuple[float, float]]]:
     """Every arm after stage 1: (passes since stage 1's end, acc), from stage 1's end point."""
-    start = pipeline.stages["stage1"].metrics.get("acc")
+    start = pipeline.stages[StageKind.stage1].metrics.get("acc")
     found = {}
     for name, result in pipeline.stages.items():
-        if name == "stage1":
+        if name == StageKind.stage1:
             continue
-        if name == "snapshot_mean":  # evaluated once, after the snapshots
+        if name == StageKind.snapshot_mean:  # evaluated once, after the snapshots
             acc = result.metrics.get("acc")
             found[name] = [(0.0, start), (offsets[name], acc)] if acc is not None else []
             continue
@@ -78,7 +79,7 @@ def log_costs(pipeline: PipelineComparison, metrics: dict, correct: dict) -> str
         for passes, acc in curve:
             pipeline.parent.log_metrics({f"{COST_CURVE_PREFIX}{name}": acc}, round(passes))
     if pipeline.worker.is_main:
-        n_eval = len(correct["stage2"]) if "stage2" in correct else None
+        n_eval = len(correct[StageKind.stage2]) if StageKind.stage2 in correct else None
         title = "dim_reduce: accuracy against cost" + (
             f" (budget arm: {budget.describe()})" if budget else ""
         )

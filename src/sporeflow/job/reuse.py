@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
+from sporeflow.core.names import RUN_DIR_TAG, STEPS_PER_EPOCH_TAG, StageKind
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.stage.result import PREDICTIONS, TEST_PREDICTIONS
 from sporeflow.storage.locks import exclusive
@@ -64,12 +65,12 @@ def baseline_config(
 ) -> str:
     """A baseline is shaped by stage 1, its epoch budget, (annealed) the anneal factor and
     (budget) its steps, which stage 2's cost decided."""
-    key: dict = {"stage1": stage1_config_digest, "baseline": name}
+    key: dict = {StageKind.stage1: stage1_config_digest, StageKind.baseline: name}
     if steps is None:
         key["epochs"] = cfg.boost.baseline_epochs or cfg.boost.epochs
     else:
         key["steps"] = steps
-    if name == "annealed":
+    if name == StageKind.annealed:
         key["anneal_factor"] = cfg.boost.anneal_factor
     return _digest(key)
 
@@ -83,7 +84,7 @@ def baseline_fingerprint(
 
 def budget_fingerprint(cfg: DictConfig, steps: int, provenance: dict[str, str]) -> str:
     """The budget arm's: a baseline's, with its steps instead of epochs."""
-    return baseline_fingerprint(cfg, "budget", provenance, steps)
+    return baseline_fingerprint(cfg, StageKind.budget, provenance, steps)
 
 
 def finished_runs(reads: StoreReads, tag: str, fingerprint: str) -> list:
@@ -119,7 +120,7 @@ def eval_curve(reads: StoreReads, run) -> list[tuple[int, dict]]:
 
 
 def _steps_per_epoch(run, last_step: int) -> int:
-    tagged = run.data.tags.get("batch.steps_per_epoch")
+    tagged = run.data.tags.get(STEPS_PER_EPOCH_TAG)
     if tagged:
         return max(1, int(tagged))
     epochs = int(run.data.params.get("epochs", 0) or 0)
@@ -146,7 +147,7 @@ def usable_runs(reads: StoreReads, tag: str, fingerprint: str, launch_dir: Path)
 def local_or_fetched(reads: StoreReads, run, launch_dir: Path) -> Path:
     """A reusable run's dir: where it ran when that is on this disk, else (a store other
     machines reach) a copy of its files from the store; the run's own dir if neither."""
-    run_dir = Path(run.data.tags.get("run_dir", ""))
+    run_dir = Path(run.data.tags.get(RUN_DIR_TAG, ""))
     if (run_dir / "predictions.npy").is_file() or not reads.shared:
         return run_dir
     return fetch(reads, run, launch_dir) or run_dir

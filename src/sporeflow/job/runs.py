@@ -14,6 +14,17 @@ from omegaconf import DictConfig, OmegaConf
 from sporeflow.config.facts import container, is_dim_reduce
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
+from sporeflow.core.names import (
+    FAILURE_TAG,
+    OVERRIDES_TAG,
+    PRUNED_TAG,
+    REQUEUES_TAG,
+    RUN_DIR_TAG,
+    STAGE_TAG,
+    SWEEP_JOB_TAG,
+    SWEEP_RUN_ID_TAG,
+    StageKind,
+)
 from sporeflow.core.signals import Requeued
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking.store import (
@@ -54,10 +65,10 @@ def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
 def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str) -> TrackedRun:
     """The top-level run of one job (a plain training run or a pipeline), config recorded; in a
     sweep, a child of the sweep's parent run, tagged with the job's number."""
-    tags, parent = {"stage": stage}, None
+    tags, parent = {STAGE_TAG: stage}, None
     if ctx.sweep is not None:
         parent = tracker.run(ctx.sweep.run_id)  # an MLflow id, or the sweep journal's key
-        tags.update({"sweep.run_id": ctx.sweep.run_id, "sweep.job": str(ctx.sweep.job)})
+        tags.update({SWEEP_RUN_ID_TAG: ctx.sweep.run_id, SWEEP_JOB_TAG: str(ctx.sweep.job)})
     interval = cfg.tracking.system_metrics_interval if stage != "pipeline" else 0.0
     run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent, system_metrics=interval)
     record_config(run, cfg, ctx, stage)
@@ -83,12 +94,12 @@ def record_config(
 def config_tags(cfg: DictConfig, ctx: RunContext, stage: str) -> dict[str, str]:
     """The tags every run of the job gets from its config and command line."""
     return {
-        "stage": stage,
+        STAGE_TAG: stage,
         "experiment": cfg.experiment or "",
         "git_commit": ctx.git_commit or "",
         "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
-        "overrides": " ".join(ctx.overrides),
-        "run_dir": str(ctx.run_dir),
+        OVERRIDES_TAG: " ".join(ctx.overrides),
+        RUN_DIR_TAG: str(ctx.run_dir),
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
     }
 
@@ -115,7 +126,7 @@ def record_problems(cfg: DictConfig, ctx: RunContext) -> list[str]:
     ]
     for kind, values, limit in (
         ("param", flatten(container(cfg), limit=None), MAX_PARAM_LENGTH),
-        ("tag", config_tags(cfg, ctx, "train"), MAX_TAG_LENGTH),
+        ("tag", config_tags(cfg, ctx, StageKind.train), MAX_TAG_LENGTH),
     ):
         for key, value in values.items():
             checks.append((f"{kind} {shown(key)}", key, MAX_KEY_LENGTH, f" in a {kind}'s key"))
@@ -126,10 +137,6 @@ def record_problems(cfg: DictConfig, ctx: RunContext) -> list[str]:
         for key, value, limit, what in checks
         if (problem := too_long(value, limit))
     ]
-
-
-PRUNED_TAG = "sporeflow.pruned"
-REQUEUES_TAG = "sporeflow.requeues"
 
 
 def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
@@ -150,7 +157,7 @@ def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
         run.end("KILLED")
         raise
     except BaseException as ex:
-        run.set_tags({"sporeflow.failure": f"{type(ex).__name__}: {ex}"[:5000]})
+        run.set_tags({FAILURE_TAG: f"{type(ex).__name__}: {ex}"[:5000]})
         run.end("FAILED")
         raise
     run.end("FINISHED")

@@ -10,11 +10,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from sporeflow.core.names import StageKind
+from sporeflow.core.names import BASELINE_FINGERPRINT_TAG, STAGE1_FINGERPRINT_TAG, StageKind
 from sporeflow.engine.cost import Overhead
 from sporeflow.job import reuse
 from sporeflow.job.budget import Budget
-from sporeflow.stage.spec import BASELINE_TAG, STAGE1_TAG, FineTuneStart, ReuseKey, StageSpec
+from sporeflow.stage.spec import FineTuneStart, ReuseKey, StageSpec
 
 
 def plain_spec(cfg: DictConfig, run_dir: Path, start: FineTuneStart | None = None) -> StageSpec:
@@ -46,7 +46,9 @@ def stage1_spec(
         tags=dict(start.tags) if start else {},
         snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
         reuse=ReuseKey(
-            STAGE1_TAG, reuse.stage1_fingerprint(cfg, provenance), reuse.stage1_config(cfg)
+            STAGE1_FINGERPRINT_TAG,
+            reuse.stage1_fingerprint(cfg, provenance),
+            reuse.stage1_config(cfg),
         ),
         provenance=provenance,
     )
@@ -86,7 +88,7 @@ def baseline_spec(
     (`annealed`), or the snapshots' mean evaluated without training (`snapshot_mean`)."""
     budget = cfg.boost.baseline_epochs or cfg.boost.epochs
     key = ReuseKey(
-        BASELINE_TAG,
+        BASELINE_FINGERPRINT_TAG,
         reuse.baseline_fingerprint(cfg, name, provenance),
         reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
     )
@@ -125,9 +127,9 @@ def budget_spec(
         budget.epochs,
         init_weights=stage1_weights,
         reuse=ReuseKey(
-            BASELINE_TAG,
+            BASELINE_FINGERPRINT_TAG,
             reuse.budget_fingerprint(cfg, budget.steps, provenance),
-            reuse.baseline_config(cfg, reuse.stage1_config(cfg), "budget", budget.steps),
+            reuse.baseline_config(cfg, reuse.stage1_config(cfg), StageKind.budget, budget.steps),
         ),
         provenance=provenance,
         tags=budget.tags(),

@@ -8,12 +8,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from sporeflow.core.names import StageKind
 from sporeflow.report.paired import compare_paired
 
 log = logging.getLogger(__name__)
 
-STAGES = ("stage1", "stage2")
-BUDGET = "budget"  # the equal-cost arm: compared on its own line (`gain_at_cost`), not in `gain`
+STAGE2 = StageKind.stage2
+STAGES = (StageKind.stage1, STAGE2)
+# the equal-cost arm: compared on its own line (`gain_at_cost`), not in `gain`
+BUDGET = StageKind.budget
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -42,14 +45,14 @@ def gain(results: dict[str, dict], metric: str = "acc", chosen_by: dict | None =
     """stage2's metric minus the best baseline's (NaN when no baseline ran); the best one as
     `chosen_by` (validation results) ranks them, else as `results` do."""
     best = best_baseline(chosen_by or results, metric)
-    return results["stage2"][metric] - results[best][metric] if best else float("nan")
+    return results[STAGE2][metric] - results[best][metric] if best else float("nan")
 
 
 def gain_at_cost(results: dict[str, dict], metric: str = "acc") -> float:
     """stage2's metric minus the budget arm's (NaN without one): the gain at equal cost."""
     if BUDGET not in results:
         return float("nan")
-    return results["stage2"][metric] - results[BUDGET][metric]
+    return results[STAGE2][metric] - results[BUDGET][metric]
 
 
 def paired_lines(paired: dict, budget: str | None = None) -> str:
@@ -67,7 +70,7 @@ def paired_lines(paired: dict, budget: str | None = None) -> str:
 def one_line_summary(results: dict[str, dict]) -> str:
     """Stage 2's accuracy and its gains, for a sweep job's one console line (its table is in
     the job's comparison.txt, and the sweep compares the jobs at its end)."""
-    line = f"stage2 acc={results['stage2'].get('acc', float('nan')):.4f}, gain {gain(results):+.4f}"
+    line = f"stage2 acc={results[STAGE2].get('acc', float('nan')):.4f}, gain {gain(results):+.4f}"
     if BUDGET in results:
         line += f", at equal cost {gain_at_cost(results):+.4f}"
     return line
@@ -86,7 +89,7 @@ def summary_table(val: dict[str, dict], tested: dict[str, dict]) -> str:
     lines.append(
         f"  gain (stage2 - best baseline, acc): test {gain(tested, chosen_by=val):+.4f}, val {gain(val):+.4f}"
     )
-    if BUDGET in tested and "stage2" in tested:
+    if BUDGET in tested and STAGE2 in tested:
         lines.append(
             f"  gain at equal cost (stage2 - budget, acc): test {gain_at_cost(tested):+.4f}, "
             f"val {gain_at_cost(val):+.4f}"
@@ -193,19 +196,20 @@ def pipeline_metrics(
     logged), every stage's acc and loss, `vs_<stage>/images|ci_low|ci_high|p_value` and the
     same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...; with the
     budget arm, the gain at equal cost as `gain_at_cost`, `gain_at_cost_images`, ...."""
-    ordered = sorted(results, key=lambda stage: stage != "stage2")
+    ordered = sorted(results, key=lambda stage: stage != STAGE2)
     metrics = {
         f"{stage}/{k}": v
         for stage in ordered
         for k, v in results[stage].items()
         if k in ("acc", "loss")
     }
-    first = {"stage2/acc": metrics.pop("stage2/acc")} if "stage2/acc" in metrics else {}
+    acc = f"{STAGE2}/acc"
+    first = {acc: metrics.pop(acc)} if acc in metrics else {}
     metrics = {**first, "gain": gain(results, chosen_by=chosen_by), **metrics}
     paired = {
-        other: compare_paired(correct["stage2"], right)
+        other: compare_paired(correct[STAGE2], right)
         for other, right in correct.items()
-        if other != "stage2" and "stage2" in correct
+        if other != STAGE2 and STAGE2 in correct
     }
     for other, cmp in paired.items():
         metrics.update(_paired_metrics(f"vs_{other}/", cmp))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import statistics
 
 from sporeflow.config.schema import Baseline
+from sporeflow.core.names import OVERRIDES_TAG, SWEEP_RUN_ID_TAG, StageKind
 
-STAGES = ("stage1", "stage2", *(b.value for b in Baseline))
+STAGES = (StageKind.stage1, StageKind.stage2, *(StageKind(b.value) for b in Baseline))
 
 
 def reported(metrics: dict) -> dict:
@@ -52,7 +53,7 @@ def pipelines_table(runs: list) -> list[str]:
             f"{run.info.run_id:32s} {run.info.status:9s} {cells} {_cell(m, 'gain', '+.4f', 8)} "
             f"{ci.rjust(17)} {_cell(m, 'gain_p_value', '.3g', 6)} "
             f"{_cell(m, 'gain_at_cost', '+.4f', 12)} {_cell(m, 'gain_at_cost_p_value', '.3g', 6)}  "
-            f"{run.data.tags.get('overrides', '')}"
+            f"{run.data.tags.get(OVERRIDES_TAG, '')}"
         )
     return lines
 
@@ -64,8 +65,8 @@ def seed_groups(runs: list) -> dict[str, list]:
     keyed: dict[tuple[str, str], list] = {}
     for run in runs:
         if run.info.status == "FINISHED":
-            sweep = run.data.tags.get("sweep.run_id", run.info.run_id)
-            overrides = without_seed(run.data.tags.get("overrides", ""))
+            sweep = run.data.tags.get(SWEEP_RUN_ID_TAG, run.info.run_id)
+            overrides = without_seed(run.data.tags.get(OVERRIDES_TAG, ""))
             keyed.setdefault((sweep, overrides), []).append(run)
     groups = {overrides: members for (_, overrides), members in keyed.items()}
     if len(groups) < len(keyed):

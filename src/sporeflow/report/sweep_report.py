@@ -20,6 +20,21 @@ import numpy as np
 
 from sporeflow.config import objective
 from sporeflow.core.context import short_value
+from sporeflow.core.names import (
+    FAILURE_TAG,
+    OVERRIDES_TAG,
+    PRUNED_TAG,
+    SELECTION_TAG,
+    STAGE_TAG,
+    SWEEP_BEST_RUN_TAG,
+    SWEEP_COST_TAG,
+    SWEEP_JOB_TAG,
+    SWEEP_KEYS_TAG,
+    SWEEP_OBJECTIVE_TAG,
+    SWEEP_RUN_ID_TAG,
+    SWEEP_VIEW_TAG,
+    StageKind,
+)
 from sporeflow.report import front as pareto
 from sporeflow.report.comparison import save_figure
 from sporeflow.report.decision import Decision, Point, decide
@@ -27,7 +42,14 @@ from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
 
-ARMS = ("stage1", "stage2", "baseline", "annealed", "snapshot_mean", "budget")
+ARMS = (
+    StageKind.stage1,
+    StageKind.stage2,
+    StageKind.baseline,
+    StageKind.annealed,
+    StageKind.snapshot_mean,
+    StageKind.budget,
+)
 # metric columns, in this order, when any job has them: (MLflow key, header). Validation (what
 # decides) beside test (what reports); a job recorded before the validation split shows its
 # `eval` metrics (read on the test images) as such.
@@ -78,22 +100,22 @@ def swept_values(overrides: str, params: dict, keys: list[str]) -> dict:
 
 
 def sweep_jobs(reads: StoreReads, sweep_run_id: str, keys: list[str]) -> list[Job]:
-    runs = reads.search_runs(f"tags.`sweep.run_id` = '{sweep_run_id}'", max_results=5000)
+    runs = reads.search_runs(f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep_run_id}'", max_results=5000)
     jobs = []
     for run in runs:
         tags = run.data.tags
         jobs.append(
             Job(
-                int(tags.get("sweep.job", -1)),
+                int(tags.get(SWEEP_JOB_TAG, -1)),
                 run.info.run_id,
                 tags.get("mlflow.runName", ""),
-                "PRUNED" if tags.get("sporeflow.pruned") else run.info.status,  # ended KILLED
-                swept_values(tags.get("overrides", ""), run.data.params, keys),
+                "PRUNED" if tags.get(PRUNED_TAG) else run.info.status,  # ended KILLED
+                swept_values(tags.get(OVERRIDES_TAG, ""), run.data.params, keys),
                 dict(run.data.metrics),
-                tags.get("sporeflow.failure", ""),
-                tags.get("stage") == "pipeline",
+                tags.get(FAILURE_TAG, ""),
+                tags.get(STAGE_TAG) == "pipeline",
                 run.data.params.get("seed", ""),
-                tags.get("sporeflow.selection", "val"),
+                tags.get(SELECTION_TAG, "val"),
             )
         )
     return sorted(jobs, key=lambda j: j.number)
@@ -109,10 +131,10 @@ def sweep_run(reads: StoreReads, which: str) -> Any | None:
     experiment); None when there is no such sweep."""
     if which == "latest" or SWEEP_NAME.fullmatch(which):
         named = "" if which == "latest" else f" and attributes.run_name = '{which}'"
-        found = reads.search_runs(f"tags.stage = 'sweep'{named}", max_results=1)
+        found = reads.search_runs(f"tags.{STAGE_TAG} = 'sweep'{named}", max_results=1)
         return found[0] if found else None
     run = reads.get_run(which)
-    return run if run is not None and run.data.tags.get("stage") == "sweep" else None
+    return run if run is not None and run.data.tags.get(STAGE_TAG) == "sweep" else None
 
 
 @dataclass
@@ -155,12 +177,12 @@ class SweepSummary:
 
 def summarize(reads: StoreReads, run: Any) -> SweepSummary:
     tags = run.data.tags
-    keys = [k for k in tags.get("sweep.keys", "").split(",") if k]
+    keys = [k for k in tags.get(SWEEP_KEYS_TAG, "").split(",") if k]
     jobs = sweep_jobs(reads, run.info.run_id, keys)
-    key = objective_key(jobs, tags.get("sweep.objective", "auto"))
+    key = objective_key(jobs, tags.get(SWEEP_OBJECTIVE_TAG, "auto"))
     best_first = ranked(jobs, key)
     points = sweep_points(reads, best_first, keys, key)
-    cost = tags.get("sweep.cost", "")
+    cost = tags.get(SWEEP_COST_TAG, "")
     found = pareto.front(points, point_costs(best_first, points, cost), cost) if cost else None
     return SweepSummary(run, keys, key, best_first, decide(points), cost, found)
 
@@ -194,7 +216,7 @@ def decided_stage(key: str, pipeline: bool) -> str | None:
     if not pipeline:
         return "final"
     named = key.removeprefix("val/")
-    return "stage2" if named in ("gain", AT_COST) else named.partition("/")[0]
+    return StageKind.stage2 if named in ("gain", AT_COST) else named.partition("/")[0]
 
 
 def job_outcomes(
@@ -217,7 +239,7 @@ def scored(reads: StoreReads, job: Job, key: str, file: str) -> np.ndarray | Non
     stage = decided_stage(key, job.pipeline)
     found = None if stage is None else job_outcomes(reads, job, stage, file)
     if found is not None and key.endswith(AT_COST):
-        budget = job_outcomes(reads, job, "budget", file)
+        budget = job_outcomes(reads, job, StageKind.budget, file)
         found = None if budget is None else found.astype(np.int8) - budget.astype(np.int8)
     return found
 
@@ -397,7 +419,13 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
 def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
     """The best job's per-epoch validation accuracy: stage 1, then stage 2 and each baseline from
     where stage 1 ended (the `curve/<stage>` metrics of its pipeline run)."""
-    order = ["stage1", "stage2", "baseline", "annealed", "snapshot_mean"]
+    order = [
+        StageKind.stage1,
+        StageKind.stage2,
+        StageKind.baseline,
+        StageKind.annealed,
+        StageKind.snapshot_mean,
+    ]
     stages = sorted(
         (k[len(CURVE_PREFIX) :] for k in job.metrics if k.startswith(CURVE_PREFIX)),
         key=lambda s: (order.index(s) if s in order else len(order), s),
@@ -413,22 +441,23 @@ def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
-        start = curves.get("stage1", [])[-1:]  # later stages start from stage 1's last point
+        # later stages start from stage 1's last point
+        start = curves.get(StageKind.stage1, [])[-1:]
         styles = {
-            "stage1": ("#888", "-"),
-            "stage2": ("#2a7", "-"),
-            "baseline": ("#57c", "--"),
-            "annealed": ("#c84", "--"),
-            "snapshot_mean": ("#a5a", ":"),
+            StageKind.stage1: ("#888", "-"),
+            StageKind.stage2: ("#2a7", "-"),
+            StageKind.baseline: ("#57c", "--"),
+            StageKind.annealed: ("#c84", "--"),
+            StageKind.snapshot_mean: ("#a5a", ":"),
         }
         last = max(p[0] for points in curves.values() for p in points)
         for stage, points in curves.items():
             if (
-                len(points) == 1 and stage != "stage1"
+                len(points) == 1 and stage != StageKind.stage1
             ):  # no training (snapshot mean): a level, not a path
                 line = [(points[0][0], points[0][1]), (last, points[0][1])]
             else:
-                line = points if stage == "stage1" else start + points
+                line = points if stage == StageKind.stage1 else start + points
             colour, dash = styles.get(stage, (None, "-"))
             ax.plot(
                 [p[0] for p in line],
@@ -464,23 +493,23 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
         return links
     tags = sweep.data.tags
     key = objective.metric_key(
-        tags.get("sweep.objective", "auto"),
-        any(j.data.tags.get("stage") == "pipeline" for j in jobs),
+        tags.get(SWEEP_OBJECTIVE_TAG, "auto"),
+        any(j.data.tags.get(STAGE_TAG) == "pipeline" for j in jobs),
     )
     query = {
         "workflowType": "machine_learning",
-        "searchFilter": f"tags.`sweep.run_id` = '{sweep.info.run_id}'",
+        "searchFilter": f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep.info.run_id}'",
         "orderByKey": f"metrics.`{key}`",
         "orderByAsc": "false" if objective.maximize(key) else "true",
     }
-    view = tags.get("sweep.view")
+    view = tags.get(SWEEP_VIEW_TAG)
     if view:  # the sweep's saved view (report.views): its columns, sort and charts
         shared = {"viewStateShareKey": view, "workflowType": "machine_learning"}
         links.append(("sweep", f"{runs}?{urlencode(shared)}"))
         links.append(("charts", f"{runs}?{urlencode({**shared, 'compareRunsMode': 'CHART'})}"))
     else:  # a sweep from before saved views: filter and sort only
         links.append(("sweep", f"{runs}?{urlencode(query)}"))
-    best = tags.get("sweep.best_run_id")
+    best = tags.get(SWEEP_BEST_RUN_TAG)
     if best:
         links.append(("best job", f"{runs}/{best}"))
     if jobs:

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from sporeflow.config import objective
+from sporeflow.core.names import SWEEP_RUN_ID_TAG, StageKind
 from sporeflow.report.sweep_report import GAIN, GAIN_CI, METRIC_COLUMNS
 
 TAG_PREFIX = "mlflow.sharedViewState."
@@ -59,7 +60,7 @@ def sweep_view(
     left out), swept over `keys`, ranked by `objective_key`."""
     shown = [m for m in DECIDING if m in metrics]
     charts = []
-    stage1, stage2 = "val/stage1/acc", "val/stage2/acc"
+    stage1, stage2 = f"val/{StageKind.stage1}/acc", f"val/{StageKind.stage2}/acc"
     if stage1 in shown and stage2 in shown:
         charts.append(
             _scatter("sf-stage2-vs-stage1", ("METRIC", stage1), stage2, "stage 2 vs stage 1")
@@ -68,11 +69,11 @@ def sweep_view(
         _scatter(f"sf-{key}", ("PARAM", key), objective_key, f"{objective_key} vs {key}")
         for key in keys
     ]
-    pipeline = stage2 in shown or "stage2/acc" in shown  # or recorded before val/
+    pipeline = stage2 in shown or f"{StageKind.stage2}/acc" in shown  # or recorded before val/
     grouped = [k for k in keys if k not in SEED_KEYS]
     seeds = any(k in SEED_KEYS for k in keys)
     return {
-        "searchFilter": f"tags.`sweep.run_id` = '{sweep_run_id}'",
+        "searchFilter": f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep_run_id}'",
         "orderByKey": column("metrics", objective_key),
         "orderByAsc": not objective.maximize(objective_key),
         "selectedColumns": [

@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.core.errors import ConfigError
+from sporeflow.core.names import INIT_FROM_RUN_TAG, INIT_FROM_TAG, INIT_WEIGHTS_TAG
 from sporeflow.stage.source import Source, resolve
 from sporeflow.stage.spec import FineTuneStart
 from sporeflow.storage.checkpoints import load_checkpoint_file, matching, restore_matching
@@ -35,9 +36,9 @@ def start_of(cfg: DictConfig, reads: StoreReads) -> FineTuneStart | None:
     source = init_source(cfg, reads)
     if source is None:
         return None
-    tags = {"sporeflow.init_from": source.name, "sporeflow.init_weights": str(source.weights)}
+    tags = {INIT_FROM_TAG: source.name, INIT_WEIGHTS_TAG: str(source.weights)}
     if source.run_id:
-        tags["sporeflow.init_from_run"] = source.run_id
+        tags[INIT_FROM_RUN_TAG] = source.run_id
     return FineTuneStart(source.weights, tags)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.core.errors import CheckpointError, ConfigError
+from sporeflow.core.names import RUN_DIR_TAG, StageKind
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
 from sporeflow.tracking.store import flatten
 from sporeflow.tracking.store_reads import (
@@ -94,7 +95,7 @@ def _from_run(name: str, reads: StoreReads) -> Source:
     run, problem = reads.run_named(name)
     if run is None:
         raise ConfigError(f"{name}: {problem}")
-    run_dir = run.data.tags.get("run_dir")
+    run_dir = run.data.tags.get(RUN_DIR_TAG)
     if run_dir and Path(run_dir).is_dir():
         return _from_dir(name, Path(run_dir), run.info.run_id)
     return _fetched(name, run, reads)
@@ -144,7 +145,7 @@ def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
     assert isinstance(config, DictConfig)
     stage_dir = path
     if path == run_dir and OmegaConf.select(config, "boost.name") == "dim_reduce":
-        stage_dir = run_dir / "stage2"  # the network the pipeline made
+        stage_dir = run_dir / StageKind.stage2  # the network the pipeline made
     weights = final_weights(stage_dir)
     if not weights.is_file():
         raise ConfigError(f"{name}: no final weights at {weights} (the run did not finish?)")

@@ -14,11 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sporeflow.core.names import FINGERPRINT_CONFIG_TAG, RUN_DIR_TAG
 from sporeflow.stage import provenance as made_with
-
-STAGE1_TAG = "stage1_fingerprint"
-BASELINE_TAG = "baseline_fingerprint"
-CONFIG_TAG = "{}_config"  # beside a fingerprint tag: its config part alone (why not reused)
 
 
 @dataclass(frozen=True)
@@ -26,13 +23,13 @@ class ReuseKey:
     """Under which tag a reusable stage's fingerprint is stored, the fingerprint (its config
     and provenance) and its config part alone (to say why a same-config run is not reused)."""
 
-    tag: str  # STAGE1_TAG or BASELINE_TAG
+    tag: str  # core.names.STAGE1_FINGERPRINT_TAG or BASELINE_FINGERPRINT_TAG
     fingerprint: str
     config_digest: str
 
     @property
     def config_tag(self) -> str:
-        return CONFIG_TAG.format(self.tag.removesuffix("_fingerprint"))
+        return FINGERPRINT_CONFIG_TAG.format(self.tag.removesuffix("_fingerprint"))
 
     def tags(self) -> dict[str, str]:
         return {self.tag: self.fingerprint, self.config_tag: self.config_digest}
@@ -75,7 +72,7 @@ class StageSpec:
         reuse_tags: dict[str, Any] = {}
         if self.reuse is not None:
             reuse_tags = {**self.reuse.tags(), **made_with.tags(self.provenance)}
-        return {"run_dir": str(self.stage_dir), **reuse_tags, **self.tags}
+        return {RUN_DIR_TAG: str(self.stage_dir), **reuse_tags, **self.tags}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sporeflow.core.names import CLOSED_TAG, FAILURE_TAG, PARENT_RUN_TAG, RUN_KEY_TAG
 from sporeflow.tracking.journal import (
     AppliedState,
     JournalTail,
@@ -29,9 +30,7 @@ from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger(__name__)
 
-ENDED_TAGS = ("sporeflow.failure", "sporeflow.closed")  # why a run ended: cleared by a resume
-
-RUN_KEY_TAG = "sporeflow.run_key"
+ENDED_TAGS = (FAILURE_TAG, CLOSED_TAG)  # why a run ended: cleared by a resume
 
 
 class NotYet(StoreError):
@@ -200,7 +199,7 @@ class Applier:
             tags = {k: self._value(v) for k, v in record["tags"].items()}
             tags[RUN_KEY_TAG] = key
             if record.get("parent"):
-                tags["mlflow.parentRunId"] = self.resolve(record["parent"])
+                tags[PARENT_RUN_TAG] = self.resolve(record["parent"])
             found = self.store.create_run(record["name"], tags, record["t"])
         self.state.runs[key] = found
         self._opened(key)
@@ -230,7 +229,7 @@ class Applier:
             run_id = self.resolve(ref)
             if self.monitors is not None:
                 self.monitors.stop(run_id)
-            self.store.log_batch(run_id, tags=[("sporeflow.closed", reason)])
+            self.store.log_batch(run_id, tags=[(CLOSED_TAG, reason)])
             self.store.set_status(run_id, status)
             self.state.open.remove(ref)
             self.state.save(self.journal)

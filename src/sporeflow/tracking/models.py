@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sporeflow.core.names import PARENT_RUN_TAG, REGISTERED_BY_TAG, STAGE_TAG
+
 LOADER = "sporeflow.serving.pyfunc"
 
 
@@ -111,16 +113,13 @@ def requirements() -> list[str]:
     return [f"sporeflow=={version('sporeflow')}", f"mindspore=={version('mindspore')}"]
 
 
-REGISTERED_BY = "sporeflow.registered_by"  # the run (a sweep's) that made a model version
-
-
 def model_of(client: Any, experiment_id: str, run_id: str, stage: str) -> Any | None:
     """The model `run_id` logged, or (a pipeline) the one its child run of `stage` logged."""
     owners = [run_id] + [
         r.info.run_id
         for r in client.search_runs(
             [experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{run_id}' AND tags.stage = '{stage}'",
+            filter_string=f"tags.{PARENT_RUN_TAG} = '{run_id}' AND tags.{STAGE_TAG} = '{stage}'",
         )
     ]
     for owner in owners:
@@ -140,7 +139,7 @@ def register(client: Any, experiment_id: str, run_id: str, record: dict[str, Any
 
     name = record["name"]
     for version in client.search_model_versions(f"name = '{name}'"):
-        if version.tags.get(REGISTERED_BY) == run_id:
+        if version.tags.get(REGISTERED_BY_TAG) == run_id:
             return str(version.version)  # a replay: this run registered it already
     model = model_of(client, experiment_id, record["source"], record["stage"])
     if model is None:
@@ -154,7 +153,7 @@ def register(client: Any, experiment_id: str, run_id: str, record: dict[str, Any
         name,
         source=model.model_uri,
         run_id=model.source_run_id,
-        tags={**record.get("tags", {}), REGISTERED_BY: run_id},
+        tags={**record.get("tags", {}), REGISTERED_BY_TAG: run_id},
         model_id=model.model_id,
     )
     return str(version.version)

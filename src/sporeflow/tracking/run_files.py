@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
+from sporeflow.core.names import CHECKSUM_TAG
 from sporeflow.storage.files import sha256_file
 
-CHECKSUM_TAG = "sha256/"  # + an artifact's path in its run: the SHA-256 its maker recorded
 FETCHED_DIR = Path(".sporeflow") / "runs"  # under the launch dir: runs copied from the store
 SHARED = [
     "checkpoints",

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sporeflow.core.names import HOST_TAG, PID_TAG, PROCESS_START_TAG, RUN_KEY_TAG
 from sporeflow.core.uris import (
     database_lock,
     database_problem,
@@ -128,9 +129,9 @@ def process_tags(me: Mapping[str, Any] | None = None) -> dict[str, str]:
 
     me = me or this_process()
     return {
-        "sporeflow.pid": str(me["pid"]),
-        "sporeflow.host": str(me["host"]),
-        "sporeflow.process_start": repr(me["started"]),
+        PID_TAG: str(me["pid"]),
+        HOST_TAG: str(me["host"]),
+        PROCESS_START_TAG: repr(me["started"]),
     }
 
 
@@ -495,7 +496,7 @@ class Store:
 
     def find_by_key(self, key: str) -> str | None:
         """The MLflow id of the run a journal created under `key` (None if not there yet)."""
-        found = self.search_runs(f"tags.`sporeflow.run_key` = '{key}'", max_results=1)
+        found = self.search_runs(f"tags.`{RUN_KEY_TAG}` = '{key}'", max_results=1)
         return found[0].info.run_id if found else None
 
     # -- writes (the journal's writer) -------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sporeflow.core.names import PARENT_RUN_TAG, STAGE_TAG, StageKind
 from sporeflow.storage.run_marker import read_run_marker
 from sporeflow.tracking import run_files
 from sporeflow.tracking.journal import applied_run_id, is_key, is_run_key
@@ -244,10 +245,11 @@ class StoreReads:
             )
         if run is None:
             return None, f"no such MLflow run in {self.uri}"
-        if run.data.tags.get("stage") != "pipeline":
+        if run.data.tags.get(STAGE_TAG) != "pipeline":
             return run, None
         found = self.search_runs(
-            f"tags.`mlflow.parentRunId` = '{run.info.run_id}' and tags.stage = 'stage2'", 1
+            f"tags.`{PARENT_RUN_TAG}` = '{run.info.run_id}' and tags.{STAGE_TAG} = '{StageKind.stage2}'",
+            1,
         )
         if not found:
             return None, f"a dim-reduce pipeline without a stage-2 run in {self.uri}"

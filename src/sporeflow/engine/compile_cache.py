@@ -192,7 +192,7 @@ def _prune(root: Path, keep: Path | None) -> None:
     if keep is not None:
         os.utime(keep)
     folders = sorted(
-        (p for p in root.iterdir() if p.is_dir() and p != keep and p.name.startswith("mindspore-")),
+        (p for p in root.iterdir() if p.is_dir() and p != keep),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
@@ -476,7 +476,7 @@ def _bound(root: Path, max_bytes: int) -> None:
         return
     try:
         entries = []
-        for entry in root.glob(f"mindspore-*/{STORE}/*"):
+        for entry in root.glob(f"*/{STORE}/*"):
             if entry.name.startswith("."):
                 continue
             try:

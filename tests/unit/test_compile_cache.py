@@ -114,6 +114,21 @@ def test_a_damaged_or_foreign_entry_is_compiled_again(tmp_path):
     assert _compiled(later, "c", b"graph c") is None
     assert _stored(later)["c"] == b"graph c"
 
+    meta = slot.store / "c" / compile_cache.ENTRY  # a file name that is a path
+    meta.write_text(
+        json.dumps(
+            {
+                "graph": "c",
+                "files": {
+                    f"../../x_{name}": digest
+                    for name, digest in json.loads(meta.read_text())["files"].items()
+                },
+            }
+        )
+    )
+    assert _compiled(later, "c", b"graph c") is None
+    assert not list(later.graphs.parents[1].glob("x_*"))
+
     (slot.store / "a" / compile_cache.ENTRY).write_text("{not json")
     assert _compiled(later, "a", b"graph a") is None
     assert later.loaded == 0 and _stored(later) == {"a": b"graph a", "c": b"graph c"}

@@ -134,6 +134,9 @@ def use(
             _bound(root, _SLOT.max_bytes)
     except OSError as ex:  # a full or read-only disk: the job runs, only without the cache
         log.warning("compile cache: %s; compiling without it", ex)
+        if _SLOT is not None:
+            os.close(_SLOT.lock)
+            _SLOT = None
         return None
     if _SLOT is None:
         log.warning(
@@ -154,8 +157,8 @@ def _entry_script_without_imports() -> None:
     """MindSpore hashes the entry script (sys.argv[0]) and what it imports at every cached
     compile: it fails when that is not a file (`python -c`, a test worker), and an entry that
     imports `sys` has the live sys module's streams reset (engine/mindspore_cache_entry.py).
-    It hashes a file without imports instead: the manifest, not that hash, decides what is
-    loaded, and the folder is keyed by sporeflow's source."""
+    It hashes a file without imports instead: the store's check, not that hash, decides what
+    is loaded, and the folder is keyed by sporeflow's source."""
     from mindspore.graph import api
 
     api.entry_script_path = str(Path(__file__).with_name("mindspore_cache_entry.py"))
@@ -406,8 +409,8 @@ def _checked_entry(entry: Path, graph: str) -> dict[str, bytes] | None:
         if not isinstance(meta, dict) or meta.get("graph") != graph:
             raise ValueError("foreign")
         for pattern, digest in dict(meta["files"]).items():
-            if "{index}" not in pattern or not re.fullmatch("[0-9a-f]{64}", str(digest)):
-                raise ValueError("foreign")
+            if not _NAME.fullmatch(pattern) or not re.fullmatch("[0-9a-f]{64}", str(digest)):
+                raise ValueError("foreign")  # a name that is not MindSpore's, a path
             data = (entry / digest).read_bytes()
             if hashlib.sha256(data).hexdigest() != digest:
                 raise ValueError("damaged")
@@ -445,6 +448,7 @@ def _store(slot: Slot, index: int, graph: str, files: list[Path]) -> None:
 
 
 _INDEX = re.compile(r"(compile_cache|group)_\d+(?!\d)")
+_NAME = re.compile(r"[\w.-]*(compile_cache|group)_\{index\}[\w.-]*")  # a file name, no path
 
 
 def _delete(entry: Path) -> None:

@@ -36,38 +36,142 @@ def test_a_description_tells_graphs_apart_and_not_two_builds_of_one():
     assert described(nn.Dropout(p=0.5), _inputs(4, 3)) is None  # a random operator
 
 
-def _slot(tmp_path) -> compile_cache.Slot:
-    graphs = tmp_path / "rank_0" / "graph_cache"
-    graphs.mkdir(parents=True)
-    return compile_cache.Slot(tmp_path, tmp_path, graphs, lock=-1)
+def _slot(tmp_path, name: str = "slot-0", version: str = "mindspore-test") -> compile_cache.Slot:
+    """A slot of version folder `version` of the cache root tmp_path, as a process would claim
+    it; every slot of the version folder shares its store."""
+    graphs = tmp_path / version / name / "rank_0" / "graph_cache"
+    graphs.mkdir(parents=True, exist_ok=True)
+    compile_cache._clear(graphs)  # what the process before left there
+    return compile_cache.Slot(tmp_path, graphs.parents[1], graphs, -1, graphs.parents[2] / "graphs")
 
 
-def test_an_entry_is_left_to_load_only_for_its_graph_and_unchanged_files(tmp_path):
+def _compiled(slot: compile_cache.Slot, graph: str, data: bytes | None) -> bytes | None:
+    """One compile at the slot's next index as MindSpore does it: it loads what was put there
+    (returned) unless that is no graph (the empty file of a miss), when it compiles and writes
+    `data` (None: the compile failed)."""
+    index = slot.compiles
+    compile_cache._before(slot, index, graph)
+    slot.compiles += 1
+    entry = slot.graphs / f"compile_cache_{index}.mindir"
+    found = entry.read_bytes()
+    if found:
+        loaded: bytes | None = found
+    else:
+        if data is not None:
+            entry.write_bytes(data)
+        loaded = None
+    compile_cache._after(slot, index, graph if data is not None else None)
+    return loaded
+
+
+def _stored(slot: compile_cache.Slot) -> dict[str, bytes]:
+    """The store's entries: graph digest -> the graph file's bytes."""
+    found = {}
+    for meta in slot.store.glob(f"*/{compile_cache.ENTRY}"):
+        (digest,) = json.loads(meta.read_text())["files"].values()
+        found[meta.parent.name] = (meta.parent / digest).read_bytes()
+    return found
+
+
+def test_an_entry_is_found_by_content_after_other_graphs_took_its_index(tmp_path):
+    """`train.py`, `train.py optimizer=adam`, `train.py` in one slot, then graph `a` at index 2
+    of a process in another slot: each graph loads wherever its process compiles it."""
+    first = _slot(tmp_path)
+    assert _compiled(first, "a", b"graph a") is None  # a fresh cache: compiled, then stored
+    assert _compiled(first, "b", b"graph b") is None
+    assert _stored(first) == {"a": b"graph a", "b": b"graph b"}
+
+    other = _slot(tmp_path)  # the next process in the slot: another graph first
+    assert _compiled(other, "c", b"graph c") is None  # index 0, a miss
+    assert _compiled(other, "a", b"unused") == b"graph a"  # index 1: a's entry put there
+    assert other.loaded == 1
+
+    again = _slot(tmp_path, "slot-1")  # a process in another slot, in another order
+    assert _compiled(again, "b", b"unused") == b"graph b"
+    assert _compiled(again, "c", b"unused") == b"graph c"
+    assert _compiled(again, "a", b"unused") == b"graph a"
+    assert again.loaded == 3
+    assert sorted(p.name for p in again.graphs.iterdir()) == [
+        "compile_cache_0.mindir",
+        "compile_cache_1.mindir",
+        "compile_cache_2.mindir",
+    ]
+
+
+def test_a_damaged_or_foreign_entry_is_compiled_again(tmp_path):
     slot = _slot(tmp_path)
-    entry = slot.graphs / "compile_cache_3.mindir"
-    other = slot.graphs / "compile_cache_31.mindir"  # another index's file is never touched
-    entry.write_bytes(b"graph three")
-    other.write_bytes(b"graph thirty-one")
-    compile_cache._after(slot, 3, "graph-a")
-    assert json.loads((slot.graphs / compile_cache.MANIFEST).read_text())["3"]["graph"] == "graph-a"
+    _compiled(slot, "a", b"graph a")
+    _compiled(slot, "b", b"graph b")
+    (stored,) = (p for p in (slot.store / "a").iterdir() if p.name != compile_cache.ENTRY)
+    stored.chmod(0o600)
+    stored.write_bytes(b"graph a, damaged")
 
-    compile_cache._before(slot, 3, "graph-a")  # the same graph, the same bytes: kept
-    assert entry.exists() and 3 in slot.offered
-    compile_cache._after(slot, 3, "graph-a")
-    assert slot.loaded == 1
+    later = _slot(tmp_path, "slot-1")
+    assert _compiled(later, "a", b"graph a") is None  # the damaged entry: compiled again
+    assert _stored(later)["a"] == b"graph a"  # and stored again
 
-    entry.write_bytes(b"graph three, damaged")
-    compile_cache._before(slot, 3, "graph-a")  # changed since it was written: deleted
-    assert not entry.exists() and "3" not in slot.entries
+    (slot.store / "b").rename(slot.store / "c")  # an entry under another graph's digest
+    assert _compiled(later, "c", b"graph c") is None
+    assert _stored(later)["c"] == b"graph c"
 
-    entry.write_bytes(b"graph three")
-    compile_cache._after(slot, 3, "graph-a")
-    compile_cache._before(slot, 3, "graph-b")  # written for another graph: deleted
-    assert not entry.exists()
+    meta = slot.store / "c" / compile_cache.ENTRY  # a file name that is a path
+    meta.write_text(
+        json.dumps(
+            {
+                "graph": "c",
+                "files": {
+                    f"../../x_{name}": digest
+                    for name, digest in json.loads(meta.read_text())["files"].items()
+                },
+            }
+        )
+    )
+    assert _compiled(later, "c", b"graph c") is None
+    assert not list(later.graphs.parents[1].glob("x_*"))
 
-    entry.write_bytes(b"half a graph")
-    compile_cache._after(slot, 3, None)  # a compile that failed leaves nothing
-    assert not entry.exists() and other.exists()
+    (slot.store / "a" / compile_cache.ENTRY).write_text("{not json")
+    assert _compiled(later, "a", b"graph a") is None
+    assert later.loaded == 0 and _stored(later) == {"a": b"graph a", "c": b"graph c"}
+
+    assert _compiled(later, "d", None) is None  # a compile that failed leaves nothing
+    assert "d" not in _stored(later)
+    assert not list(later.graphs.glob(f"compile_cache_{later.compiles - 1}.*"))
+
+
+def test_the_size_bound_prunes_the_least_recently_used(tmp_path):
+    import os
+
+    slot = _slot(tmp_path)
+    for age, graph in enumerate("abcd"):
+        _compiled(slot, graph, graph.encode() * 1000)
+        os.utime(slot.store / graph, (1e9 + age, 1e9 + age))  # a is the oldest, d the newest
+    _compiled(_slot(tmp_path, "slot-1"), "a", b"unused")  # a used again: now the newest
+    old_version = _slot(tmp_path, version="mindspore-old")  # another version's store counts too
+    _compiled(old_version, "e", b"e" * 1000)
+    os.utime(old_version.store / "e", (1e9 - 1, 1e9 - 1))
+    entry_bytes = sum(p.stat().st_size for p in (slot.store / "b").iterdir())
+
+    compile_cache._bound(tmp_path, 3 * entry_bytes)
+    assert sorted(_stored(slot)) == ["a", "c", "d"]  # e and b were the least recently used
+    assert not (old_version.store / "e").exists()
+
+    slot.max_bytes = entry_bytes  # storing a graph keeps the store within the bound
+    _compiled(slot, "f", b"f" * 1000)
+    assert sorted(_stored(slot)) == ["f"]
+
+
+def test_a_process_that_stores_a_graph_another_stored_meanwhile_keeps_the_first(tmp_path):
+    """Two jobs compiling one graph at once both store it: the entry renamed into place first
+    stays whole, the other is dropped."""
+    one, two = _slot(tmp_path), _slot(tmp_path, "slot-1")
+    compile_cache._before(one, 0, "a")
+    compile_cache._before(two, 0, "a")
+    (one.graphs / "compile_cache_0.mindir").write_bytes(b"graph a")
+    (two.graphs / "compile_cache_0.mindir").write_bytes(b"graph a, written by two")
+    compile_cache._after(one, 0, "a")
+    compile_cache._after(two, 0, "a")
+    assert _stored(one) == {"a": b"graph a"}
+    assert [p.name for p in one.store.iterdir() if p.name.startswith(".")] == []
 
 
 def test_a_cached_compile_leaves_the_processes_streams_alone(tmp_path, monkeypatch):
@@ -109,6 +213,7 @@ def test_graphs_not_kept_are_compiled_with_the_cache_off_and_take_no_index(monke
     assert compile_cache.counts()[0] == before[0] + 1
     files = sorted(p.name for p in slot.graphs.glob("compile_cache_*.mindir"))
     assert f"compile_cache_{before[0]}.mindir" in files
+    assert any(slot.store.glob(f"*/{compile_cache.ENTRY}"))  # stored under its description
 
 
 def test_old_version_folders_are_pruned_unless_a_process_holds_one(tmp_path):
@@ -143,4 +248,15 @@ def test_a_compile_cache_dir_that_cannot_be_written_is_refused_before_any_work(t
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"Config error: runtime.compile_cache_dir={taken}/cache: cannot write")
     assert "runtime.compile_cache=false" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_compile_cache_bound_that_is_not_positive_is_refused_before_any_work(tmp_path):
+    from helpers.inprocess import TINY, run_train_here
+
+    proc = run_train_here([*TINY, "runtime.compile_cache_max_gb=0"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("Config error: runtime.compile_cache_max_gb"), line
+    assert "> 0" in line
     assert not (tmp_path / "run").exists()

@@ -161,6 +161,9 @@ class RuntimeConfig:
     compile_cache_dir: Optional[str] = None
     """Where the compile cache lives; null: `$XDG_CACHE_HOME/sporeflow/compile`
     (`~/.cache/sporeflow/compile`). Keep it on a local disk (see troubleshooting)."""
+    compile_cache_max_gb: Annotated[float, Positive] = 10.0
+    """The most the compile cache's stored graphs may take on disk, in GiB (all of
+    `compile_cache_dir`'s versions together); the least recently used are deleted beyond it."""
     mindspore_log: MindsporeLog = MindsporeLog.run_dir
     """MindSpore's own log lines: `run_dir` writes them (warnings and up) to
     `<run dir>/mindspore_log/rank_<n>/logs/` and shows only its errors on the console;

@@ -42,8 +42,9 @@ SPLITS = ("val", "test")  # a pipeline's comparison metrics: val/<stage>/acc, te
 class RunResult:
     """One finished job, as recorded. `metrics` are its MLflow run's final metrics
     (`final/val/acc` and `test/acc` for a plain run; a pipeline's `val/stage2/acc`,
-    `test/stage2/acc`, `val/gain`, `test/gain`, ... on its parent run); `stages` a pipeline's
-    stages by name with their metrics on `split` (`stages["budget"]["acc"]`: validation)."""
+    `test/stage2/acc`, `val/gain`, `test/gain`, ... on its parent run), or with tracking off
+    (`run_id` None) the same results as the job returned them; `stages` a pipeline's stages by
+    name with their metrics on `split` (`stages["budget"]["acc"]`: validation)."""
 
     run_dir: Path
     objective: float  # what train.py returns: `sweep.objective` of this job

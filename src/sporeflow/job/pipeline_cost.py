@@ -15,9 +15,12 @@ include them); the snapshot mean after the snapshots (by the same rule)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from sporeflow.core.names import StageKind
+from sporeflow.engine.cost import Overhead
+from sporeflow.job.budget import Budget
 from sporeflow.report.cost_report import (
     COST_CURVE_PREFIX,
     arm_curve,
@@ -26,9 +29,23 @@ from sporeflow.report.cost_report import (
     cost_table,
     passes_to_target,
 )
+from sporeflow.runtime.mindspore_context import Worker
+from sporeflow.stage.result import StageResult
+from sporeflow.tracking.tracker import TrackedRun
 
-if TYPE_CHECKING:  # the comparison calls this module: its type only
-    from sporeflow.job.comparison import PipelineComparison
+
+class PipelineComparison(Protocol):
+    """What the costs are read from: job.comparison.PipelineComparison (named here, not
+    imported: the comparison imports this module)."""
+
+    stages: dict[str, StageResult]
+    parent: TrackedRun
+    worker: Worker
+    home: Path
+    target_acc: float | None
+    budget: Budget | None
+    overhead: Overhead | None
+
 
 STARTS_AT_STAGE1 = 0.0
 GIVEN = "budget_given/"  # what the budget arm was allowed (`budget/passes`: what it spent)

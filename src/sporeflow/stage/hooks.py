@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
+
+from omegaconf import DictConfig
 
 from sporeflow.config.components import build_hook
 from sporeflow.dim_reduce.snapshots import TakeSnapshots
@@ -33,12 +36,32 @@ from sporeflow.engine.callbacks import (
 )
 from sporeflow.engine.cost import CostMeter, StopAtStep
 from sporeflow.engine.divergence import DivergenceGuard
+from sporeflow.engine.events import EventRecord
 from sporeflow.engine.hooks import HookBase
-from sporeflow.runtime.mindspore_context import any_rank
+from sporeflow.engine.loop import StageParts
+from sporeflow.runtime.mindspore_context import Worker, any_rank
 from sporeflow.stage import pruning
+from sporeflow.stage.settings import StageSettings
+from sporeflow.stage.writer import StageWriter
 
-if TYPE_CHECKING:  # the trainer builds these; they read it, never the other way round at import
-    from sporeflow.stage.trainer import Trainer
+
+class Trainer(Protocol):
+    """What the hooks are built from: a stage.trainer.Trainer (named here, not imported: the
+    trainer imports this module to build its hooks)."""
+
+    cfg: DictConfig  # only for the user's hooks (`callbacks.hooks`: components)
+    settings: StageSettings
+    record: EventRecord
+    worker: Worker
+    parts: StageParts
+    val_data: Any
+    ckpt_dir: Path
+    writer: StageWriter
+
+    def save_checkpoint(self, cb: Any, epoch_step: int = 0) -> Path: ...
+    def state_dict(self) -> dict: ...
+    def snapshot_seconds(self) -> float: ...
+    def eval_seconds(self) -> float: ...
 
 
 @dataclass

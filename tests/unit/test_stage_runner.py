@@ -208,11 +208,11 @@ def test_the_budget_arm_trains_what_stage2_cost_and_the_verdict_pairs_them(launc
 def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipelines):
     """The optimizer the budget arm trains with holds, per global step, optimizer.lr x (1 -
     t / T) for its T steps (Budgeted Training), whatever the configured schedule."""
-    from sporeflow.job.budget import Budget
-    from sporeflow.job.specs import budget_spec
     from omegaconf import OmegaConf
 
     from sporeflow.config.validation import validate
+    from sporeflow.job.budget import Budget
+    from sporeflow.job.specs import budget_spec
     from sporeflow.stage.build import build_stage_parts
 
     cfg = compose_job([*TINY_PIPELINE, "optimizer.schedule.name=cosine"])

@@ -208,6 +208,9 @@ def test_the_budget_arm_trains_what_stage2_cost_and_the_verdict_pairs_them(launc
 def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipelines):
     """The optimizer the budget arm trains with holds, per global step, optimizer.lr x (1 -
     t / T) for its T steps (Budgeted Training), whatever the configured schedule."""
+    from omegaconf import OmegaConf
+
+    from sporeflow.config.validation import validate
     from sporeflow.job.budget import Budget
     from sporeflow.job.specs import budget_spec
     from sporeflow.stage.build import build_stage_parts
@@ -218,7 +221,8 @@ def test_the_budget_arm_rate_decays_linearly_to_zero_over_its_steps(two_pipeline
     given = Budget("passes", 6.9, overhead, 1.0, 0.01, 0.03, steps, per_epoch, 1)
     spec = budget_spec(cfg, Path("/nonexistent"), None, {}, given)
     assert spec.epochs == 2 and spec.max_steps == steps
-    parts = build_stage_parts(cfg, spec, per_epoch)
+    valid = validate(cfg)  # what a job's plan holds: the config and its typed twin
+    parts = build_stage_parts(valid, OmegaConf.to_object(valid), spec, per_epoch)
     schedule = parts.state_cells[-1].learning_rate  # what the optimizer asks per global step
     held = np.array([float(schedule(Tensor(t, ms.int32)).asnumpy()) for t in range(2 * per_epoch)])
     t = np.arange(steps)

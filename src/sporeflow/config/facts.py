@@ -54,10 +54,11 @@ def global_batch_size(cfg: Any) -> int:
 
 def reuse_off_reason(cfg: Any) -> str | None:
     """Why a dim-reduce job asked to reuse finished stages cannot (None: it can, or did not
-    ask): reuse finds them in the MLflow store, and `tracking.enabled=false` has none."""
+    ask): reuse finds them in the MLflow store, and `tracking.enabled=false` has none. Of a
+    validated config or its typed twin (job.plan's `plan.run`)."""
     if not is_dim_reduce(cfg) or cfg.tracking.enabled:
         return None
-    asked = [k for k in ("reuse_stage1", "reuse_baselines") if cfg.boost[k]]
+    asked = [k for k in ("reuse_stage1", "reuse_baselines") if getattr(cfg.boost, k)]
     if not asked:
         return None
     return (

@@ -4,6 +4,9 @@ target cannot run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from omegaconf import DictConfig
 
 from sporeflow.config.facts import worker_batch_size
@@ -91,7 +94,7 @@ def check_parallel_plan(cfg: DictConfig, build_network) -> None:
         )
 
 
-def apply_strategies(network, shard: DictConfig) -> None:
+def apply_strategies(network, shard: Mapping[str, Any]) -> None:
     """Set each listed layer's MatMul strategy (SEMI_AUTO_PARALLEL)."""
     cells = _matmul_cells(network)
     for layer, strategy in shard.items():

@@ -175,8 +175,8 @@ def _run_as_launcher(plan: JobPlan) -> JobResult:
     found = msrun.launch(
         cfg,
         ctx,
-        before_start=lambda: runs.prepare_store(cfg, ctx),
-        on_end=lambda status: runs.mark_ended(cfg, ctx, status),
+        before_start=lambda: runs.prepare_store(plan.run.tracking, ctx),
+        on_end=lambda status: runs.mark_ended(plan.run.tracking, ctx, status),
     )
     weights = found.get("weights")
     return JobResult(

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from sporeflow.config.components import build_model
-from sporeflow.config.facts import checkpoint_format, global_batch_size, reuse_off_reason
+from sporeflow.config.facts import reuse_off_reason
 from sporeflow.config.schema import StartFrom
 from sporeflow.core.names import RUN_DIR_TAG, StageKind
 from sporeflow.dim_reduce.pca import (
@@ -89,7 +89,8 @@ class DimReducePipeline:
     def __init__(self, runner: StageRunner):
         self.runner = runner
         self.cfg, self.ctx, self.worker = runner.cfg, runner.ctx, runner.worker
-        self.tracker, self.boost = runner.tracker, runner.cfg.boost
+        self.run_config = runner.plan.run  # the typed config: what settings are read from
+        self.tracker, self.boost = runner.tracker, self.run_config.boost
         self.stages: dict[str, StageResult] = {}  # in the order they ran (or were reused)
         self.pca_seconds: float | None = None  # None: the basis was given or found cached
         self._layout: Layout | None = None
@@ -106,7 +107,7 @@ class DimReducePipeline:
         """The pipeline's comparison metrics (`stage2/acc`, `gain`, ...), as its run records them."""
         self.parent = self.runner.open_job_run(PIPELINE, self.home, resume=self.continued)
         if self.worker.is_main and not self.continued:  # what its stages saw
-            record_data(self.parent, self.runner.data(self.cfg.dataset.batch_size))
+            record_data(self.parent, self.runner.data(self.run_config.dataset["batch_size"]))
         return guarded(self.parent, self._stages)
 
     def _trained(self, spec: StageSpec, fresh: Callable[[], StageResult]) -> StageResult:
@@ -147,11 +148,11 @@ class DimReducePipeline:
         return result
 
     def _stages(self) -> dict[str, float]:
-        reuse_off = reuse_off_reason(self.cfg)
+        reuse_off = reuse_off_reason(self.run_config)
         if reuse_off and self.worker.is_main:
             log.warning(reuse_off)
-        self.provenance = made_with.of(self.runner.data(self.cfg.dataset.batch_size))
-        start = fine_tune.start_of(self.cfg, self.tracker.reads)  # train.init_from
+        self.provenance = made_with.of(self.runner.data(self.run_config.dataset["batch_size"]))
+        start = fine_tune.start_of(self.run_config.train, self.tracker.reads)  # train.init_from
         if start is not None:  # the source's weights shape stage 1: part of its fingerprint
             self.provenance["init_weights"] = sha256_file(start.weights)[:12]
         stage1 = self._keep(self._stage1(start))
@@ -161,7 +162,7 @@ class DimReducePipeline:
         stage2_from = self._stage2_start(stage1, snapshots)
         self.overhead = self._overhead(len(snapshots))
         spec = stage2_spec(
-            self.cfg, self.home, stage2_from, basis, basis_path, len(snapshots), self.overhead
+            self.boost, self.home, stage2_from, basis, basis_path, len(snapshots), self.overhead
         )
         self._keep(self._trained(spec, lambda: self.runner.run(spec, self.parent)))
         for name in (StageKind(b.value) for b in self.boost.baselines):
@@ -170,7 +171,9 @@ class DimReducePipeline:
                     self.cfg, self.home, stage1.checkpoint, self.provenance, self._budget()
                 )
             else:
-                arm = baseline_spec(self.cfg, self.home, name, stage1.checkpoint, self.provenance)
+                arm = baseline_spec(
+                    self.cfg, self.run_config, self.home, name, stage1.checkpoint, self.provenance
+                )
             self._keep(self._baseline(arm, snapshots))
         if self.pca_seconds is None and self.continued and (self.home / PCA_SECONDS).is_file():
             self.pca_seconds = float(json.loads((self.home / PCA_SECONDS).read_text()))
@@ -179,7 +182,7 @@ class DimReducePipeline:
             self.parent,
             self.worker,
             self.home,
-            self.cfg.epochs,
+            self.run_config.epochs,
             self.boost.target_acc,
             self.budget,
             self.overhead,
@@ -193,7 +196,7 @@ class DimReducePipeline:
         count, k, the network's weights and forward MACs (one zero image, engine.macs) and the
         global batch - the same on every machine, load and rank. A given basis
         (`boost.pca_mat_path`) cost this job no PCA."""
-        network, data = build_model(self.cfg), self.cfg.dataset
+        network, data = build_model(self.cfg), self.run_config.dataset
         size, channels = data.get("image_size"), data.get("channels")
         macs = (
             forward_macs(network, (int(channels), int(size), int(size)))
@@ -205,7 +208,7 @@ class DimReducePipeline:
             self.boost.n_component,
             weight_count(network),
             macs,
-            global_batch_size(self.cfg),
+            self.runner.plan.global_batch,
             pca=self.boost.pca_mat_path is None,
         )
         log.info(
@@ -260,7 +263,14 @@ class DimReducePipeline:
 
     # --- stage 1 -------------------------------------------------------------------------------
     def _stage1(self, start: FineTuneStart | None) -> StageResult:
-        spec = stage1_spec(self.cfg, self.home, self.worker.is_node_main, self.provenance, start)
+        spec = stage1_spec(
+            self.cfg,
+            self.run_config,
+            self.home,
+            self.worker.is_node_main,
+            self.provenance,
+            start,
+        )
         if self.boost.stage1_run:
             return self._named_stage1(spec)
         return self._trained(
@@ -297,8 +307,10 @@ class DimReducePipeline:
 
     def _named_stage1(self, spec: StageSpec) -> StageResult:
         """`boost.stage1_run`: that run, or an error naming what is missing."""
-        key = f"boost.stage1_run={self.boost.stage1_run}"
-        run = self.tracker.reads.get_run(self.boost.stage1_run)
+        named = self.boost.stage1_run
+        assert named is not None, "_stage1 names a run only when boost.stage1_run is set"
+        key = f"boost.stage1_run={named}"
+        run = self.tracker.reads.get_run(named)
         if run is None:
             raise DimReduceError(f"{key}: no such MLflow run in {self.tracker.uri}")
         run_dir, problem = reuse.checked_dir(self.tracker.reads, run, self.ctx.launch_dir)
@@ -332,7 +344,7 @@ class DimReducePipeline:
         existed = set(pca_dir.glob("*.npy")) if self.worker.is_node_main else set()
 
         def compute():
-            progress = self.cfg.callbacks.progress_bar and self.worker.is_main
+            progress = self.run_config.callbacks.progress_bar and self.worker.is_main
             b = self.boost
             return load_or_compute_basis(
                 snapshots,
@@ -385,7 +397,8 @@ class DimReducePipeline:
         over the snapshots - the point the PCA directions are centred on."""
         if self.boost.start_from is StartFrom.final:
             return stage1.checkpoint
-        name = f"start_mean_rank_{self.worker.rank}.{checkpoint_format(self.cfg)}"
+        fmt = self.run_config.callbacks.checkpoint.format.value
+        name = f"start_mean_rank_{self.worker.rank}.{fmt}"
         path = self.home / StageKind.stage2 / name
         return save_atomic(
             network_with(self.cfg, stage1.checkpoint, self._snapshot_mean(snapshots)), path

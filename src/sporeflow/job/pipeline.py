@@ -38,14 +38,14 @@ def run_pipeline(plan: JobPlan) -> JobResult:
     Optuna study is told."""
     worker = init_context(plan.cfg)
     tracker = Tracker.from_config(  # rank 0 writes (a journal in the run dir); others only read
-        plan.cfg.tracking,
+        plan.run.tracking,
         plan.ctx.launch_dir,
         read_only=not worker.is_main,
         journal_dir=plan.ctx.run_dir,
     )
     # every graph compile collects garbage; a sweep's next job here walks only what is new
     with (
-        compile_cache.cached(plan.cfg.runtime, worker.rank),
+        compile_cache.cached(plan.run.runtime, worker.rank),
         tracker,
         long_lived_objects_frozen(keep=plan.ctx.sweep is not None),
     ):
@@ -70,9 +70,9 @@ def run_plain(runner: StageRunner) -> JobResult:
     plan = runner.plan
     resumed = plan.resume is not None
     start = (
-        None if resumed else fine_tune.start_of(plan.cfg, runner.tracker.reads)
+        None if resumed else fine_tune.start_of(plan.run.train, runner.tracker.reads)
     )  # resume: its own
-    spec = plain_spec(plan.cfg, plan.home, start)
+    spec = plain_spec(plan.run, plan.home, start)
     result = runner.run(spec, resume=resumed)
     recorded = {
         **result.cost,  # cost/passes: a list objective's cost

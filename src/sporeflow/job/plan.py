@@ -68,14 +68,15 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
     setting, a `resume=` that names no run dir or a run dir of the other kind of job."""
     cfg = validate(composed)
     check_parallel_plan(cfg, lambda: build_model(cfg))
-    pipeline = str(getattr(cfg.boost.name, "value", cfg.boost.name))
-    resume = _continued(cfg, ctx, requeues, pipeline)
+    run = OmegaConf.to_object(cfg)
+    assert isinstance(run, RunConfig), "plan_job takes a validated config"
+    pipeline = run.boost.name.value
+    resume = _continued(run, ctx, requeues, pipeline)
     if resume is not None and resume.requeued:  # what the launcher passes its workers too
         cfg = cfg.copy()
         with read_write(cfg):
             cfg.resume = str(resume.run_dir)
-    run = OmegaConf.to_object(cfg)
-    assert isinstance(run, RunConfig), "plan_job takes a validated config"
+        run.resume = str(resume.run_dir)  # the typed twin says the same
     return JobPlan(
         cfg=cfg,
         run=run,
@@ -95,10 +96,10 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
 
 
 def _continued(
-    cfg: DictConfig, ctx: RunContext, requeues: int, pipeline: str
+    run: RunConfig, ctx: RunContext, requeues: int, pipeline: str
 ) -> Continuation | None:
     """What the job continues, checked to be a run dir this kind of job continues."""
-    resume, node_rank = cfg.resume, cfg.parallel.node_rank
+    resume, node_rank = run.resume, run.parallel.node_rank
     try:
         found = continuation(resume, ctx.launch_dir, ctx.run_dir, node_rank, requeues > 0)
     except CheckpointError as ex:

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from sporeflow.config.components import build_dataset
 from sporeflow.config.facts import container
-from sporeflow.config.schema import ParallelConfig, RuntimeConfig
+from sporeflow.config.schema import ParallelConfig, RunConfig, RuntimeConfig
 from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.data.image_files import ImageInput, image_input
@@ -58,7 +58,10 @@ def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput
 
 
 def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool) -> Prediction:
-    """The network of `cfg` with `source`'s weights on `images`, batch by batch."""
+    """The network of `cfg` (validated: checked_inputs) with `source`'s weights on `images`,
+    batch by batch."""
+    run = OmegaConf.to_object(cfg)  # its typed twin: what settings are read from
+    assert isinstance(run, RunConfig), "predict takes a validated config (checked_inputs)"
     init_context(cfg)
     network = loaded_network(cfg, source)
     network.set_train(False)
@@ -66,7 +69,7 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
     batches = dataset.from_images(images.images, encoded=images.encoded)
     bar = tqdm(total=len(images.names), desc="predict", unit="image", disable=not progress)
     found = []
-    with compile_cache.cached(cfg.runtime), bar:
+    with compile_cache.cached(run.runtime), bar:
         for (batch,) in batches.create_tuple_iterator(num_epochs=1):
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
@@ -32,7 +31,7 @@ def check_inputs(plan: JobPlan) -> None:
     the job continues or starts from, a given basis. (`resume=` naming no run dir, or one of
     the other kind of job, was refused when the plan was made: job.plan.)"""
     cfg = plan.cfg
-    problem = device_problem(cfg.device_target)
+    problem = device_problem(plan.run.device_target)
     if problem:
         raise ConfigError(problem)
     refuse_compile_cache()
@@ -42,7 +41,7 @@ def check_inputs(plan: JobPlan) -> None:
     check_resume(plan)
     check_fine_tune(plan)
     if plan.dim_reduce and plan.run.boost.pca_mat_path:
-        check_basis(cfg)
+        check_basis(plan)
 
 
 def check_compile_cache(runtime) -> None:
@@ -62,7 +61,8 @@ def check_fine_tune(plan: JobPlan) -> None:
     if not plan.run.train.init_from and not plan.run.train.freeze:
         return
     reads = StoreReads.of_config(plan.run.tracking, plan.ctx.launch_dir)
-    fine_tune.check(plan.cfg, build_model(plan.cfg), fine_tune.init_source(plan.cfg, reads))
+    source = fine_tune.init_source(plan.run.train, reads)
+    fine_tune.check(plan.run, build_model(plan.cfg), source)
 
 
 def check_store(plan: JobPlan) -> None:
@@ -78,7 +78,7 @@ def check_store(plan: JobPlan) -> None:
     refusal = store_refusal(tracking.uri, tracking.experiment_name)
     if refusal:
         raise ConfigError(refusal)
-    problems = record_problems(plan.cfg, plan.ctx)
+    problems = record_problems(plan)
     if problems:
         raise ConfigError("\n".join(problems))
     uri = resolve_uri(tracking.uri, plan.ctx.launch_dir)
@@ -92,7 +92,7 @@ def check_resume(plan: JobPlan) -> None:
     pipeline's stages read their checkpoints when each is continued.)"""
     if plan.resume is None or plan.dim_reduce:
         return
-    resume = plan.cfg.resume
+    resume = plan.run.resume
     here = checkpoint_dir(plan.resume.run_dir, plan.first_local_rank, plan.run.parallel.workers)
     try:
         path, state = newest_complete_checkpoint(here)
@@ -103,7 +103,7 @@ def check_resume(plan: JobPlan) -> None:
         if name not in state:
             raise ConfigError(
                 f"resume={resume}: {path} is not a checkpoint of {type(network).__name__} "
-                f"(it has no parameter {name!r}); model={plan.cfg.model._target_}"
+                f"(it has no parameter {name!r}); model={plan.run.model['_target_']}"
             )
         if tuple(state[name].shape) != tuple(param.shape):
             raise ConfigError(
@@ -112,11 +112,13 @@ def check_resume(plan: JobPlan) -> None:
             )
 
 
-def check_basis(cfg: DictConfig) -> None:
+def check_basis(plan: JobPlan) -> None:
     """boost.pca_mat_path: a plain float .npy of shape (n_component, trainable weights); a file
     of pickled objects is refused without being unpickled."""
-    key = f"boost.pca_mat_path={cfg.boost.pca_mat_path}"
-    path = Path(cfg.boost.pca_mat_path).expanduser()
+    boost = plan.run.boost
+    assert boost.pca_mat_path is not None, "check_inputs checks a given basis only"
+    key = f"boost.pca_mat_path={boost.pca_mat_path}"
+    path = Path(boost.pca_mat_path).expanduser()
     if not path.is_file():
         raise ConfigError(f"{key}: no such file")
     try:  # the header alone: the array is never loaded, a pickle never unpickled
@@ -132,7 +134,7 @@ def check_basis(cfg: DictConfig) -> None:
         )
     if dtype not in (np.float32, np.float64):
         raise ConfigError(f"{key}: dtype {dtype}; allowed: float32, float64")
-    want = (cfg.boost.n_component, Layout.of(build_model(cfg)).total)
+    want = (boost.n_component, Layout.of(build_model(plan.cfg)).total)
     if tuple(shape) != want:
         raise ConfigError(
             f"{key}: shape {tuple(shape)}; this network and boost.n_component={want[0]} need {want}"

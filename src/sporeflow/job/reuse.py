@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
+from sporeflow.config.schema import BoostConfig
 from sporeflow.core.names import RUN_DIR_TAG, STEPS_PER_EPOCH_TAG, StageKind
 from sporeflow.runtime.mindspore_context import Worker, barrier
 from sporeflow.stage.result import PREDICTIONS, TEST_PREDICTIONS
@@ -60,31 +61,33 @@ def stage1_fingerprint(cfg: DictConfig, provenance: dict[str, str]) -> str:
     return _digest({"config": stage1_config(cfg), "provenance": provenance})
 
 
-def baseline_config(
-    cfg: DictConfig, stage1_config_digest: str, name: str, steps: int | None = None
-) -> str:
-    """A baseline is shaped by stage 1, its epoch budget, (annealed) the anneal factor and
-    (budget) its steps, which stage 2's cost decided."""
-    key: dict = {StageKind.stage1: stage1_config_digest, StageKind.baseline: name}
-    if steps is None:
-        key["epochs"] = cfg.boost.baseline_epochs or cfg.boost.epochs
-    else:
-        key["steps"] = steps
+def baseline_budget(boost: BoostConfig, name: str) -> dict:
+    """What a trained baseline's fingerprint holds of its budget: its epochs and (annealed)
+    the anneal factor. (The budget arm's is its steps, which stage 2's cost decided.)"""
+    key: dict = {"epochs": boost.baseline_epochs or boost.epochs}
     if name == StageKind.annealed:
-        key["anneal_factor"] = cfg.boost.anneal_factor
+        key["anneal_factor"] = boost.anneal_factor
+    return key
+
+
+def baseline_config(stage1_config_digest: str, name: str, budget: dict) -> str:
+    """A baseline is shaped by stage 1 and its budget: `baseline_budget`'s, or the budget
+    arm's `{"steps": steps}`."""
+    key: dict = {StageKind.stage1: stage1_config_digest, StageKind.baseline: name}
+    key.update(budget)
     return _digest(key)
 
 
 def baseline_fingerprint(
-    cfg: DictConfig, name: str, provenance: dict[str, str], steps: int | None = None
+    cfg: DictConfig, name: str, provenance: dict[str, str], budget: dict
 ) -> str:
-    config = baseline_config(cfg, stage1_config(cfg), name, steps)
+    config = baseline_config(stage1_config(cfg), name, budget)
     return _digest({"config": config, "provenance": provenance})
 
 
 def budget_fingerprint(cfg: DictConfig, steps: int, provenance: dict[str, str]) -> str:
     """The budget arm's: a baseline's, with its steps instead of epochs."""
-    return baseline_fingerprint(cfg, StageKind.budget, provenance, steps)
+    return baseline_fingerprint(cfg, StageKind.budget, provenance, {"steps": steps})
 
 
 def finished_runs(reads: StoreReads, tag: str, fingerprint: str) -> list:

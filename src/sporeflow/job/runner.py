@@ -34,7 +34,8 @@ class StageRunner:
 
     def __init__(self, plan: JobPlan, tracker: Tracker, worker: Worker):
         self.plan, self.tracker, self.worker = plan, tracker, worker
-        self.cfg, self.ctx = plan.cfg, plan.ctx  # what most stages read
+        # what components are built from, its typed twin (what settings are read from), where
+        self.cfg, self.run_config, self.ctx = plan.cfg, plan.run, plan.ctx
         self._data: dict[int, ImageDataset] = {}  # batch size -> the job's data set
         self._job_key: str | None = None
 
@@ -73,7 +74,7 @@ class StageRunner:
 
     def _start_job_run(self, stage: str) -> TrackedRun:
         """A top-level run with the job's key (job.finished_jobs), when it has one."""
-        run = start_job_run(self.tracker, self.cfg, self.ctx, stage)
+        run = start_job_run(self.tracker, self.plan, stage)
         if finished_jobs.keyed(self):
             run.set_tags({finished_jobs.KEY_TAG: self.job_key()})
         return run
@@ -82,7 +83,7 @@ class StageRunner:
         """The job's key (job.finished_jobs), made once: its config and provenance (the data
         set it trains on is built once, for this and for training)."""
         if self._job_key is None:
-            provenance = made_with.of(self.data(self.cfg.dataset.batch_size))
+            provenance = made_with.of(self.data(self.run_config.dataset["batch_size"]))
             self._job_key = finished_jobs.job_key(self.cfg, provenance)
         return self._job_key
 
@@ -90,7 +91,7 @@ class StageRunner:
         """The stage's run: the one its marker names when resuming, else a new one (the job's
         own without a parent, else the parent's child), tagged with the spec."""
         marker = read_run_marker(spec.stage_dir) if resume else {}
-        interval = self.cfg.tracking.system_metrics_interval if spec.epochs else 0.0
+        interval = self.run_config.tracking.system_metrics_interval if spec.epochs else 0.0
         if marker.get("mlflow_run_id"):
             run = self._resumed(marker["mlflow_run_id"], interval)
         elif parent is None:
@@ -101,7 +102,7 @@ class StageRunner:
             run = self.tracker.start_run(
                 spec.name, tags=tags, parent=parent, system_metrics=interval
             )
-            record_config(run, self.cfg, self.ctx, spec.name, spec.params(self.cfg))
+            record_config(run, self.cfg, self.ctx, spec.name, spec.params(self.run_config))
             run.set_tags(spec.run_tags())
         self._mark(spec.stage_dir, run, spec.name)
         return run
@@ -122,7 +123,7 @@ class StageRunner:
         settings = StageSettings.of(
             plan.run, spec, plan.worker_batch, plan.objective, plan.dim_reduce
         )
-        trainer = Trainer(self.cfg, settings, spec, self.data(), self.worker, resume)
+        trainer = Trainer(self.cfg, plan.run, settings, spec, self.data(), self.worker, resume)
         run = self.open_run(spec, parent, resume)
         return guarded(run, lambda: trainer.train(run))
 
@@ -130,8 +131,9 @@ class StageRunner:
         """A stage that trains nothing: `spec.init_weights` overlaid with `weights`, evaluated
         on the job's data set at its global batch (BatchNorm statistics are recomputed on it)."""
         run = self.open_run(spec, parent, resume=False)
-        data = self.data(self.cfg.dataset.batch_size)
-        return guarded(run, lambda: evaluate_weights(self.cfg, spec, weights, data, run))
+        data = self.data(self.run_config.dataset["batch_size"])
+        config = self.run_config
+        return guarded(run, lambda: evaluate_weights(self.cfg, config, spec, weights, data, run))
 
     def reused_or_run(
         self,

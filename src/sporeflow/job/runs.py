@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config.facts import container, is_dim_reduce
+from sporeflow.config.facts import container
+from sporeflow.config.schema import RunConfig, TrackingConfig
 from sporeflow.core.context import RunContext
 from sporeflow.core.errors import TrialPruned
 from sporeflow.core.names import (
@@ -40,38 +41,43 @@ from sporeflow.tracking.store import (
 from sporeflow.tracking.sync import sync, wait_for_writers
 from sporeflow.tracking.tracker import TrackedRun, Tracker, flatten
 
+if TYPE_CHECKING:
+    from sporeflow.job.plan import JobPlan
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def base_name(cfg: DictConfig) -> str:
-    """ "<model>-<dataset>" from the components' class names: lenet5-digits."""
-    model = str(cfg.model._target_).rsplit(".", 1)[-1].lower()
-    data = str(cfg.dataset._target_).rsplit(".", 1)[-1].lower()
+def base_name(run: RunConfig | DictConfig) -> str:
+    """ "<model>-<dataset>" from the components' class names: lenet5-digits. Of the typed
+    config (a job's `plan.run`), or of a config as composed (a sweep's, eval.py's source's)."""
+    model = str(run.model["_target_"]).rsplit(".", 1)[-1].lower()
+    data = str(run.dataset["_target_"]).rsplit(".", 1)[-1].lower()
     return f"{model}-{data}"
 
 
-def run_name(cfg: DictConfig, ctx: RunContext | None = None) -> str:
+def run_name(run: RunConfig, ctx: RunContext | None = None) -> str:
     """`tracking.run_name`, else "<model>-<dataset>", "-dim_reduce" added for a pipeline; in a
     sweep, what differs between its jobs: "dim_reduce rho=0.4 sigma=0.2"."""
-    dim_reduce = is_dim_reduce(cfg)
-    base = cfg.tracking.run_name or base_name(cfg)
+    dim_reduce = run.dim_reduce
+    base = run.tracking.run_name or base_name(run)
     if ctx is not None and ctx.sweep is not None:
-        base = "dim_reduce" if dim_reduce and not cfg.tracking.run_name else base
+        base = "dim_reduce" if dim_reduce and not run.tracking.run_name else base
         return f"{base} {ctx.sweep.label(ctx.overrides)}".strip()
     return f"{base}-dim_reduce" if dim_reduce else base
 
 
-def start_job_run(tracker: Tracker, cfg: DictConfig, ctx: RunContext, stage: str) -> TrackedRun:
+def start_job_run(tracker: Tracker, plan: JobPlan, stage: str) -> TrackedRun:
     """The top-level run of one job (a plain training run or a pipeline), config recorded; in a
     sweep, a child of the sweep's parent run, tagged with the job's number."""
-    tags, parent = {STAGE_TAG: stage}, None
+    ctx, tags, parent = plan.ctx, {STAGE_TAG: stage}, None
     if ctx.sweep is not None:
         parent = tracker.run(ctx.sweep.run_id)  # an MLflow id, or the sweep journal's key
         tags.update({SWEEP_RUN_ID_TAG: ctx.sweep.run_id, SWEEP_JOB_TAG: str(ctx.sweep.job)})
-    interval = cfg.tracking.system_metrics_interval if stage != "pipeline" else 0.0
-    run = tracker.start_run(run_name(cfg, ctx), tags=tags, parent=parent, system_metrics=interval)
-    record_config(run, cfg, ctx, stage)
+    interval = plan.run.tracking.system_metrics_interval if stage != "pipeline" else 0.0
+    name = run_name(plan.run, ctx)
+    run = tracker.start_run(name, tags=tags, parent=parent, system_metrics=interval)
+    record_config(run, plan.cfg, ctx, stage)
     return run
 
 
@@ -83,7 +89,7 @@ def record_config(
     artifacts."""
     plain = container(cfg)
     run.log_params({**flatten(plain), **(changed or {})})
-    run.set_tags(config_tags(cfg, ctx, stage))
+    run.set_tags(config_tags(plain.get("experiment"), ctx, stage))
     run.log_text(OmegaConf.to_yaml(plain), "config/config.yaml")
     run.log_text("\n".join(ctx.overrides) + "\n", "config/overrides.txt")
     if ctx.hydra_dir is not None:  # as text: log_text takes URI passwords out
@@ -91,11 +97,12 @@ def record_config(
             run.log_text(path.read_text(), f"config/hydra/{path.name}")
 
 
-def config_tags(cfg: DictConfig, ctx: RunContext, stage: str) -> dict[str, str]:
-    """The tags every run of the job gets from its config and command line."""
+def config_tags(experiment: str | None, ctx: RunContext, stage: str) -> dict[str, str]:
+    """The tags every run of the job gets from its config (`experiment`: the preset it names)
+    and command line."""
     return {
         STAGE_TAG: stage,
-        "experiment": cfg.experiment or "",
+        "experiment": experiment or "",
         "git_commit": ctx.git_commit or "",
         "git_dirty": "" if ctx.git_dirty is None else str(ctx.git_dirty).lower(),
         OVERRIDES_TAG: " ".join(ctx.overrides),
@@ -104,11 +111,12 @@ def config_tags(cfg: DictConfig, ctx: RunContext, stage: str) -> dict[str, str]:
     }
 
 
-def record_problems(cfg: DictConfig, ctx: RunContext) -> list[str]:
+def record_problems(plan: JobPlan) -> list[str]:
     """What MLflow would refuse (or cut) of what the job records - its experiment's and run's
     names, the config's params, the tags - one line per key, so that it is said before work
     and not by the writer after training (MLflow's limits: tracking.store)."""
-    name, tracking = run_name(cfg, ctx), cfg.tracking
+    ctx, run = plan.ctx, plan.run
+    name, tracking = run_name(run, ctx), run.tracking
     name_key = f"tracking.run_name={shown(name)}" if tracking.run_name else f"the run name {name!r}"
     checks = [
         (
@@ -125,8 +133,8 @@ def record_problems(cfg: DictConfig, ctx: RunContext) -> list[str]:
         ),
     ]
     for kind, values, limit in (
-        ("param", flatten(container(cfg), limit=None), MAX_PARAM_LENGTH),
-        ("tag", config_tags(cfg, ctx, StageKind.train), MAX_TAG_LENGTH),
+        ("param", flatten(container(plan.cfg), limit=None), MAX_PARAM_LENGTH),
+        ("tag", config_tags(run.experiment, ctx, StageKind.train), MAX_TAG_LENGTH),
     ):
         for key, value in values.items():
             checks.append((f"{kind} {shown(key)}", key, MAX_KEY_LENGTH, f" in a {kind}'s key"))
@@ -164,11 +172,11 @@ def guarded(run: TrackedRun, fn: Callable[[], T]) -> T:
     return result
 
 
-def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
+def prepare_store(tracking: TrackingConfig, ctx: RunContext) -> None:
     """Create the MLflow store and experiment before workers start, so a worker killed mid-way
     can never leave a half-migrated database behind (and rank 0 does not pay the migration).
     A store that cannot be reached now is left to the journal's writer to retry."""
-    store = Tracker.from_config(cfg.tracking, ctx.launch_dir).reads.store()
+    store = Tracker.from_config(tracking, ctx.launch_dir).reads.store()
     try:
         store.connect()
     except StoreError as ex:
@@ -178,16 +186,16 @@ def prepare_store(cfg: DictConfig, ctx: RunContext) -> None:
         )
 
 
-def mark_ended(cfg: DictConfig, ctx: RunContext, status: str) -> None:
+def mark_ended(tracking: TrackingConfig, ctx: RunContext, status: str) -> None:
     """A parallel job's run must not stay RUNNING when the job failed or was stopped: rank 0
     wrote its run (an MLflow id or its journal key) into the run marker. Rank 0's writer is let
     finish first (it ends what its dead trainer left open KILLED), a journal whose writer died
     is applied here, then FAILED always applies (the job failed whatever rank 0 saw); KILLED
     only to a run rank 0 could not end itself."""
     run_ref = read_run_marker(ctx.run_dir).get("mlflow_run_id")
-    if not run_ref or not cfg.tracking.enabled:
+    if not run_ref or not tracking.enabled:
         return
-    tracker = Tracker.from_config(cfg.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
+    tracker = Tracker.from_config(tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
     wait_for_writers(ctx.run_dir, tracker.drain_timeout)
     sync(ctx.run_dir)
     with tracker:

@@ -1,5 +1,6 @@
 """The specs of a job's stages, built once from the (read-only) config: a plain job's one stage,
-stage 1, stage 2, the baselines and the budget arm, each with its reuse fingerprint.
+stage 1, stage 2, the baselines and the budget arm, each with its reuse fingerprint. Settings
+are read from the typed config (job.plan's `plan.run`); `cfg` is what a fingerprint digests.
 
 Imports no MindSpore: specs are built and tested without a network."""
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from sporeflow.config.schema import BoostConfig, RunConfig
 from sporeflow.core.names import BASELINE_FINGERPRINT_TAG, STAGE1_FINGERPRINT_TAG, StageKind
 from sporeflow.engine.cost import Overhead
 from sporeflow.job import reuse
@@ -17,12 +19,12 @@ from sporeflow.job.budget import Budget
 from sporeflow.stage.spec import FineTuneStart, ReuseKey, StageSpec
 
 
-def plain_spec(cfg: DictConfig, run_dir: Path, start: FineTuneStart | None = None) -> StageSpec:
+def plain_spec(run: RunConfig, run_dir: Path, start: FineTuneStart | None = None) -> StageSpec:
     """A plain job: one stage, `train`, in the run dir itself (fine-tuned from `start`)."""
     return StageSpec(
         StageKind.train,
         Path(run_dir),
-        cfg.epochs,
+        run.epochs,
         fine_tune_from=start.weights if start else None,
         tags=dict(start.tags) if start else {},
     )
@@ -30,6 +32,7 @@ def plain_spec(cfg: DictConfig, run_dir: Path, start: FineTuneStart | None = Non
 
 def stage1_spec(
     cfg: DictConfig,
+    run: RunConfig,
     run_dir: Path,
     keeps_snapshots: bool,
     provenance: dict[str, str],
@@ -41,7 +44,7 @@ def stage1_spec(
     return StageSpec(
         StageKind.stage1,
         stage_dir,
-        cfg.epochs,
+        run.epochs,
         fine_tune_from=start.weights if start else None,
         tags=dict(start.tags) if start else {},
         snapshot_dir=stage_dir / "snapshots" if keeps_snapshots else None,
@@ -55,7 +58,7 @@ def stage1_spec(
 
 
 def stage2_spec(
-    cfg: DictConfig,
+    boost: BoostConfig,
     run_dir: Path,
     start: Path,
     basis: Any,
@@ -68,13 +71,13 @@ def stage2_spec(
     return StageSpec(
         StageKind.stage2,
         Path(run_dir) / StageKind.stage2,
-        cfg.boost.epochs,
+        boost.epochs,
         init_weights=start,
         basis=basis,
         tags={
             "pca_basis": str(basis_path),
             "n_snapshots": str(n_snapshots),
-            "start_from": cfg.boost.start_from.value,
+            "start_from": boost.start_from.value,
             **overhead.tags(),
         },
         overhead_passes=overhead.passes,
@@ -82,17 +85,24 @@ def stage2_spec(
 
 
 def baseline_spec(
-    cfg: DictConfig, run_dir: Path, name: str, stage1_weights: Path, provenance: dict[str, str]
+    cfg: DictConfig,
+    run: RunConfig,
+    run_dir: Path,
+    name: str,
+    stage1_weights: Path,
+    provenance: dict[str, str],
 ) -> StageSpec:
     """A baseline stage 2 must beat: plain continuation (`baseline`), the same at a lower rate
     (`annealed`), or the snapshots' mean evaluated without training (`snapshot_mean`)."""
-    budget = cfg.boost.baseline_epochs or cfg.boost.epochs
+    boost = run.boost
+    budget = boost.baseline_epochs or boost.epochs
+    fingerprinted = reuse.baseline_budget(boost, name)
     key = ReuseKey(
         BASELINE_FINGERPRINT_TAG,
-        reuse.baseline_fingerprint(cfg, name, provenance),
-        reuse.baseline_config(cfg, reuse.stage1_config(cfg), name),
+        reuse.baseline_fingerprint(cfg, name, provenance, fingerprinted),
+        reuse.baseline_config(reuse.stage1_config(cfg), name, fingerprinted),
     )
-    lr = cfg.optimizer.lr * cfg.boost.anneal_factor if name == StageKind.annealed else None
+    lr = run.optimizer["lr"] * boost.anneal_factor if name == StageKind.annealed else None
     return StageSpec(
         name,
         Path(run_dir) / name,
@@ -129,7 +139,9 @@ def budget_spec(
         reuse=ReuseKey(
             BASELINE_FINGERPRINT_TAG,
             reuse.budget_fingerprint(cfg, budget.steps, provenance),
-            reuse.baseline_config(cfg, reuse.stage1_config(cfg), StageKind.budget, budget.steps),
+            reuse.baseline_config(
+                reuse.stage1_config(cfg), StageKind.budget, {"steps": budget.steps}
+            ),
         ),
         provenance=provenance,
         tags=budget.tags(),

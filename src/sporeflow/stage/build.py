@@ -16,7 +16,7 @@ from sporeflow.config.components import (
     build_train_loss,
     mixing,
 )
-from sporeflow.config.schema import LossScaleManager, ParallelMode
+from sporeflow.config.schema import LossScaleManager, ParallelMode, RunConfig, TrainStepConfig
 from sporeflow.config.strategies import apply_strategies
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine import graph_pool
@@ -32,7 +32,7 @@ def eval_metrics() -> dict:
     return {"acc": nn.Accuracy(), "loss": nn.Loss()}
 
 
-def needs_train_step(step_cfg: DictConfig) -> bool:
+def needs_train_step(step_cfg: TrainStepConfig) -> bool:
     """False when every `train.*` feature is off: then a plain mindspore.Model(net, loss, opt)."""
     return (
         step_cfg.loss_scale != 1.0
@@ -44,7 +44,7 @@ def needs_train_step(step_cfg: DictConfig) -> bool:
 
 
 def train_step_from_config(
-    network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer, step_cfg: DictConfig
+    network: nn.Cell, loss_fn: nn.Cell, optimizer: nn.Optimizer, step_cfg: TrainStepConfig
 ) -> TrainStep:
     ema = step_cfg.ema
     return TrainStep(
@@ -76,29 +76,37 @@ def model_around(
     )
 
 
-def build_stage_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
+def build_stage_parts(
+    cfg: DictConfig, run: RunConfig, spec: StageSpec, steps_per_epoch: int
+) -> StageParts:
     """The network (shard strategies, start weights, AMP), loss, optimizer (the spec's epochs
     and rate) and train cell of one stage; an earlier stage's compiled parts of the same graph
-    with these values in them, when there are (engine.graph_pool)."""
-    return graph_pool.reused(_built_parts(cfg, spec, steps_per_epoch), cfg.runtime.reuse_graphs)
+    with these values in them, when there are (engine.graph_pool). The components are built
+    from `cfg`; their settings (train step, AMP, shards, stage 2's) are read from `run`, its
+    typed twin (job.plan's `plan.run`)."""
+    reuse = run.runtime.reuse_graphs
+    return graph_pool.reused(_built_parts(cfg, run, spec, steps_per_epoch), reuse)
 
 
-def _built_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> StageParts:
+def _built_parts(
+    cfg: DictConfig, run: RunConfig, spec: StageSpec, steps_per_epoch: int
+) -> StageParts:
+    train, parallel = run.train, run.parallel
     network = build_model(cfg)
-    if cfg.parallel.mode is ParallelMode.semi_auto:
-        apply_strategies(network, cfg.parallel.shard)
+    if parallel.mode is ParallelMode.semi_auto:
+        apply_strategies(network, parallel.shard)
     if spec.init_weights is not None:
         load_weights(network, spec.init_weights)
     if spec.fine_tune_from is not None:
         fine_tune.start_from(network, spec.fine_tune_from)
-    fine_tune.freeze(network, cfg.train.freeze)
-    network = apply_amp(network, cfg.train.amp_level.value, cfg.train.keep_batchnorm_fp32)
-    reuse = cfg.runtime.reuse_graphs
+    fine_tune.freeze(network, train.freeze)
+    network = apply_amp(network, train.amp_level.value, train.keep_batchnorm_fp32)
+    reuse = run.runtime.reuse_graphs
     network = graph_pool.shared_network(network, reuse)
     loss_fn = build_loss(cfg)  # evaluation's (integer labels)
     train_loss = build_train_loss(cfg)  # the step's (mixed batches: soft labels)
     if spec.basis is not None:
-        b = cfg.boost
+        b = run.boost
         step = DimReduceStep(
             nn.WithLossCell(network, train_loss),
             network.trainable_params(),
@@ -115,9 +123,9 @@ def _built_parts(cfg: DictConfig, spec: StageSpec, steps_per_epoch: int) -> Stag
     optimizer = build_optimizer(
         cfg, network.trainable_params(), steps_per_epoch, spec.epochs, spec.lr, spec.schedule
     )
-    if not needs_train_step(cfg.train) and not mixing(cfg):
+    if not needs_train_step(train) and not mixing(cfg):
         model = model_around(network, network, loss_fn, reuse, loss_fn=loss_fn, optimizer=optimizer)
         return StageParts(network, model, (network, optimizer))
-    step = train_step_from_config(network, train_loss, optimizer, cfg.train)
-    swap = partial(ema_weights_in, step) if cfg.train.ema.enabled else None
+    step = train_step_from_config(network, train_loss, optimizer, train)
+    swap = partial(ema_weights_in, step) if train.ema.enabled else None
     return StageParts(network, model_around(step, network, loss_fn, reuse), (step,), swap)

@@ -11,7 +11,7 @@ from mindspore import Tensor
 from omegaconf import DictConfig
 
 from sporeflow.config.components import build_loss, build_model
-from sporeflow.config.facts import checkpoint_format
+from sporeflow.config.schema import RunConfig
 from sporeflow.engine import graph_pool
 from sporeflow.engine.batchnorm import recompute_batchnorm
 from sporeflow.stage.build import model_around
@@ -35,28 +35,29 @@ def network_with(cfg: DictConfig, base: Path, weights: dict):
 
 
 def evaluate_weights(
-    cfg: DictConfig, spec: StageSpec, weights: dict, data, run: TrackedRun
+    cfg: DictConfig, config: RunConfig, spec: StageSpec, weights: dict, data, run: TrackedRun
 ) -> StageResult:
     """`spec.init_weights` overlaid with `weights` (name -> array), evaluated on `data`'s
     validation split (its metrics) and test split (reported); final weights, predictions and
-    the model kept like a trained stage's."""
+    the model kept like a trained stage's. Components built from `cfg`, settings read from
+    `config` (its typed twin)."""
     if spec.init_weights is None:
         raise ValueError(f"{spec.name}: an evaluated stage needs the weights it starts from")
-    reuse = cfg.runtime.reuse_graphs
+    reuse = config.runtime.reuse_graphs
     network = graph_pool.shared_network(network_with(cfg, spec.init_weights, weights), reuse)
     loss_fn = build_loss(cfg)
     model = model_around(network, network, loss_fn, reuse, loss_fn=loss_fn)
-    if recompute_batchnorm(network, data.create("train", seed=cfg.seed, mix=False)):
+    if recompute_batchnorm(network, data.create("train", seed=config.seed, mix=False)):
         log.info("%s: BatchNorm statistics recomputed on the training split", spec.name)
     val_data, test_data = data.create("val"), data.create("test")
     result = {k: float(v) for k, v in model.eval(val_data, dataset_sink_mode=False).items()}
-    final = checkpoint_dir(spec.stage_dir) / f"final.{checkpoint_format(cfg)}"
+    final = checkpoint_dir(spec.stage_dir) / f"final.{config.callbacks.checkpoint.format.value}"
     path = save_atomic(network, final)
     end = ended(model, result, val_data, test_data)
     writer = StageWriter(run)  # the stage's one road to its run, as a trained stage's
     writer.files(save_predictions(spec.stage_dir, end))
     writer.data(data)
-    writer.model(cfg, network, path, test_data, spec.stage_dir, 0)
+    writer.model(cfg, config, network, path, test_data, spec.stage_dir, 0)
     writer.metrics({f"val/{k}": v for k, v in result.items()}, 0)
     writer.metrics(end.metrics(), 0, flush=True)
     return StageResult(

@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig
-
+from sporeflow.config.schema import RunConfig, TrainStepConfig
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.names import INIT_FROM_RUN_TAG, INIT_FROM_TAG, INIT_WEIGHTS_TAG
 from sporeflow.stage.source import Source, resolve
@@ -23,17 +22,17 @@ log = logging.getLogger(__name__)
 KEY = "train.init_from"
 
 
-def init_source(cfg: DictConfig, reads: StoreReads) -> Source | None:
+def init_source(train: TrainStepConfig, reads: StoreReads) -> Source | None:
     """The run `train.init_from` names (None when unset); ConfigError naming the key."""
-    if not cfg.train.init_from:
+    if not train.init_from:
         return None
-    return resolve(str(cfg.train.init_from), reads, key=KEY)
+    return resolve(str(train.init_from), reads, key=KEY)
 
 
-def start_of(cfg: DictConfig, reads: StoreReads) -> FineTuneStart | None:
+def start_of(train: TrainStepConfig, reads: StoreReads) -> FineTuneStart | None:
     """What a first stage's spec needs of train.init_from (None when unset): the weights, and
     tags naming the source (its MLflow run id when known) on the stage's run."""
-    source = init_source(cfg, reads)
+    source = init_source(train, reads)
     if source is None:
         return None
     tags = {INIT_FROM_TAG: source.name, INIT_WEIGHTS_TAG: str(source.weights)}
@@ -75,7 +74,7 @@ def freeze(network, prefixes) -> list[str]:
     return [p.name for p in frozen]
 
 
-def check(cfg: DictConfig, network, source: Source | None) -> None:
+def check(run: RunConfig, network, source: Source | None) -> None:
     """Before any work: the source has weights that fit `network`, every freeze prefix matches
     a parameter and something is left to train. ConfigError naming the key."""
     names = [p.name for p in network.get_parameters()]
@@ -84,9 +83,9 @@ def check(cfg: DictConfig, network, source: Source | None) -> None:
         if not loaded:
             raise ConfigError(
                 f"{KEY}={source.name}: none of its weights ({source.weights}) fits "
-                f"model={cfg.model._target_} (other names or shapes): another network?"
+                f"model={run.model['_target_']} (other names or shapes): another network?"
             )
-    prefixes = list(cfg.train.freeze)
+    prefixes = list(run.train.freeze)
     unmatched = [p for p in prefixes if not any(_under(n, [p]) for n in names)]
     if unmatched:
         tops = sorted({n.split(".")[0] for n in names})

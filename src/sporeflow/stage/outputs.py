@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.config.facts import container
-from sporeflow.config.schema import ParallelMode
+from sporeflow.config.schema import ParallelMode, RunConfig
 from sporeflow.serving.package import EXAMPLE, package_model
 from sporeflow.tracking.tracker import TrackedRun
 
@@ -39,19 +39,28 @@ def record_data(run: TrackedRun, data) -> None:
         )
 
 
-def model_logged(cfg: DictConfig) -> bool:
+def model_logged(run: RunConfig) -> bool:
     """Whether a stage logs its network: full weights on this process (not sharded)."""
-    return cfg.tracking.log_model and cfg.parallel.mode in (
+    return run.tracking.log_model and run.parallel.mode in (
         ParallelMode.standalone,
         ParallelMode.data,
     )
 
 
 def record_model(
-    cfg: DictConfig, run: TrackedRun, network, weights: Path, eval_data, stage_dir: Path, step: int
+    cfg: DictConfig,
+    config: RunConfig,
+    run: TrackedRun,
+    network,
+    weights: Path,
+    eval_data,
+    stage_dir: Path,
+    step: int,
 ) -> None:
-    """Package the final network in `<stage dir>/model` and journal it as the run's model."""
-    if not model_logged(cfg) or run.run_id is None:
+    """Package the final network in `<stage dir>/model` and journal it as the run's model:
+    with its component node (`model` of `cfg`, what serving builds it from) and, from the typed
+    `config`, whether it is logged and its classes."""
+    if not model_logged(config) or run.run_id is None:
         return
     images, _ = next(eval_data.create_tuple_iterator(num_epochs=1))
     packaged = package_model(
@@ -59,7 +68,7 @@ def record_model(
         container(cfg.model),
         weights,
         images.asnumpy(),
-        cfg.dataset.num_classes,
+        config.dataset["num_classes"],
         Path(stage_dir) / MODEL_DIR,
     )
     run.log_model(

@@ -1,7 +1,7 @@
 """A stage is a value: what to train, from which weights, for how long, at which learning
 rate, under which reuse fingerprint. A pipeline builds its specs once from the (read-only)
-config (job.specs); nothing rewrites the config between stages, so `cfg.epochs` always means
-stage 1's epochs and `cfg.optimizer.lr` the configured rate, and a spec says what its stage
+config (job.specs); nothing rewrites the config between stages, so `epochs` always means
+stage 1's epochs and `optimizer.lr` the configured rate, and a spec says what its stage
 differs in.
 
 Imports no MindSpore: specs are built and tested without a network."""
@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from sporeflow.config.schema import RunConfig
 from sporeflow.core.names import FINGERPRINT_CONFIG_TAG, RUN_DIR_TAG
 from sporeflow.stage import provenance as made_with
 
@@ -54,13 +53,14 @@ class StageSpec:
     schedule: dict | None = None  # replaces optimizer.schedule (the budget arm's decay)
     overhead_passes: float = 0.0  # waited for before its first step: in its cost/passes
 
-    def params(self, cfg: DictConfig) -> dict:
-        """What this stage's run records where it differs from the config: its own epochs and
-        learning rate (stage 2 trains boost.epochs, the annealed baseline a lower rate)."""
+    def params(self, run: RunConfig) -> dict:
+        """What this stage's run records where it differs from the (typed) config: its own
+        epochs and learning rate (stage 2 trains boost.epochs, the annealed baseline a lower
+        rate)."""
         changed: dict[str, Any] = {}
-        if self.epochs != cfg.epochs:
+        if self.epochs != run.epochs:
             changed["epochs"] = self.epochs
-        if self.lr is not None and self.lr != cfg.optimizer.lr:
+        if self.lr is not None and self.lr != run.optimizer["lr"]:
             changed["optimizer.lr"] = self.lr
         if self.max_steps is not None:
             changed["max_steps"] = self.max_steps

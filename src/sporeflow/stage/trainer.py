@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.config.facts import global_batch_size  # noqa: F401 - tests read it here
+from sporeflow.config.schema import RunConfig
 from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.dim_reduce.step import SETTING_PREFIX
 from sporeflow.engine.divergence import TrainingDiverged
@@ -64,18 +65,22 @@ class Trainer:
     """One stage of one job on this worker. Built before its MLflow run is opened: a stage that
     cannot get this far leaves no trace in MLflow (and a resumed run keeps its status).
     `cfg` is read only where components are built (network, optimizer, loss, data, a user's
-    hooks, the packaged model); every setting comes from `settings`."""
+    hooks, the packaged model); the build reads its settings (train step, AMP, shards, stage
+    2's) from `config`, the same config typed (job.plan's `plan.run`); every other setting
+    comes from `settings`."""
 
     def __init__(
         self,
         cfg: DictConfig,
+        config: RunConfig,
         settings: StageSettings,
         spec: StageSpec,
         data,
         worker: Worker,
         resume: bool = False,
     ):
-        self.cfg, self.settings, self.spec, self.worker = cfg, settings, spec, worker
+        self.cfg, self.config, self.settings = cfg, config, settings
+        self.spec, self.worker = spec, worker
         self.data = data  # the job's ImageDataset: train, val and test come from it
         if worker.is_main:
             log.info("stage %s: building the network and its train step", spec.name)
@@ -102,12 +107,12 @@ class Trainer:
         self.steps_per_epoch = self.train_data.get_dataset_size()
         if self.steps_per_epoch == 0:
             raise DataError(
-                f"the training split of {cfg.dataset._target_} yields no batch of "
+                f"the training split of {config.dataset['_target_']} yields no batch of "
                 f"{settings.worker_batch} (drop_remainder={getattr(data, 'drop_remainder', False)})"
             )
         self.val_data = data.create("val")  # every evaluation during training: what chooses
         self.test_data = data.create("test")  # read once, at the stage's end: what reports
-        self.parts = build_stage_parts(cfg, spec, self.steps_per_epoch)
+        self.parts = build_stage_parts(cfg, config, spec, self.steps_per_epoch)
         if state is not None:
             restore_exact(
                 state, *self.parts.state_cells, from_config=set_by_config, rebuilt=rebuilt_by_config
@@ -260,7 +265,13 @@ class Trainer:
             main = self.worker.is_main
             predictions = save_predictions(self.spec.stage_dir, end) if main else []
             self.writer.model(
-                self.cfg, parts.network, weights, self.test_data, self.spec.stage_dir, last_step
+                self.cfg,
+                self.config,
+                parts.network,
+                weights,
+                self.test_data,
+                self.spec.stage_dir,
+                last_step,
             )
         if parts.ema_swap is not None and not ema_ranked:
             with parts.ema_swap():

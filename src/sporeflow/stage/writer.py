@@ -70,7 +70,12 @@ class StageWriter(HookBase):
         if self.run is not None:
             outputs.record_data(self.run, data)
 
-    def model(self, cfg, network, weights: Path, eval_data, stage_dir: Path, step: int) -> None:
-        """The final network packaged as the run's model (stage.outputs)."""
+    def model(
+        self, cfg, config, network, weights: Path, eval_data, stage_dir: Path, step: int
+    ) -> None:
+        """The final network packaged as the run's model (stage.outputs; `config`: the typed
+        twin of `cfg`)."""
         if self.run is not None:
-            outputs.record_model(cfg, self.run, network, weights, eval_data, stage_dir, step)
+            outputs.record_model(
+                cfg, config, self.run, network, weights, eval_data, stage_dir, step
+            )

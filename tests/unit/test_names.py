@@ -31,9 +31,7 @@ RESOLVER_REGISTRATION = "register_new_resolver"  # `${sporeflow.uid:}`: an Omega
 
 # Modules another engineer rewrites (issue 62, steps 1-3) that still spell a name themselves:
 # (module, the literal). Remove a line when its module imports the name from core.names.
-PENDING = {
-    ("stage/outputs.py", "sporeflow.selection"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -76,8 +76,7 @@ BASELINE_FINGERPRINT_TAG = "baseline_fingerprint"
 FINGERPRINT_CONFIG_TAG = "{}_config"  # beside a fingerprint tag: its config part alone
 JOB_KEY_TAG = "sporeflow.job_key"
 COPIED_FROM_TAG = "sporeflow.copied_from"  # a finished job's run copied: the original's id
-STEPS_PER_EPOCH_TAG = "batch.steps_per_epoch"  # w: stage.trainer (its own literal until that
-# module is rewritten); r: job.reuse
+STEPS_PER_EPOCH_TAG = "batch.steps_per_epoch"  # w: stage.trainer; r: job.reuse
 
 # The tracking writer's (tracking.apply, tracking.store)
 RUN_KEY_TAG = "sporeflow.run_key"  # a journal's run key; w: tracking.apply; r: tracking.store

@@ -26,7 +26,9 @@ import numpy as np
 
 from sporeflow.core import signals, telemetry
 from sporeflow.core.errors import ConfigError
+from sporeflow.core.names import RUN_DIR_TAG, STAGE_TAG
 from sporeflow.entry import messages
+from sporeflow.storage.run_marker import PIPELINE
 
 if TYPE_CHECKING:  # the store's reads import MLflow at first use, not with sporeflow
     from sporeflow.job.job_result import JobResult
@@ -375,10 +377,10 @@ def _recorded_run(reads: StoreReads, ref: str) -> RunResult:
     metrics = dict(recorded.data.metrics)
     chosen = recorded.data.params.get("sweep.objective", "auto")
     key = objective.metric_key(
-        objective.primary(chosen), recorded.data.tags.get("stage") == "pipeline"
+        objective.primary(chosen), recorded.data.tags.get(STAGE_TAG) == PIPELINE
     )
     return RunResult(
-        Path(recorded.data.tags.get("run_dir", "")),
+        Path(recorded.data.tags.get(RUN_DIR_TAG, "")),
         float(metrics.get(key, float("nan"))),
         recorded.info.run_id,
         reads.uri,

@@ -28,7 +28,6 @@ from sporeflow.core.names import COPIED_FROM_TAG, JOB_KEY_TAG, StageKind
 
 log = logging.getLogger(__name__)
 
-KEY_TAG = JOB_KEY_TAG  # job.runner tags a job with it (it will import core.names itself)
 NOT_IN_KEY = ("tracking", "sweep", "resume")  # where a job logs and how a sweep ranks it
 COPIED_DIR = "copied"  # in the job's run dir: the original's predictions, sent as this run's
 

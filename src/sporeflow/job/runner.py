@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sporeflow.config.components import build_dataset
+from sporeflow.core.names import JOB_KEY_TAG, STAGE_TAG
 from sporeflow.data.base import ImageDataset
 from sporeflow.job import finished_jobs, reuse
 from sporeflow.job.plan import JobPlan
@@ -76,7 +77,7 @@ class StageRunner:
         """A top-level run with the job's key (job.finished_jobs), when it has one."""
         run = start_job_run(self.tracker, self.plan, stage)
         if finished_jobs.keyed(self):
-            run.set_tags({finished_jobs.KEY_TAG: self.job_key()})
+            run.set_tags({JOB_KEY_TAG: self.job_key()})
         return run
 
     def job_key(self) -> str:
@@ -98,7 +99,7 @@ class StageRunner:
             run = self._start_job_run(spec.name)
             run.set_tags(spec.run_tags())
         else:
-            tags = {"stage": spec.name}
+            tags = {STAGE_TAG: spec.name}
             run = self.tracker.start_run(
                 spec.name, tags=tags, parent=parent, system_metrics=interval
             )

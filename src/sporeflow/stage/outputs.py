@@ -10,13 +10,13 @@ from omegaconf import DictConfig
 
 from sporeflow.config.facts import container
 from sporeflow.config.schema import ParallelMode, RunConfig
+from sporeflow.core.names import SELECTION_TAG
 from sporeflow.serving.package import EXAMPLE, package_model
 from sporeflow.tracking.tracker import TrackedRun
 
 log = logging.getLogger(__name__)
 MODEL_DIR = "model"
 CONTEXTS = {"train": "training", "val": "validation", "test": "evaluation"}
-SELECTION_TAG = "sporeflow.selection"  # `test` on a run whose choices read the test split
 
 
 def record_data(run: TrackedRun, data) -> None:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from sporeflow.config.facts import global_batch_size  # noqa: F401 - tests read it here
 from sporeflow.config.schema import RunConfig
 from sporeflow.core.errors import DataError, DivergedError
+from sporeflow.core.names import STEPS_PER_EPOCH_TAG
 from sporeflow.dim_reduce.step import SETTING_PREFIX
 from sporeflow.engine.divergence import TrainingDiverged
 from sporeflow.engine.events import EventRecord
@@ -219,7 +220,7 @@ class Trainer:
             "batch.per_worker": settings.worker_batch,
             "batch.global": settings.global_batch,
             "batch.workers": settings.workers,
-            "batch.steps_per_epoch": self.steps_per_epoch,
+            STEPS_PER_EPOCH_TAG: self.steps_per_epoch,
         }
 
     def _fit(self) -> None:

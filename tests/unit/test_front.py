@@ -138,14 +138,15 @@ def test_two_objectives_are_an_accuracy_then_a_cost():
     assert objective.refusal(["val/stage2/acc", "stage2/passes"], True, []) is None
     assert objective.refusal(["acc", "cost/passes"], False, []) is None  # the old name
     assert objective.primary(["val/acc", "cost/passes"]) == "val/acc"
-    assert objective.cost_of(["val/acc", "cost/passes"]) == "cost/passes"
-    assert objective.cost_of("val/acc") == "" and objective.primary("val/acc") == "val/acc"
+    assert objective.cost_of(["val/acc", "cost/passes"], False) == "cost/passes"
+    assert objective.cost_of("val/acc", False) == "" and objective.primary("val/acc") == "val/acc"
     assert objective.parts("['val/acc', 'cost/passes']") == ["val/acc", "cost/passes"]
     assert not objective.maximize("cost/passes") and objective.maximize("val/acc")
     assert objective.metric_key("cost/passes", False) == "cost/passes"
     assert "cost/passes" in objective.allowed(False, [], costs=True)
     assert "stage2/passes" in objective.allowed(True, [], costs=True)
     assert "cost/passes" not in objective.allowed(False, [])
+    assert objective.refusal(["val/acc", "stage2/passes"], False, []) is not None
     for refused in (
         ["cost/passes", "val/acc"],
         ["test/acc", "cost/passes"],
@@ -154,6 +155,35 @@ def test_two_objectives_are_an_accuracy_then_a_cost():
         assert objective.refusal(refused, False, []) is not None
     assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize"]) is not None
     assert objective.direction_refusal(["val/acc", "cost/passes"], ["maximize", "minimize"]) is None
+
+
+def test_a_pipelines_cost_passes_is_its_stage2_passes():
+    """In a pipeline `cost/passes` (the issue's command) is an alias: it resolves to the
+    parent's `stage2/passes` (stage 2's own cost/passes, overhead included) wherever it is
+    read, so a sweep records and ranks one name with one meaning."""
+    listed = ["val/stage2/acc", "cost/passes"]
+    assert objective.refusal(listed, True, []) is None
+    assert objective.refusal(["val/gain_at_cost", "cost/passes"], True, ["budget"]) is None
+    assert objective.cost_of(listed, True) == "stage2/passes"
+    assert objective.cost_of(["val/stage2/acc", "stage2/passes"], True) == "stage2/passes"
+    assert objective.name("cost/passes", True) == "stage2/passes"
+    assert objective.metric_key("cost/passes", True) == "stage2/passes"
+    assert objective.name("cost/passes", False) == "cost/passes"  # a plain job's own
+    assert "cost/passes" in objective.allowed(True, [], costs=True)
+    explicit = [objective.name(o, True) for o in listed]
+    assert explicit == ["val/stage2/acc", "stage2/passes"]
+    assert objective.direction_refusal(explicit, ["maximize", "minimize"]) is None
+    assert objective.direction_refusal(explicit, ["maximize", "maximize"]) is not None
+    # the cost is still never first, and a plain job's list does not take the pipeline's name
+    assert "never the first" in objective.refusal(["cost/passes", "val/stage2/acc"], True, [])
+    refused = objective.refusal(["val/acc", "stage2/passes"], False, [])
+    assert refused == (
+        "sweep.objective=[val/acc,stage2/passes]: stage2/passes is not a plain job's cost; "
+        "allowed: cost/passes"
+    )
+    assert "cost/passes (an alias of stage2/passes)" in objective.refusal(
+        ["val/stage2/acc", "val/stage2/loss"], True, []
+    )
 
 
 def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys):
@@ -237,3 +267,35 @@ def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys
             assert r.beaten_by in beaten[r.point]
     one = sporeflow.results(uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert one.run_id == callback.run_id
+
+    # `sporeflow ui`: a link that opens front.png in MLflow's artifact view, and the front's line
+    ui = sporeflow_here(tmp_path, "ui", "--links-only", "--sweep", callback.run_id)
+    assert ui.returncode == 0, ui.stderr[-2000:]
+    links = dict(line.split(None, 1) for line in ui.stdout.splitlines() if line.strip())
+    assert links["front"].endswith(f"/runs/{callback.run_id}/artifacts/front.png"), links
+    assert ui.stderr.rstrip("\n").splitlines()[-1] == last, "the front line the sweep ended with"
+
+
+def test_ui_links_open_the_front_of_a_sweep_that_has_one():
+    """`front` is MLflow's own route to a run's artifact (getRunPageRoute with a path):
+    `#/experiments/<id>/runs/<run>/artifacts/front.png`, on the sweep's parent; a sweep of one
+    objective (no `sporeflow.front` tag) has no such link, and the other links are unchanged."""
+    from types import SimpleNamespace
+
+    from sporeflow.report.sweep_report import ui_links
+
+    def parent(tags: dict) -> SimpleNamespace:
+        base = {"sweep.objective": "val/stage2/acc", "sweep.view": "sweep-p1"}
+        return SimpleNamespace(
+            info=SimpleNamespace(run_id="p1"), data=SimpleNamespace(tags={**base, **tags})
+        )
+
+    job = SimpleNamespace(info=SimpleNamespace(run_id="j1"), data=SimpleNamespace(tags={}))
+    base = "http://127.0.0.1:5000"
+    plain = dict(ui_links(base, "7", parent({}), [job]))
+    assert "front" not in plain
+    two = {"sweep.cost": "stage2/passes", "sporeflow.front": "boost.rho=0.4"}
+    found = ui_links(base, "7", parent(two), [job])
+    assert dict(found)["front"] == f"{base}/#/experiments/7/runs/p1/artifacts/front.png"
+    assert [(k, v) for k, v in found if k != "front"] == list(plain.items())
+    assert ui_links(base, "7", None, []) == [("experiment", plain["experiment"])]

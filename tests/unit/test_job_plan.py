@@ -45,6 +45,17 @@ def test_a_new_job_plans_its_own_dir_and_the_facts_config_facts_derive(tmp_path,
     assert plan.run.boost.name is cfg.boost.name  # the typed twin holds the same values
 
 
+def test_a_pipelines_cost_passes_plans_its_stage2_passes(tmp_path):
+    """The issue's `sweep.objective=[val/stage2/acc,cost/passes]` on a pipeline: the job
+    returns (and the sweep reads) the parent's `stage2/passes`; a plain job keeps its own."""
+    listed = "sweep.objective=[val/stage2/acc,cost/passes]"
+    plan = plan_job(compose([*TINY_PIPELINE, listed]), context(tmp_path, [listed]))
+    assert (plan.objective, plan.cost) == ("val/stage2/acc", "stage2/passes")
+    plain = [*TINY, "sweep.objective=[val/acc,cost/passes]"]
+    plan = plan_job(compose(plain), context(tmp_path / "plain", plain))
+    assert (plan.objective, plan.cost) == ("val/acc", "cost/passes")
+
+
 def test_resume_names_the_dir_each_node_continues_and_node_0s(tmp_path):
     """Node 1 of a pipeline continues its own `<job>_node1`, whose markers are node 0's."""
     node0 = job_dir(tmp_path, "7", PIPELINE)

@@ -636,6 +636,8 @@ def test_a_direction_list_is_checked_against_the_objective_list(objective_, dire
     cfg = OmegaConf.create({"sweep": {"objective": objective_}, "boost": {"name": "none"}})
     if message is None:
         assert sweep_directions(cfg, direction) == direction
+        cfg.boost.name, cfg.sweep.objective = "dim_reduce", "[val/stage2/acc,cost/passes]"
+        assert sweep_directions(cfg, direction) == direction  # the pipeline's alias
     else:
         with pytest.raises(ConfigError) as refused:
             sweep_directions(cfg, direction)

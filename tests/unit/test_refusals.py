@@ -236,9 +236,9 @@ CASES = {
         ["sweep.objective=[test/acc,cost/passes]"],
         ["sweep.objective=[test/acc,cost/passes]: 'test/acc': a choice is scored on the"],
     ),
-    "a plain job's cost named for a pipeline (issue 63)": (
-        ["boost=dim_reduce", "sweep.objective=[val/stage2/acc,cost/passes]"],
-        ["cost/passes is not a pipeline's cost; allowed: stage2/passes"],
+    "a pipeline's cost named for a plain job (issue 63)": (
+        ["sweep.objective=[val/acc,stage2/passes]"],
+        ["stage2/passes is not a plain job's cost; allowed: cost/passes"],
     ),
     "three objectives (issue 63)": (
         ["sweep.objective=[val/acc,val/loss,cost/passes]"],

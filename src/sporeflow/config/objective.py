@@ -13,7 +13,10 @@ Two objectives, accuracy and cost: a list `[<objective above>, <cost>]` (a grid 
 Optuna study with `hydra.sweeper.direction` a list of the same length) ends with a Pareto front
 (report.front). The cost is what the job's top-level run spent: a plain job's `cost/passes`, a
 pipeline's `stage2/passes` (its stage 2 with stage 1's snapshots and the PCA: the budget its
-budget arm is given). A cost is minimised; it is never first (the accuracy decides a single
+budget arm is given). In a pipeline `cost/passes` is an alias of `stage2/passes` (ALIASES):
+stage 2's run logs that same figure as its `cost/passes`, so the name a plain job uses means
+the pipeline's cost; it is resolved once (`name`, `cost_of`) and only `stage2/passes` is
+recorded and read. A cost is minimised; it is never first (the accuracy decides a single
 winner, prunes, and is what a job returns first).
 """
 
@@ -27,6 +30,8 @@ PLAIN = ("acc", "loss")
 VAL, TEST = "val/", "test/"
 COSTS = {False: ("cost/passes",), True: (f"{StageKind.stage2}/passes",)}  # by dim_reduce
 ALL_COSTS = tuple(c for found in COSTS.values() for c in found)
+# a pipeline's `cost/passes` is its `stage2/passes`: stage 2's own `cost/passes`, overhead included
+ALIASES = {False: {}, True: {"cost/passes": "stage2/passes"}}  # by dim_reduce
 
 
 def parts(objective: Any) -> list[str]:
@@ -46,10 +51,11 @@ def primary(objective: Any) -> str:
     return found[0] if found else "auto"
 
 
-def cost_of(objective: Any) -> str:
-    """The cost a two-objective sweep weighs the accuracy against ("" for one objective)."""
+def cost_of(objective: Any, dim_reduce: bool) -> str:
+    """The cost a two-objective sweep weighs the accuracy against, as the job's run records it
+    (a pipeline's `cost/passes` is its `stage2/passes`); "" for one objective."""
     found = parts(objective)
-    return found[1] if len(found) == 2 and is_cost(found[1]) else ""
+    return name(found[1], dim_reduce) if len(found) == 2 and is_cost(found[1]) else ""
 
 
 def is_cost(name: str) -> bool:
@@ -58,8 +64,8 @@ def is_cost(name: str) -> bool:
 
 def allowed(dim_reduce: bool, baselines: list[str], costs: bool = False) -> list[str]:
     """The objectives a job can rank by, as users write them; `costs`: with the cost a list's
-    second element may name (`cost/passes`, a pipeline's `stage2/passes`)."""
-    extra = list(COSTS[dim_reduce]) if costs else []
+    second element may name (`cost/passes`, a pipeline's `stage2/passes` or its alias)."""
+    extra = [*COSTS[dim_reduce], *ALIASES[dim_reduce]] if costs else []
     if not dim_reduce:
         return ["auto", *(VAL + m for m in PLAIN), *extra]
     stages = [StageKind.stage2, StageKind.stage1, *baselines]
@@ -88,7 +94,9 @@ def refusal(objective: Any, dim_reduce: bool, baselines: list[str]) -> str | Non
 def list_refusal(objectives: list[str], dim_reduce: bool, baselines: list[str]) -> str | None:
     """Why a list objective cannot decide a sweep (None: it can)."""
     given = f"sweep.objective=[{','.join(objectives)}]"
-    costs = ", ".join(COSTS[dim_reduce])
+    costs = ", ".join(
+        [*COSTS[dim_reduce], *(f"{a} (an alias of {c})" for a, c in ALIASES[dim_reduce].items())]
+    )
     shape = f"[<accuracy objective>, <cost: {costs}>]"
     if not objectives or len(objectives) > 2:
         return f"{given}: a list is {shape} (or one objective)"
@@ -103,7 +111,7 @@ def list_refusal(objectives: list[str], dim_reduce: bool, baselines: list[str]) 
         return found.replace(f"sweep.objective={first!r}", f"{given}: {first!r}", 1)
     if rest and not is_cost(rest[0]):
         return f"{given}: the second objective is a cost ({costs}); write {shape}"
-    if rest and rest[0] not in COSTS[dim_reduce]:
+    if rest and name(rest[0], dim_reduce) not in COSTS[dim_reduce]:
         kind = "a pipeline's" if dim_reduce else "a plain job's"
         return f"{given}: {rest[0]} is not {kind} cost; allowed: {costs}"
     return None
@@ -136,9 +144,10 @@ def _way(goal: str) -> str:
 
 def name(objective: str, dim_reduce: bool) -> str:
     """The objective as the job's result names it: "auto" made explicit, an old name (`acc`,
-    `gain`, `stage2/acc`) given its `val/` prefix."""
+    `gain`, `stage2/acc`) given its `val/` prefix; a cost's alias its cost (a pipeline's
+    `cost/passes`: `stage2/passes`)."""
     if is_cost(objective):
-        return objective
+        return ALIASES[dim_reduce].get(objective, objective)
     if objective == "auto":
         return VAL + (f"{StageKind.stage2}/acc" if dim_reduce else "acc")
     if objective.startswith((VAL, TEST)):

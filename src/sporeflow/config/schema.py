@@ -472,7 +472,8 @@ class SweepConfig:
     `val/gain`, `val/gain_at_cost`, `val/<stage>/acc`, `val/<stage>/loss`; the names without
     `val/` stand for these. A `test/` objective is refused (config.objective). Accuracy and
     cost together: `[<one of these>, <cost>]`, the cost `cost/passes` (a plain job) or
-    `stage2/passes` (a pipeline): the sweep ends with a Pareto front (report.front)."""
+    `stage2/passes` (a pipeline; its `cost/passes` is an alias of it): the sweep ends with a
+    Pareto front (report.front)."""
     registered_model: Optional[str] = None
     """The best job's model goes to MLflow's Model Registry under this name, one version per
     sweep; null = `<model>-<dataset>`, `""` = no registration."""

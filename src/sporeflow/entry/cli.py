@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import console, signals, telemetry
@@ -140,7 +141,8 @@ def ui(args: argparse.Namespace) -> int:
         return 2
     uri, client, exp = opened
     base = f"http://127.0.0.1:{args.port}"
-    sweep = sweep_run(StoreReads.at(uri, args.experiment), args.sweep)
+    reads = StoreReads.at(uri, args.experiment)
+    sweep = sweep_run(reads, args.sweep)
     jobs = (
         client.search_runs(
             [exp.experiment_id],
@@ -153,6 +155,7 @@ def ui(args: argparse.Namespace) -> int:
     links = [
         f"{label:12s} {link}" for label, link in ui_links(base, exp.experiment_id, sweep, jobs)
     ]
+    front_line = _front_line(reads, sweep)
     taken = None if args.links_only else port_taken(args.port)
     if taken:
         print(f"--port {args.port}: {taken}; give another --port", file=sys.stderr)
@@ -165,8 +168,14 @@ def ui(args: argparse.Namespace) -> int:
         print(ex, file=sys.stderr)
         return 2
     shown = [f"{'dashboard':12s} {dashboard.link}"] if dashboard is not None else []
+
+    def show(up: bool = True) -> None:
+        print("\n".join(links + (shown if up else [])), flush=True)
+        if front_line:  # below the links, not among them: stdout stays `<label> <link>` lines
+            print(front_line, file=sys.stderr, flush=True)
+
     if args.links_only:
-        print("\n".join(links + shown))
+        show()
         return 0
     server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
     server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
@@ -175,9 +184,26 @@ def ui(args: argparse.Namespace) -> int:
     return _serve(
         server,
         {team_server.DB_ENV: uri},
-        ready=(base, lambda up: print("\n".join(links + (shown if up else [])), flush=True)),
+        ready=(base, show),
         beside=dashboard,
     )
+
+
+def _front_line(reads: Any, sweep: Any) -> str:
+    """A sweep of accuracy and cost (its parent's `sweep.cost` tag): its front's line, decided
+    again from the store as `sporeflow compare --sweep` does; "" for a sweep of one objective.
+    Never stops `ui`: a front that cannot be decided is said in the line."""
+    if sweep is None or not sweep.data.tags.get("sweep.cost"):
+        return ""
+    from sporeflow.report import sweep_report as report
+
+    try:
+        found = report.summarize(reads, sweep)
+    except Exception as ex:  # noqa: BLE001 - the links and the servers matter more
+        return f"front: not decided ({ex})"
+    if found.front is None:
+        return f"front: none (no point has both per-image {found.key} outcomes and a {found.cost})"
+    return found.front.line(found.key)
 
 
 def port_taken(port: int) -> str | None:

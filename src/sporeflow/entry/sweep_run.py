@@ -42,7 +42,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from sporeflow.config import objective, optuna_sampler, race, search_space
-from sporeflow.config.facts import sweep_directions
+from sporeflow.config.facts import is_dim_reduce, sweep_directions
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.names import (
@@ -112,7 +112,7 @@ class SweepRun(Callback):
             keys=swept_keys(config),
             sweep_dir=Path(config.hydra.sweep.dir).resolve(),
             objective=objective.primary(config.sweep.objective),
-            cost=objective.cost_of(config.sweep.objective),
+            cost=objective.cost_of(config.sweep.objective, is_dim_reduce(config)),
             registered_model=registered_model_name(config),
             started=time.time() - 1.0,  # file times have coarse resolution on some filesystems
         )

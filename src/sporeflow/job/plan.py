@@ -89,7 +89,7 @@ def plan_job(composed: DictConfig, ctx: RunContext, requeues: int = 0) -> JobPla
         objective=objective.name(
             objective.primary(run.sweep.objective), BoostName.names_dim_reduce(pipeline)
         ),
-        cost=objective.cost_of(run.sweep.objective),
+        cost=objective.cost_of(run.sweep.objective, BoostName.names_dim_reduce(pipeline)),
         unused=tuple(unused_settings(cfg, ctx.overrides)),
         requeues=requeues if resume is not None and resume.requeued else 0,
     )

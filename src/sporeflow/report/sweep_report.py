@@ -22,6 +22,7 @@ from sporeflow.config import objective
 from sporeflow.core.context import short_value
 from sporeflow.core.names import (
     FAILURE_TAG,
+    FRONT_TAG,
     OVERRIDES_TAG,
     PRUNED_TAG,
     SELECTION_TAG,
@@ -515,7 +516,7 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
     best = tags.get(SWEEP_BEST_RUN_TAG)
     if best:
         links.append(("best job", f"{runs}/{best}"))
-    if tags.get("sporeflow.front"):  # report.front's figure, accuracy against cost
+    if tags.get(FRONT_TAG):  # report.front's figure, accuracy against cost
         links.append(("front", f"{runs}/{sweep.info.run_id}/artifacts/{pareto.FIGURE}"))
     if jobs:
         ids = [j.info.run_id for j in jobs]

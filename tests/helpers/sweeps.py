@@ -10,7 +10,7 @@ from omegaconf import open_dict
 
 from helpers.inprocess import TINY, context
 from sporeflow.config.validation import validate
-from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob
+from sporeflow.core.context import SWEEP_RUN_ENV, SweepJob, TrialLink
 from sporeflow.entry.python_api import compose
 from sporeflow.entry.sweep_run import SweepRun
 
@@ -53,7 +53,7 @@ def run_sweep(
         config = composed(launch, [*base, *overrides], overrides, job=number, sweep_dir=sweep_dir)
         callback.on_job_start(config)
         ctx = context(launch, overrides, run=f"{sweep_dir}/{number}")
-        ctx.sweep = SweepJob.from_environ()
+        ctx.sweep, ctx.trial = SweepJob.from_environ(), TrialLink.from_environ()
         callback.handed.append(ctx.sweep.run_id)
         try:
             value = run_pipeline(plan_job(validate(without_hydra(config)), ctx)).objective

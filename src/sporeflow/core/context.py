@@ -19,6 +19,7 @@ class RunContext:
     git_dirty: Optional[bool] = None  # uncommitted changes to tracked files
     entry_script: Optional[Path] = None  # train.py: what msrun re-runs for a parallel job
     sweep: Optional[SweepJob] = None  # set when this run is one job of a multirun
+    trial: Optional[TrialLink] = None  # its Optuna trial, when the sweep prunes
 
 
 # How a sweep's main process tells each job (in this process, a joblib/submitit worker, or

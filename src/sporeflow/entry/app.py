@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from sporeflow.config.paths import from_launch_dir
 from sporeflow.core import signals, telemetry
-from sporeflow.core.context import RunContext, SweepJob
+from sporeflow.core.context import RunContext, SweepJob, TrialLink
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
 from sporeflow.core.processes import exit_without_teardown
 from sporeflow.entry import messages
@@ -80,6 +80,7 @@ def run_context() -> RunContext:
         git_dirty=dirty,
         entry_script=entry_script(hc),
         sweep=SweepJob.from_environ() if in_sweep else None,
+        trial=TrialLink.from_environ() if in_sweep else None,
     )
 
 

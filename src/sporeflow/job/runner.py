@@ -122,7 +122,7 @@ class StageRunner:
         changes none (a resumed run keeps its status)."""
         plan = self.plan
         settings = StageSettings.of(
-            plan.run, spec, plan.worker_batch, plan.objective, plan.dim_reduce
+            plan.run, spec, plan.worker_batch, plan.objective, plan.dim_reduce, plan.ctx.trial
         )
         trainer = Trainer(self.cfg, plan.run, settings, spec, self.data(), self.worker, resume)
         run = self.open_run(spec, parent, resume)

@@ -84,7 +84,6 @@ def for_stage(settings: StageSettings, record: EventRecord, worker: Worker) -> R
     """The reporter of the stage `settings` describe when this job belongs to a pruning sweep
     and the stage shows its objective while it trains (`settings.progress_metric`); None
     otherwise."""
-    link = TrialLink.from_environ()
-    if link is None or settings.progress_metric is None:
+    if settings.trial is None or settings.progress_metric is None:
         return None
-    return ReportToTrial(record, link, settings.progress_metric, worker)
+    return ReportToTrial(record, settings.trial, settings.progress_metric, worker)

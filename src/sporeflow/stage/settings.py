@@ -15,6 +15,7 @@ from sporeflow.config.schema import (
     RunConfig,
     SnapshotConfig,
 )
+from sporeflow.core.context import TrialLink
 from sporeflow.stage.spec import StageSpec
 
 
@@ -41,14 +42,21 @@ class StageSettings:
     # the validation metric that shows the job's objective while this stage trains (what a
     # pruning sweep's trial is told each epoch; `acc_ema` when EMA weights are ranked), or None
     progress_metric: str | None
+    trial: TrialLink | None  # the job's Optuna trial (a pruning sweep's), from its RunContext
 
     @classmethod
     def of(
-        cls, run: RunConfig, spec: StageSpec, worker_batch: int, objective: str, dim_reduce: bool
+        cls,
+        run: RunConfig,
+        spec: StageSpec,
+        worker_batch: int,
+        objective: str,
+        dim_reduce: bool,
+        trial: TrialLink | None = None,
     ) -> StageSettings:
         """From the typed config (job.plan's `plan.run`), the stage's spec and what the plan
         derived: the worker's batch, the job's objective made explicit, whether it is a
-        dim-reduce pipeline."""
+        dim-reduce pipeline; `trial`: the job's Optuna trial (its RunContext's)."""
         train = run.train
         ema_ranked = train.ema.eval_with is EvalWith.ema
         shown = objective_progress(objective, dim_reduce)
@@ -71,6 +79,7 @@ class StageSettings:
             integrated_save=run.parallel.integrated_save,
             callbacks=run.callbacks,
             progress_metric=progress if shown and shown[0] == spec.name else None,
+            trial=trial,
         )
 
     def batching(self, steps_per_epoch: int) -> str:

@@ -51,8 +51,8 @@ def test_each_block_is_what_the_generator_renders_from_its_own_lines():
 
 
 def test_the_default_jobs_summary_line_has_the_current_format():
+    from sporeflow.config.facts import global_batch_size
     from sporeflow.entry.python_api import compose
-    from sporeflow.stage.trainer import global_batch_size
 
     body = examples()["train-line"]
     (line,) = [ln.strip() for ln in body.splitlines() if ln.startswith("    ")]

@@ -417,16 +417,30 @@ def gain_plot(jobs: list[Job], keys: list[str], key: str, path: Path) -> Path | 
         return None
 
 
+# the curves' stages in the legend's order, each with its colour and dash
+CURVE_STYLES = {
+    StageKind.stage1: ("#888", "-"),
+    StageKind.stage2: ("#2a7", "-"),
+    StageKind.baseline: ("#57c", "--"),
+    StageKind.annealed: ("#c84", "--"),
+    StageKind.snapshot_mean: ("#a5a", ":"),
+}
+
+
+def _curve_line(stage: str, points: list, start: list, last: float) -> list:
+    """What a stage's curve draws: stage 1 as it is; a stage without training (the snapshot
+    mean, one point) as a level to the last epoch; the others from stage 1's last point."""
+    if stage == StageKind.stage1:
+        return points
+    if len(points) == 1:
+        return [(points[0][0], points[0][1]), (last, points[0][1])]
+    return start + points
+
+
 def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
     """The best job's per-epoch validation accuracy: stage 1, then stage 2 and each baseline from
     where stage 1 ended (the `curve/<stage>` metrics of its pipeline run)."""
-    order = [
-        StageKind.stage1,
-        StageKind.stage2,
-        StageKind.baseline,
-        StageKind.annealed,
-        StageKind.snapshot_mean,
-    ]
+    order = list(CURVE_STYLES)
     stages = sorted(
         (k[len(CURVE_PREFIX) :] for k in job.metrics if k.startswith(CURVE_PREFIX)),
         key=lambda s: (order.index(s) if s in order else len(order), s),
@@ -444,22 +458,10 @@ def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
         # later stages start from stage 1's last point
         start = curves.get(StageKind.stage1, [])[-1:]
-        styles = {
-            StageKind.stage1: ("#888", "-"),
-            StageKind.stage2: ("#2a7", "-"),
-            StageKind.baseline: ("#57c", "--"),
-            StageKind.annealed: ("#c84", "--"),
-            StageKind.snapshot_mean: ("#a5a", ":"),
-        }
         last = max(p[0] for points in curves.values() for p in points)
         for stage, points in curves.items():
-            if (
-                len(points) == 1 and stage != StageKind.stage1
-            ):  # no training (snapshot mean): a level, not a path
-                line = [(points[0][0], points[0][1]), (last, points[0][1])]
-            else:
-                line = points if stage == StageKind.stage1 else start + points
-            colour, dash = styles.get(stage, (None, "-"))
+            line = _curve_line(stage, points, start, last)
+            colour, dash = CURVE_STYLES.get(stage, (None, "-"))
             ax.plot(
                 [p[0] for p in line],
                 [p[1] for p in line],

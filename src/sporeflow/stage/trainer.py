@@ -19,7 +19,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from sporeflow.config.facts import global_batch_size  # noqa: F401 - tests read it here
 from sporeflow.config.schema import RunConfig
 from sporeflow.core.errors import DataError, DivergedError
 from sporeflow.core.names import STEPS_PER_EPOCH_TAG

@@ -102,8 +102,7 @@ def builtin_worker(run_dir: str, out: str) -> None:
     from sporeflow.config.components import build_dataset, build_loss, build_model
     from sporeflow.dim_reduce.pca import Layout, read_all
     from sporeflow.dim_reduce.snapshots import list_snapshots
-    from sporeflow.engine.predictions import logits_and_labels
-    from sporeflow.stage.build import eval_metrics
+    from sporeflow.engine.predictions import eval_metrics, logits_and_labels
     from sporeflow.storage.checkpoints import load_weights
 
     ms.set_context(mode=ms.GRAPH_MODE)

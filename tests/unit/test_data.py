@@ -78,9 +78,11 @@ def test_digits_pipeline_shapes_and_normalisation():
     data = Digits(batch_size=16, image_size=32, mean=0.0, std=1.0)
     got = batches(data.create("test", shuffle=False))
     images, labels = got[0]
-    # read in order: 360 images in 24 equal batches of 15 (even_batch_size), not 22 x 16 + 8
-    assert {len(b[1]) for b in got} == {15}
-    assert images.shape == (15, 1, 32, 32) and images.dtype == np.float32
+    # read in order: 360 images in 30 equal batches of 12, not 22 x 16 + 8 (the size that also
+    # cuts the 144 validation images: common_even_batch_size; alone the test split would take 15)
+    assert {len(b[1]) for b in got} == {12}
+    assert {len(b[1]) for b in batches(data.create("val", shuffle=False))} == {12}
+    assert images.shape == (12, 1, 32, 32) and images.dtype == np.float32
     assert labels.dtype == np.int32
     assert 0.0 <= images.min() and images.max() <= 1.0
     assert sum(len(b[1]) for b in got) == 360
@@ -268,6 +270,45 @@ def test_an_even_batch_size_is_the_largest_divisor_of_the_split_near_the_batch()
                 rows,
                 batch,
             )
+
+
+def test_a_common_even_batch_size_is_the_largest_divisor_of_every_split_near_the_batch():
+    """Against brute force: the largest b <= batch dividing every count, b >= batch // 2 or b
+    the smallest count; None when there is none (each split then takes its own)."""
+    import itertools
+    import math
+
+    from sporeflow.data.base import common_even_batch_size
+
+    assert common_even_batch_size([144, 360], 32) == 24  # the digits val and test splits
+    assert common_even_batch_size([143, 360], 32) is None  # gcd 1: each its own size
+    for val, test in itertools.product(range(1, 90, 7), range(1, 200, 3)):
+        for batch in (1, 3, 16, 32):
+            fits = [
+                b
+                for b in range(1, batch + 1)
+                if math.gcd(val, test) % b == 0 and (b >= batch // 2 or b == min(val, test))
+            ]
+            want = max(fits) if fits else None
+            assert common_even_batch_size([val, test], batch) == want, (val, test, batch)
+
+
+def test_the_validation_and_test_splits_are_read_at_one_batch_size_where_one_cuts_both():
+    from sporeflow.data.synthetic import Synthetic
+
+    # 100 training images hold out 20 for validation; 72 test images: 20 and 72 share 4 only,
+    # below half the batch, so each takes its own size; 24 validation images share 24 with 72
+    for val_split, want in ((0.2, ({20}, {24})), (0.24, ({24}, {24}))):
+        data = Synthetic(
+            batch_size=32,
+            image_size=8,
+            channels=1,
+            num_samples=100,
+            test_samples=72,
+            val_split=val_split,
+        )
+        got = tuple({len(y) for _, y in batches(data.create(s))} for s in ("val", "test"))
+        assert got == want, (val_split, got)
 
 
 def test_a_split_read_in_order_comes_in_equal_batches_and_training_keeps_its_batch():

@@ -14,6 +14,7 @@ one-hot labels mixed with their images after batching.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from sporeflow.data import splits
 from sporeflow.data.sampling import EpochSampler
 
 SPLITS = ("train", "val", "test")
+EVALUATED = ("val", "test")  # what a stage evaluates, read in order
 STORED_SPLITS = ("train", "test")  # what most formats store; an image folder may add val
 
 
@@ -39,11 +41,20 @@ def even_batch_size(rows: int, batch_size: int) -> int:
     fewest batches that allows; `batch_size` when no such size exists. In GRAPH_MODE a smaller
     last batch is a second input shape: every network that evaluates the split would compile
     a second graph for it."""
-    fewest = -(-rows // batch_size)
-    for count in range(fewest, max(fewest, rows // max(1, batch_size // 2)) + 1):
-        if rows % count == 0:
-            return rows // count
-    return batch_size
+    return common_even_batch_size([rows], batch_size) or batch_size
+
+
+def common_even_batch_size(counts: Sequence[int], batch_size: int) -> int | None:
+    """The largest size up to `batch_size`, and at least half of it (rounded down) or the
+    smallest count, that cuts each of `counts` into equal batches, or None. The validation and
+    test splits read at one such size are one input shape: a network evaluating both compiles
+    one graph, not two (the digits splits, 144 and 360 images at batch 32: 24 for both, where
+    each alone would take 24 and 30)."""
+    lowest = max(1, min(batch_size // 2, *counts))
+    for size in range(batch_size, lowest - 1, -1):
+        if all(count % size == 0 for count in counts):
+            return size
+    return None
 
 
 @dataclass(frozen=True)
@@ -251,9 +262,19 @@ class ImageDataset(ABC):
             data = data.map(transforms.OneHot(self.num_classes), input_columns="label")
         size = self.batch_size
         if not shuffle and not self.drop_remainder:
-            size = even_batch_size(sampler.per_shard, self.batch_size)
+            size = self._in_order_batch_size(split, sampler.per_shard, sampler.num_shards)
         data = data.batch(size, drop_remainder=self.drop_remainder)
         return self._mixed(data) if mixed else data
+
+    def _in_order_batch_size(self, split: str, rows: int, num_shards: int) -> int:
+        """A split read in order: equal batches where its size allows (`even_batch_size`); the
+        validation and test splits at one size when one cuts both (`common_even_batch_size`)."""
+        if split in EVALUATED:
+            shards = [math.ceil(self.num_rows(s) / num_shards) for s in EVALUATED]
+            shared = common_even_batch_size(shards, self.batch_size)
+            if shared is not None:
+                return shared
+        return even_batch_size(rows, self.batch_size)
 
     def _mixed(self, batches: mds.Dataset) -> mds.Dataset:
         """MindSpore's MixUpBatch or CutMixBatch over batches of CHW images and one-hot labels;

@@ -13,9 +13,8 @@ from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_loss, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
-from sporeflow.engine.predictions import logits_and_labels
+from sporeflow.engine.predictions import eval_metrics, logits_and_labels
 from sporeflow.report.classification import classification_metrics, confusion_matrix
-from sporeflow.stage.build import eval_metrics
 from sporeflow.stage.source import Source
 from sporeflow.storage.checkpoints import load_weights
 from sporeflow.storage.files import atomic_path, write_text_atomic

@@ -93,12 +93,19 @@ def schedule_of(
     return Tensor(padded(rates))
 
 
+PAD_BASE = 4  # schedule lengths are padded to a power of this
+
+
 def padded(rates: np.ndarray) -> np.ndarray:
-    """The per-update rates, padded with the last one up to a power of two. The optimizer indexes
-    them by its step count, a graph input; their length is a shape compiled into the graph: so
-    schedules of similar length (an annealed arm, a budget arm of any length up to it) train on
-    one compiled graph (engine.graph_pool)."""
-    length = 1 << max(0, len(rates) - 1).bit_length()
+    """The per-update rates, padded with the last one up to a power of four. The optimizer
+    indexes them by its step count, a graph input; their length is a shape compiled into the
+    graph: so schedules of similar length train on one compiled graph (engine.graph_pool). A
+    power of four, not two: a sweep's budget arms, whose length follows each job's stage-2 cost
+    (123 and 164 updates in the README sweep), fell on both sides of 128 and compiled two train
+    graphs; at most 4x the table's float32 entries (16 MB for a million updates) is the price."""
+    length = 1
+    while length < len(rates):
+        length *= PAD_BASE
     return np.concatenate([rates, np.full(length - len(rates), rates[-1], rates.dtype)])
 
 

@@ -22,14 +22,11 @@ from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine import graph_pool
 from sporeflow.engine.loop import StageParts
 from sporeflow.engine.precision import apply_amp
+from sporeflow.engine.predictions import eval_metrics
 from sporeflow.engine.train_step import TrainStep, data_parallel_reducer, ema_weights_in
 from sporeflow.stage import fine_tune
 from sporeflow.stage.spec import StageSpec
 from sporeflow.storage.checkpoints import load_weights
-
-
-def eval_metrics() -> dict:
-    return {"acc": nn.Accuracy(), "loss": nn.Loss()}
 
 
 def needs_train_step(step_cfg: TrainStepConfig) -> bool:

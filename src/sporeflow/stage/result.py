@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporeflow.engine.predictions import logits_and_labels
+from sporeflow.engine.predictions import evaluated
 from sporeflow.report.classification import classification_metrics
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
@@ -63,14 +63,14 @@ def with_passes(history: list, passes_by_epoch: dict[int, float]) -> list:
 
 def judged(model, data) -> tuple[np.ndarray, dict[str, float]]:
     """A stage's exported weights (in `model`, a mindspore.Model) on one split, one pass:
-    right/wrong per image (what a paired comparison needs) and top-5 and per-class accuracy
-    (`acc_top5`, `acc_class_<c>`)."""
-    logits, labels = logits_and_labels(model, data)
+    right/wrong per image (what a paired comparison needs), acc and loss as `Model.eval`
+    reports them, top-5 and per-class accuracy (`acc_top5`, `acc_class_<c>`)."""
+    logits, labels, measured = evaluated(model, data)
     if not len(labels):
         return np.zeros(0, bool), {}
     found = classification_metrics(logits, labels)
-    found.pop("acc")  # the split's evaluation reports it (with the loss)
-    return logits.argmax(axis=1) == labels, found
+    found.pop("acc")  # MindSpore's Accuracy counted it above, as Model.eval does
+    return logits.argmax(axis=1) == labels, {**measured, **found}
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,14 @@ class Ended:
 
 def ended(model, val: dict, val_data, test_data) -> Ended:
     """`val`: the exported weights' validation metrics (acc, loss) as the last evaluation
-    measured them; the rest measured here: right/wrong per validation image and top-5, and
-    the test split's acc, loss, top-5 and per-class accuracy."""
+    measured them; the rest measured here, one pass a split: right/wrong per validation image
+    and top-5, and the test split's acc, loss, top-5 and per-class accuracy."""
     val_correct, val_classified = judged(model, val_data)
-    evaluated = model.eval(test_data, dataset_sink_mode=False)
-    test_correct, test_classified = judged(model, test_data)
+    test_correct, tested = judged(model, test_data)
     return Ended(
         {**val, **{k: v for k, v in val_classified.items() if k == "acc_top5"}},
         val_correct,
-        {**{k: float(v) for k, v in evaluated.items()}, **test_classified},
+        tested,
         test_correct,
     )
 

@@ -43,4 +43,3 @@ def test_one_pass_measures_what_model_eval_reports_bit_for_bit(rows, batch):
     per_image = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(rows), labels]
     per_batch = [per_image[i : i + batch].mean() for i in range(0, rows, batch)]
     assert measured["loss"] == pytest.approx(np.mean(per_batch), rel=1e-5)
-

@@ -97,3 +97,8 @@ INIT_FROM_RUN_TAG = "sporeflow.init_from_run"
 SOURCE_TAG = "sporeflow.source"
 SOURCE_WEIGHTS_TAG = "sporeflow.weights"
 SOURCE_RUN_TAG = "sporeflow.source_run"
+
+
+# --- a stage's per-image outcomes (stage.result writes them; pipelines, sweeps and reuse read)
+PREDICTIONS = "predictions.npy"  # right/wrong per validation image: what a sweep decides on
+TEST_PREDICTIONS = "test_predictions.npy"  # per test image: what a pipeline reports

@@ -28,9 +28,14 @@ from omegaconf import DictConfig
 
 from sporeflow.config.facts import container, global_batch_size
 from sporeflow.config.schema import BoostConfig
-from sporeflow.core.names import RUN_DIR_TAG, STEPS_PER_EPOCH_TAG, StageKind
+from sporeflow.core.names import (
+    PREDICTIONS,
+    RUN_DIR_TAG,
+    STEPS_PER_EPOCH_TAG,
+    TEST_PREDICTIONS,
+    StageKind,
+)
 from sporeflow.runtime.mindspore_context import Worker, barrier
-from sporeflow.stage.result import PREDICTIONS, TEST_PREDICTIONS
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.run_files import MANIFEST, unverified_here
 from sporeflow.tracking.store_reads import StoreReads

@@ -24,6 +24,7 @@ from sporeflow.core.names import (
     FAILURE_TAG,
     FRONT_TAG,
     OVERRIDES_TAG,
+    PREDICTIONS,
     PRUNED_TAG,
     SELECTION_TAG,
     STAGE_TAG,
@@ -34,6 +35,7 @@ from sporeflow.core.names import (
     SWEEP_OBJECTIVE_TAG,
     SWEEP_RUN_ID_TAG,
     SWEEP_VIEW_TAG,
+    TEST_PREDICTIONS,
     StageKind,
 )
 from sporeflow.report import front as pareto
@@ -89,6 +91,8 @@ class Job:
     selection: str = (
         "val"  # the split its choices read (tag sporeflow.selection; val_split=0: test)
     )
+    # its run's per-image outcomes as read once (job_outcomes): (stage, file) -> right/wrong
+    outcomes: dict | None = field(default=None, repr=False, compare=False)
 
 
 def swept_values(overrides: str, params: dict, keys: list[str]) -> dict:
@@ -221,18 +225,32 @@ def decided_stage(key: str, pipeline: bool) -> str | None:
 
 
 def job_outcomes(
-    reads: StoreReads, job: Job, stage: str, file: str = "predictions.npy"
+    reads: StoreReads, job: Job, stage: str, file: str = PREDICTIONS
 ) -> np.ndarray | None:
     """Right/wrong per image of the job's `stage`, from its run's artifacts (a pipeline keeps
     every stage's under predictions/<stage>/): `file` predictions.npy the validation images
     (what decides), test_predictions.npy the test images (what reports); None when the store
-    has none."""
-    wanted = "predictions" if job.pipeline else file
+    has none. The run's files are downloaded once (`Job.outcomes`): a summary reads a job's
+    validation outcomes to decide and its test outcomes to report, a budget arm's beside."""
+    if job.outcomes is None:
+        job.outcomes = _downloaded_outcomes(reads, job)
+    return job.outcomes.get((stage if job.pipeline else "", file))
+
+
+def _downloaded_outcomes(reads: StoreReads, job: Job) -> dict:
+    """Every predictions file of the job's run: (stage, file name) -> array; a plain job's
+    under stage ""."""
+    wanted = ["predictions"] if job.pipeline else [PREDICTIONS, TEST_PREDICTIONS]
     with tempfile.TemporaryDirectory() as tmp:
-        if not reads.download(job.run_id, [wanted], Path(tmp)):
-            return None
-        path = Path(tmp) / (f"predictions/{stage}/{file}" if job.pipeline else wanted)
-        return np.load(path, allow_pickle=False) if path.is_file() else None
+        if not reads.download(job.run_id, wanted, Path(tmp)):
+            return {}
+        folders = sorted(Path(tmp, "predictions").iterdir()) if job.pipeline else [Path(tmp)]
+        return {
+            (folder.name if job.pipeline else "", name): np.load(folder / name, allow_pickle=False)
+            for folder in folders
+            for name in (PREDICTIONS, TEST_PREDICTIONS)
+            if (folder / name).is_file()
+        }
 
 
 def scored(reads: StoreReads, job: Job, key: str, file: str) -> np.ndarray | None:
@@ -280,7 +298,7 @@ def sweep_points(reads: StoreReads, jobs: list[Job], keys: list[str], key: str) 
     for job in jobs:
         if job.status != "FINISHED" or key not in job.metrics:
             continue
-        found = scored(reads, job, key, "predictions.npy")
+        found = scored(reads, job, key, PREDICTIONS)
         if found is None:
             continue
         point = points.setdefault(point_label(job, keys), Point(point_label(job, keys)))
@@ -294,7 +312,7 @@ def reported(reads: StoreReads, jobs: list[Job], point: Point, key: str) -> Poin
     by_number = {j.number: j for j in jobs}
     tested = Point(point.label)
     for seed, number in point.jobs.items():
-        found = scored(reads, by_number[number], key, "test_predictions.npy")
+        found = scored(reads, by_number[number], key, TEST_PREDICTIONS)
         if found is None:
             return None
         tested.jobs[seed], tested.outcomes[seed] = number, found

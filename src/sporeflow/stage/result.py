@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sporeflow.core.names import PREDICTIONS, TEST_PREDICTIONS
 from sporeflow.engine.predictions import evaluated
 from sporeflow.report.classification import classification_metrics
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
-PREDICTIONS = "predictions.npy"  # right/wrong per validation image: what a sweep decides on
-TEST_PREDICTIONS = "test_predictions.npy"  # per test image: what a pipeline reports
 RESULT = "stage_result.json"
 
 

@@ -10,7 +10,14 @@ MindSpore's Model.train and Model.eval (the steps with their data pipeline, call
 the compiles made there: "loops") with the wall as a multiple of them. Last, a 3-job sweep over
 `optimizer.weight_decay` (the default job), by the code before the decay became a graph input
 (BEFORE_DECAY) and today's: the train graphs it compiles.
-Usage: python bench/bench_compile.py
+`python bench/bench_compile.py side [REPEATS]` (about 4 min for 2): issue 64's side by side, the
+README sweep as a user runs it (`python train.py -m ...`, the whole process) by the code the
+issue measured against (SIDE_BEFORE, a worktree on this venv) and by today's with the compile
+cache cold (an empty folder in each fresh launch folder) and warm (a folder one unmeasured run
+filled), in turn, each repetition's walls paired.
+`python bench/bench_compile.py overhead REV` (about 3 min): the spied sweep by REV (a worktree)
+and by today's code, each with an empty cache folder and then that folder again.
+Usage: python bench/bench_compile.py [side [REPEATS] | overhead REV]
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ import tempfile
 from pathlib import Path
 
 from bench_sweep import SWEEP
-from trainjob import REPO, checkout, run_train
+from trainjob import REPO, checkout, print_paired, run_train
 
 BEFORE = "76428d5"  # the last landing before issue 50's graph pool
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+SIDE_BEFORE = "13ad12f"  # the code issue 64 put the README sweep's wall against
 BEFORE_DECAY = "68752e7"  # the last commit with optimizer.weight_decay folded into the graph
 DECAYS = ["-m", "optimizer.weight_decay=1e-4,5e-4,1e-3", "callbacks.progress_bar=false"]
 
@@ -76,6 +84,18 @@ def main() -> None:
             "now, cache cold": joblib_wall(REPO, [f"runtime.compile_cache_dir={cache}/two"]),
             "now, cache warm": joblib_wall(REPO, [f"runtime.compile_cache_dir={cache}/two"]),
         }
+    print_spied(found)
+    print("the same sweep under joblib, 2 workers (wall s):")
+    for label, wall in walls.items():
+        print(f"  {label:26s} {wall:7.1f}")
+    old = walls[f"before {BEFORE}"]
+    for label in ("now, cache off", "now, cache warm"):
+        print(f"  {label} / before: {walls[label] / old:.2f}x")
+    decay_sweep()
+
+
+def print_spied(found: dict[str, dict]) -> None:
+    """compile_spy's figures of each arm, a row each."""
     print(
         "6-job sweep boost.rho=0.4,0.55,0.7 x boost.sigma=0.2,0.4 (LeNet-5 / digits, 10 + 2 "
         f"epochs), one process (basic launcher), {os.cpu_count()} cores:"
@@ -93,13 +113,18 @@ def main() -> None:
             f"{r['wall'] / r['graph runs']:8.2f}x {loops:7.1f} {r['wall'] / loops:9.2f}x "
             f"{total:8d} {r['compile']:9.1f} {r.get('loaded', 0):6d}  {by_cell}"
         )
-    print("the same sweep under joblib, 2 workers (wall s):")
-    for label, wall in walls.items():
-        print(f"  {label:26s} {wall:7.1f}")
-    old = walls[f"before {BEFORE}"]
-    for label in ("now, cache off", "now, cache warm"):
-        print(f"  {label} / before: {walls[label] / old:.2f}x")
-    decay_sweep()
+
+
+def overhead(rev: str) -> None:
+    """The spied sweep by `rev` (a worktree) and by today's code, each cold then warm."""
+    found = {}
+    with tempfile.TemporaryDirectory() as cache:
+        with checkout(rev) as before:
+            for label, repo in ((f"{rev}", before), ("now", REPO)):
+                where = [f"runtime.compile_cache_dir={cache}/{label}"]
+                found[f"{label}, cache cold"] = spied(repo, where)
+                found[f"{label}, cache warm"] = spied(repo, where)
+    print_spied(found)
 
 
 def decay_sweep() -> None:
@@ -112,5 +137,30 @@ def decay_sweep() -> None:
             print(f"  {label:26s} wall {found['wall']:5.1f} s, compiles: {by_cell}")
 
 
+def side_by_side(repeats: int) -> None:
+    """The README sweep's whole-process wall: SIDE_BEFORE, today's code cold and warm, in turn."""
+    with checkout(SIDE_BEFORE) as before, tempfile.TemporaryDirectory() as kept:
+        warm = [f"runtime.compile_cache_dir={kept}/cache"]
+        arms = {
+            SIDE_BEFORE: (before, []),
+            "now, cache cold": (REPO, ["runtime.compile_cache_dir=compile-cache"]),
+            "now, cache warm": (REPO, warm),
+        }
+        with tempfile.TemporaryDirectory() as tmp:  # fills the warm arm's folder, unmeasured
+            run_train([*SWEEP, *warm, f"hydra.sweep.dir={tmp}/multirun"], Path(tmp))
+        walls: dict[str, list[float]] = {arm: [] for arm in arms}
+        for _ in range(repeats):
+            for arm, (repo, extra) in arms.items():
+                with tempfile.TemporaryDirectory() as tmp:
+                    args = [*SWEEP, *extra, f"hydra.sweep.dir={tmp}/multirun"]
+                    walls[arm].append(run_train(args, Path(tmp), repo=repo))
+    print_paired(walls, SIDE_BEFORE, "the README sweep, python train.py -m ... (one process)")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["side"]:
+        side_by_side(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    elif sys.argv[1:2] == ["overhead"]:
+        overhead(sys.argv[2])
+    else:
+        main()

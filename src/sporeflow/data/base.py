@@ -38,20 +38,21 @@ STORED_SPLITS = ("train", "test")  # what most formats store; an image folder ma
 
 def even_batch_size(rows: int, batch_size: int) -> int:
     """The size that cuts `rows` into equal batches of at least half `batch_size`, with the
-    fewest batches that allows; `batch_size` when no such size exists. In GRAPH_MODE a smaller
-    last batch is a second input shape: every network that evaluates the split would compile
-    a second graph for it."""
+    fewest batches that allows (a split smaller than that is one batch); `batch_size` when no
+    such size exists. In GRAPH_MODE a smaller last batch is a second input shape: every network
+    that evaluates the split would compile a second graph for it."""
+    if 0 < rows < batch_size // 2:
+        return rows
     return common_even_batch_size([rows], batch_size) or batch_size
 
 
 def common_even_batch_size(counts: Sequence[int], batch_size: int) -> int | None:
-    """The largest size up to `batch_size`, and at least half of it (rounded down) or the
-    smallest count, that cuts each of `counts` into equal batches, or None. The validation and
-    test splits read at one such size are one input shape: a network evaluating both compiles
-    one graph, not two (the digits splits, 144 and 360 images at batch 32: 24 for both, where
-    each alone would take 24 and 30)."""
-    lowest = max(1, min(batch_size // 2, *counts))
-    for size in range(batch_size, lowest - 1, -1):
+    """The largest size from half `batch_size` (rounded down, at least 1) up to `batch_size`
+    that cuts each of `counts` into equal batches, or None. The validation and test splits read
+    at one such size are one input shape: a network evaluating both compiles one graph, not two
+    (the digits splits, 144 and 360 images at batch 32: 24 for both, where each alone would take
+    24 and 30)."""
+    for size in range(batch_size, max(1, batch_size // 2) - 1, -1):
         if all(count % size == 0 for count in counts):
             return size
     return None
@@ -269,12 +270,14 @@ class ImageDataset(ABC):
     def _in_order_batch_size(self, split: str, rows: int, num_shards: int) -> int:
         """A split read in order: equal batches where its size allows (`even_batch_size`); the
         validation and test splits at one size when one cuts both (`common_even_batch_size`)."""
-        if split in EVALUATED:
+        own = even_batch_size(rows, self.batch_size)
+        if split not in EVALUATED:
+            return own
+        try:
             shards = [math.ceil(self.num_rows(s) / num_shards) for s in EVALUATED]
-            shared = common_even_batch_size(shards, self.batch_size)
-            if shared is not None:
-                return shared
-        return even_batch_size(rows, self.batch_size)
+        except DataError:  # the other split cannot be read: said where it is read
+            return own
+        return common_even_batch_size(shards, self.batch_size) or own
 
     def _mixed(self, batches: mds.Dataset) -> mds.Dataset:
         """MindSpore's MixUpBatch or CutMixBatch over batches of CHW images and one-hot labels;

@@ -299,3 +299,10 @@ def test_ui_links_open_the_front_of_a_sweep_that_has_one():
     assert dict(found)["front"] == f"{base}/#/experiments/7/runs/p1/artifacts/front.png"
     assert [(k, v) for k, v in found if k != "front"] == list(plain.items())
     assert ui_links(base, "7", None, []) == [("experiment", plain["experiment"])]
+    # the parent's artifacts as the store lists them: the figure's drawing failed -> the table;
+    # neither there -> no link
+    table = dict(ui_links(base, "7", parent(two), [job], {"front.csv", "comparison.txt"}))
+    assert table["front"] == f"{base}/#/experiments/7/runs/p1/artifacts/front.csv"
+    assert "front" not in dict(ui_links(base, "7", parent(two), [job], {"comparison.txt"}))
+    shown = dict(ui_links(base, "7", parent(two), [job], {"front.png", "front.csv"}))
+    assert shown["front"].endswith("/artifacts/front.png")

@@ -152,8 +152,12 @@ def ui(args: argparse.Namespace) -> int:
         if sweep is not None
         else []
     )
+    artifacts = (
+        {f.path for f in client.list_artifacts(sweep.info.run_id)} if sweep is not None else None
+    )
     links = [
-        f"{label:12s} {link}" for label, link in ui_links(base, exp.experiment_id, sweep, jobs)
+        f"{label:12s} {link}"
+        for label, link in ui_links(base, exp.experiment_id, sweep, jobs, artifacts)
     ]
     front_line = _front_line(reads, sweep)
     taken = None if args.links_only else port_taken(args.port)

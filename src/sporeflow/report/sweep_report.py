@@ -500,14 +500,18 @@ def curves_plot(reads: StoreReads, job: Job, path: Path) -> Path | None:
         return None
 
 
-def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str, str]]:
+def ui_links(
+    base: str, experiment_id: str, sweep, jobs: list, artifacts: set[str] | None = None
+) -> list[tuple[str, str]]:
     """Deep links into MLflow 3's UI, in its ML view (workflowType). A sweep that saved its
     view (report.views, tag `sweep.view`) opens with it: its jobs, sorted by the objective,
     the deciding columns, as a table (`sweep`) or as its charts (`charts`); an older sweep's
     link filters and sorts only. The compare page lists every param and metric of the jobs. A
     sweep of accuracy and cost that decided its front (tag `sporeflow.front`) links `front`:
     the parent's front.png in MLflow's artifact view (its own route for a run's artifact,
-    `runs/<id>/artifacts/<path>`), front.csv beside it in the same tree."""
+    `runs/<id>/artifacts/<path>`), front.csv beside it in the same tree; to front.csv when
+    `artifacts` (the parent's, when known) lacks the figure (its drawing failed), and no link
+    when it holds neither."""
     import json
     from urllib.parse import urlencode
 
@@ -536,8 +540,9 @@ def ui_links(base: str, experiment_id: str, sweep, jobs: list) -> list[tuple[str
     best = tags.get(SWEEP_BEST_RUN_TAG)
     if best:
         links.append(("best job", f"{runs}/{best}"))
-    if tags.get(FRONT_TAG):  # report.front's figure, accuracy against cost
-        links.append(("front", f"{runs}/{sweep.info.run_id}/artifacts/{pareto.FIGURE}"))
+    shown = [f for f in (pareto.FIGURE, pareto.TABLE) if artifacts is None or f in artifacts]
+    if tags.get(FRONT_TAG) and shown:  # report.front's figure, accuracy against cost
+        links.append(("front", f"{runs}/{sweep.info.run_id}/artifacts/{shown[0]}"))
     if jobs:
         ids = [j.info.run_id for j in jobs]
         links.append(

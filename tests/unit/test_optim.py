@@ -260,9 +260,9 @@ def test_a_resume_takes_the_rate_from_the_config_and_the_count_and_moments_from_
     tmp_path,
 ):
     """A run resumed with a larger `epochs=` builds a longer table (2 epochs of 4 steps: 8
-    rates; 3 epochs: 12; 4 epochs: 16; all padded to 16): restored with `rebuilt_by_config`, the
-    table stays the new one whatever its length (a shape mismatch was refused, an equal padded
-    length silently replaced it), and
+    rates; 3 epochs: 12; 4 epochs: 16; all padded to 16; 5 epochs: 20, padded to 64): restored
+    with `rebuilt_by_config`, the table stays the new one whatever its length (a shape mismatch
+    was refused, an equal padded length silently replaced it), and
     global_step and the moments are the checkpoint's; a constant rate is the config's too."""
     ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -285,7 +285,7 @@ def test_a_resume_takes_the_rate_from_the_config_and_the_count_and_moments_from_
         step(Tensor(np.random.randn(8, 4).astype(np.float32)), Tensor(np.arange(8) % 3, ms.int32))
     state = ms.load_checkpoint(str(save_atomic(step, tmp_path / "s.ckpt")))
     assert state[optim.RATE_NAME].shape == (16,)  # 8 rates, padded to a power of four
-    for epochs, schedule in ((4, cosine), (3, cosine), (4, None)):
+    for epochs, schedule in ((4, cosine), (3, cosine), (5, cosine), (4, None)):
         opt2, step2 = fresh(epochs, schedule)
         built = {p.name: p.asnumpy().copy() for p in opt2.get_parameters()}
         restore_exact(state, step2, from_config=set_by_config, rebuilt=rebuilt_by_config)

@@ -26,7 +26,7 @@ from typing import Any
 
 from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import console, signals, telemetry
-from sporeflow.core.names import STAGE_TAG, SWEEP_RUN_ID_TAG
+from sporeflow.core.names import FRONT_TAG, STAGE_TAG, SWEEP_RUN_ID_TAG
 from sporeflow.core.processes import start_group, stop_group
 from sporeflow.core.uris import redacted
 from sporeflow.entry import study_dashboard, team_server
@@ -152,9 +152,8 @@ def ui(args: argparse.Namespace) -> int:
         if sweep is not None
         else []
     )
-    artifacts = (
-        {f.path for f in client.list_artifacts(sweep.info.run_id)} if sweep is not None else None
-    )
+    fronted = sweep is not None and sweep.data.tags.get(FRONT_TAG)
+    artifacts = reads.artifact_names(sweep.info.run_id) if fronted else None  # None: unknown
     links = [
         f"{label:12s} {link}"
         for label, link in ui_links(base, exp.experiment_id, sweep, jobs, artifacts)

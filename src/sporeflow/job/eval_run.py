@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from sporeflow.config.components import build_dataset, build_loss, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
-from sporeflow.engine.predictions import eval_metrics, logits_and_labels
+from sporeflow.engine.predictions import eval_metrics, evaluated
 from sporeflow.report.classification import classification_metrics, confusion_matrix
 from sporeflow.stage.source import Source
 from sporeflow.storage.checkpoints import load_weights
@@ -39,9 +39,8 @@ def evaluate_source(
     `acc_class_<c>`, `loss`), logged as `<split>/...` (`test/acc`) with the files."""
     batches = build_dataset(cfg).create(split, shuffle=False, augment=False)
     model = Model(network, loss_fn=build_loss(cfg), metrics=eval_metrics())
-    measured = model.eval(batches, dataset_sink_mode=False)
-    logits, labels = logits_and_labels(model, batches)
-    metrics = {**classification_metrics(logits, labels), "loss": float(measured["loss"])}
+    logits, labels, measured = evaluated(model, batches)  # one pass: the loss as Model.eval's
+    metrics = {**classification_metrics(logits, labels), "loss": measured["loss"]}
     run.log_metrics({f"{split}/{k}": v for k, v in metrics.items()}, 0, flush=True)
     for path in _save_outputs(out_dir, logits, labels):
         run.log_artifact(path)

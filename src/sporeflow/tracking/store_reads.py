@@ -147,6 +147,15 @@ class StoreReads:
 
         return self._read("download", fetch, False)
 
+    def artifact_names(self, run_id: str) -> set[str] | None:
+        """The paths at the top of the run's artifacts; None when the store cannot list them
+        (an `mlflow-artifacts:` run read from its database, a store that does not answer)."""
+
+        def listed(store: Store) -> set[str]:
+            return set(store.list_artifacts(run_id))
+
+        return self._read("artifact list", listed, None)
+
     def last_activity(self, run: Any) -> float:
         """When a run last showed life, in seconds since the epoch: its newest metric point's
         time (a training run logs its loss every few steps), else its start."""

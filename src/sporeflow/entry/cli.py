@@ -133,7 +133,7 @@ def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view; the
     sweep's Optuna study, if it has one, in optuna-dashboard beside it (entry/study_dashboard.py:
     read-only, loopback only, a child process that ends with this one)."""
-    from sporeflow.report.sweep_report import sweep_run, ui_links
+    from sporeflow.report.sweep_report import sweep_run
     from sporeflow.tracking.store_reads import StoreReads
 
     opened = _open_experiment(args)
@@ -143,21 +143,7 @@ def ui(args: argparse.Namespace) -> int:
     base = f"http://127.0.0.1:{args.port}"
     reads = StoreReads.at(uri, args.experiment)
     sweep = sweep_run(reads, args.sweep)
-    jobs = (
-        client.search_runs(
-            [exp.experiment_id],
-            f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep.info.run_id}'",
-            max_results=200,
-        )
-        if sweep is not None
-        else []
-    )
-    fronted = sweep is not None and sweep.data.tags.get(FRONT_TAG)
-    artifacts = reads.artifact_names(sweep.info.run_id) if fronted else None  # None: unknown
-    links = [
-        f"{label:12s} {link}"
-        for label, link in ui_links(base, exp.experiment_id, sweep, jobs, artifacts)
-    ]
+    links = [f"{label:12s} {link}" for label, link in _ui_links(base, client, exp, reads, sweep)]
     front_line = _front_line(reads, sweep)
     taken = None if args.links_only else port_taken(args.port)
     if taken:
@@ -190,6 +176,21 @@ def ui(args: argparse.Namespace) -> int:
         ready=(base, show),
         beside=dashboard,
     )
+
+
+def _ui_links(base: str, client: Any, exp: Any, reads: Any, sweep: Any) -> list[tuple[str, str]]:
+    """report.sweep_report.ui_links of the sweep (None: the experiment's link only), its jobs
+    read from the store, and its parent's artifacts where it decided a front (the figure's link
+    needs the figure)."""
+    from sporeflow.report.sweep_report import ui_links
+
+    if sweep is None:
+        return ui_links(base, exp.experiment_id, None, [])
+    found = f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep.info.run_id}'"
+    jobs = client.search_runs([exp.experiment_id], found, max_results=200)
+    fronted = sweep.data.tags.get(FRONT_TAG)
+    artifacts = reads.artifact_names(sweep.info.run_id) if fronted else None  # None: unknown
+    return ui_links(base, exp.experiment_id, sweep, jobs, artifacts)
 
 
 def _front_line(reads: Any, sweep: Any) -> str:

@@ -147,3 +147,50 @@ def test_a_ctrl_c_that_mindspore_turns_into_sigterm_is_said_as_maybe_a_ctrl_c():
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         signals._received.clear()
+
+
+def test_a_signal_during_training_is_raised_at_the_step_end_and_a_second_at_once():
+    """A SIGTERM that lands inside MindSpore's training loop (here: a hook's Python code at the
+    begin of step 3) is raised where the loop calls raise_if_received, at that step's end, not
+    wherever the main thread was (core.signals.deferred); a second signal raises at once, and a
+    signal held when the block ends is raised there."""
+    import os
+    import signal
+
+    from sporeflow.core import signals
+    from sporeflow.engine.hooks import HookBase
+
+    class SignalAtStep(HookBase):
+        begun = 0
+
+        def on_train_step_begin(self, run_context):
+            self.begun += 1
+            if self.begun == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)  # the handler runs here: it may only record the signal
+
+        def on_train_step_end(self, run_context):  # needs no record
+            pass
+
+    graph_mode_on_cpu()
+    saved = {sig: signal.getsignal(sig) for sig in signals.HANDLED}
+    try:
+        signals.install()
+        hook = SignalAtStep()
+        with pytest.raises(signals.Interrupted) as stopped:
+            fit(parts(), data(), 2, [hook])
+        assert stopped.value.signum == signal.SIGTERM and hook.begun == 3
+        assert stopped.traceback[-1].name == "raise_if_received", stopped.traceback[-1]
+        with pytest.raises(signals.Interrupted) as forced:
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)
+                with pytest.raises(signals.Interrupted) as second:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)
+                assert second.traceback[-1].name == "_raise"
+        assert forced.traceback[-1].name == "deferred"  # the first, held to the block's end
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        signals._received.clear()

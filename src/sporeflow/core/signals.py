@@ -1,7 +1,8 @@
 """Signals as exceptions, and processes that die with their parent.
 
 SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt, so every MLflow run it passes
-through ends KILLED) and the entry exits 128 + the signal number (130, 143). Note: MindSpore's
+through ends KILLED) and the entry exits 128 + the signal number (130, 143); inside MindSpore's
+training loop the first one is held to the end of the step (`deferred`). Note: MindSpore's
 graph runtime (libmindspore_ms_backend) installs a C-level SIGINT handler of its own at every
 graph step, which sends the process SIGTERM: a Ctrl-C after training started arrives here as
 SIGTERM (exit 143). The signal carries no sign of where it came from (Python's handlers get no
@@ -73,9 +74,33 @@ _requeue_asked: list[int] = []  # signals that asked for a requeue, in order
 _requeue: dict = {"armed": False, "before": 0, "file": None}  # requeues of this job before it
 
 
+_deferring: list[int] = []  # inside `deferred()`: how many signals it held back (0 or 1)
+
+
 def _raise(signum, frame):
     _received.append(signum)
+    if _deferring and not _deferring[-1]:
+        _deferring[-1] = signum  # the loop's next step end raises it (raise_if_received)
+        return
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside (MindSpore's training loop): the first SIGINT/SIGTERM is only recorded, and
+    raised where the loop calls `raise_if_received` (every step's end) or when the block ends.
+    Raised wherever the main thread happens to be, inside MindSpore's Python code between two
+    of its C++ calls (its dataset iterator, a tensor's creation), it can leave MindSpore's
+    state half-changed, and the process then aborts on a corrupted heap instead of ending
+    KILLED (glibc's "corrupted size vs. prev_size", exit -6, seen once in a loaded CI run). A
+    second signal raises at once: a loop that no longer reaches its step end still stops."""
+    _deferring.append(0)
+    try:
+        yield
+    finally:
+        held = _deferring.pop()
+    if held:
+        raise Interrupted(held)
 
 
 def raise_if_received() -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mindspore import Model, nn
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from sporeflow.core.signals import raise_if_received
+from sporeflow.core.signals import deferred, raise_if_received
 from sporeflow.engine.callbacks import ProgressBar
 from sporeflow.engine.hooks import HookBase
 
@@ -30,8 +30,8 @@ class StageParts:
 
 
 class StopOnSignal(HookBase):
-    """Ends training at the next step after SIGINT/SIGTERM, even when the Interrupted the signal
-    raised was swallowed where it landed (core.signals.raise_if_received). Needs no record: it
+    """Ends training at the end of the step a SIGINT/SIGTERM arrived in: inside `fit` the
+    handler only records it (core.signals.deferred), and this raises it. Needs no record: it
     answers MindSpore's step end itself."""
 
     def on_train_step_end(self, run_context):
@@ -49,7 +49,7 @@ def fit(
     bars = any(isinstance(hook, ProgressBar) for hook in hooks)
     every = [StopOnSignal(), *hooks]
     try:
-        with logging_redirect_tqdm() if bars else nullcontext():  # log lines above the bar
+        with deferred(), logging_redirect_tqdm() if bars else nullcontext():  # log above the bar
             parts.model.train(
                 epochs,
                 train_data,

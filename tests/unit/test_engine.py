@@ -5,6 +5,8 @@ the EventRecord and the readers (best-k, progress bar) act on what it holds."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import mindspore as ms
@@ -15,6 +17,7 @@ import pytest
 from mindspore import Model, nn
 
 from helpers.mindspore_setup import graph_mode_on_cpu
+from sporeflow.core import signals
 from sporeflow.engine.callbacks import (
     BestCheckpoints,
     CheckpointEachEpoch,
@@ -24,6 +27,7 @@ from sporeflow.engine.callbacks import (
     Throughput,
 )
 from sporeflow.engine.events import EventRecord
+from sporeflow.engine.hooks import HookBase
 from sporeflow.engine.loop import StageParts, fit
 
 BATCH, N = 8, 64  # 8 steps per epoch
@@ -112,85 +116,76 @@ def test_fit_does_nothing_when_the_stage_is_already_done(tmp_path):
     assert record.evals == []
 
 
-def test_a_ctrl_c_that_mindspore_turns_into_sigterm_is_said_as_maybe_a_ctrl_c():
+@pytest.fixture
+def handlers_installed():
+    """sporeflow's SIGINT/SIGTERM handlers for the test; the process's own put back after it."""
+    saved = {sig: signal.getsignal(sig) for sig in signals.HANDLED}
+    signals.install()
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    signals._received.clear()
+
+
+def test_a_ctrl_c_that_mindspore_turns_into_sigterm_is_said_as_maybe_a_ctrl_c(handlers_installed):
     """issue 51 item 3: MindSpore's graph runtime puts a C-level SIGINT handler of its own in
     place at every graph step, which sends the process SIGTERM. Before any step a SIGTERM is
     said as SIGTERM; after a real GRAPH_MODE step, a SIGINT arrives as Interrupted(SIGTERM),
     which the user is told may be their Ctrl-C."""
-    import os
-    import signal
-
-    from sporeflow.core import signals
-
     graph_mode_on_cpu()
-    saved = {sig: signal.getsignal(sig) for sig in signals.HANDLED}
-    try:
-        signals.install()
-        assert not signals.sigint_held_by_another_handler()
-        with pytest.raises(signals.Interrupted) as plain:
+    assert not signals.sigint_held_by_another_handler()
+    with pytest.raises(signals.Interrupted) as plain:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert plain.value.said == "SIGTERM"
+    net = nn.Dense(4, 3)
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True)),
+        nn.SGD(net.trainable_params(), 0.1),
+    )
+    step(ms.Tensor(np.ones((2, 4), np.float32)), ms.Tensor(np.zeros(2, np.int32)))
+    assert signals.sigint_held_by_another_handler()
+    with pytest.raises(signals.Interrupted) as converted:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    assert converted.value.signum == signal.SIGTERM
+    assert converted.value.said.startswith("SIGTERM (or Ctrl-C, which MindSpore turns")
+
+
+class SignalAtStep(HookBase):
+    """Sends this process SIGTERM from its Python code at the begin of step 3."""
+
+    begun = 0
+
+    def on_train_step_begin(self, run_context):
+        self.begun += 1
+        if self.begun == 3:
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
-        assert plain.value.said == "SIGTERM"
-        net = nn.Dense(4, 3)
-        step = nn.TrainOneStepCell(
-            nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True)),
-            nn.SGD(net.trainable_params(), 0.1),
-        )
-        step(ms.Tensor(np.ones((2, 4), np.float32)), ms.Tensor(np.zeros(2, np.int32)))
-        assert signals.sigint_held_by_another_handler()
-        with pytest.raises(signals.Interrupted) as converted:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)
-        assert converted.value.signum == signal.SIGTERM
-        assert converted.value.said.startswith("SIGTERM (or Ctrl-C, which MindSpore turns")
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        signals._received.clear()
+            time.sleep(0.5)  # the handler runs here: it may only record the signal
+
+    def on_train_step_end(self, run_context):  # needs no record
+        pass
 
 
-def test_a_signal_during_training_is_raised_at_the_step_end_and_a_second_at_once():
+def test_a_signal_during_training_is_raised_at_the_step_end_and_a_second_at_once(
+    handlers_installed,
+):
     """A SIGTERM that lands inside MindSpore's training loop (here: a hook's Python code at the
     begin of step 3) is raised where the loop calls raise_if_received, at that step's end, not
     wherever the main thread was (core.signals.deferred); a second signal raises at once, and a
     signal held when the block ends is raised there."""
-    import os
-    import signal
-
-    from sporeflow.core import signals
-    from sporeflow.engine.hooks import HookBase
-
-    class SignalAtStep(HookBase):
-        begun = 0
-
-        def on_train_step_begin(self, run_context):
-            self.begun += 1
-            if self.begun == 3:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.5)  # the handler runs here: it may only record the signal
-
-        def on_train_step_end(self, run_context):  # needs no record
-            pass
-
     graph_mode_on_cpu()
-    saved = {sig: signal.getsignal(sig) for sig in signals.HANDLED}
-    try:
-        signals.install()
-        hook = SignalAtStep()
-        with pytest.raises(signals.Interrupted) as stopped:
-            fit(parts(), data(), 2, [hook])
-        assert stopped.value.signum == signal.SIGTERM and hook.begun == 3
-        assert stopped.traceback[-1].name == "raise_if_received", stopped.traceback[-1]
-        with pytest.raises(signals.Interrupted) as forced:
-            with signals.deferred():
+    hook = SignalAtStep()
+    with pytest.raises(signals.Interrupted) as stopped:
+        fit(parts(), data(), 2, [hook])
+    assert stopped.value.signum == signal.SIGTERM and hook.begun == 3
+    assert stopped.traceback[-1].name == "raise_if_received", stopped.traceback[-1]
+    with pytest.raises(signals.Interrupted) as forced:
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+            with pytest.raises(signals.Interrupted) as second:
                 os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.5)
-                with pytest.raises(signals.Interrupted) as second:
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    time.sleep(5)
-                assert second.traceback[-1].name == "_raise"
-        assert forced.traceback[-1].name == "deferred"  # the first, held to the block's end
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        signals._received.clear()
+                time.sleep(5)
+            assert second.traceback[-1].name == "_raise"
+    assert forced.traceback[-1].name == "deferred"  # the first, held to the block's end

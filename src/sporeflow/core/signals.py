@@ -74,7 +74,7 @@ _requeue_asked: list[int] = []  # signals that asked for a requeue, in order
 _requeue: dict = {"armed": False, "before": 0, "file": None}  # requeues of this job before it
 
 
-_deferring: list[int] = []  # inside `deferred()`: how many signals it held back (0 or 1)
+_deferring: list[int] = []  # per `deferred()` block: the signal it holds back (0: none yet)
 
 
 def _raise(signum, frame):

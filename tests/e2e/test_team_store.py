@@ -20,6 +20,7 @@ from helpers.postgres import PASSWORD as DB_PASSWORD
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
 from helpers.train import TRAIN, multirun, run_train, train_command
+from sporeflow.core.names import STAGE1_FINGERPRINT_TAG
 from sporeflow.tracking.journal import AppliedState, pending
 
 SPHERE = Path(__file__).resolve().parents[1] / "helpers" / "sphere" / "sphere.py"
@@ -545,11 +546,16 @@ def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
     team_server, tmp_path
 ):
     """Machine b starts while machine a's stage 1 is RUNNING in the server: b waits for it
-    (the local file lock cannot see another machine) and reuses it instead of training its own."""
+    (the local file lock cannot see another machine) and reuses it instead of training its own.
+    a is held (SIGSTOP, its writer too) from the moment its stage 1 shows RUNNING until b says
+    it waits, so b finds it running whatever the machine's load (a 40-epoch stage 1 stood in
+    for that before: minutes of CPU, and with 12 epochs b once found it FINISHED)."""
+    import threading
+
+    import psutil
+
     url, _, _, _ = team_server
-    # a's stage 1 long enough that b, started once it runs, still finds it running on a loaded
-    # machine (with 12 epochs b once found it FINISHED and reused it without the wait)
-    args = ["debug=dim_reduce", "epochs=40", "boost.baselines=[baseline]", "seed=8"]
+    args = ["debug=dim_reduce", "epochs=8", "boost.baselines=[baseline]", "seed=8"]
     args.append(f"tracking.uri={url}")
 
     def start(machine: str, rho: str) -> subprocess.Popen:
@@ -571,18 +577,43 @@ def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
             if r.data.tags.get("stage") == "stage1" and "seed=8" in r.data.tags.get("overrides", "")
         ]
 
+    def findable(run) -> bool:  # what b's look for a running stage 1 asks of the store
+        return run.info.status == "RUNNING" and STAGE1_FINGERPRINT_TAG in run.data.tags
+
     first = start("a", "0.4")
     deadline = time.monotonic() + 300
-    while not [r for r in stage1_runs() if r.info.status == "RUNNING"]:
+    while not [r for r in stage1_runs() if findable(r)]:
         assert time.monotonic() < deadline and first.poll() is None, "a's stage 1 never ran"
-        time.sleep(0.5)
-    second = start("b", "0.7")
-    errs = {}
+        time.sleep(0.2)
+    held = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    for proc in held:
+        proc.suspend()
+    try:
+        second = start("b", "0.7")
+        said, waits = [], threading.Event()
+
+        def read_b() -> None:
+            for line in second.stdout:
+                said.append(line)
+                if "is being trained by run" in line:
+                    waits.set()
+
+        reader = threading.Thread(target=read_b, daemon=True)
+        reader.start()
+        if not waits.wait(300):
+            second.kill()
+            raise AssertionError("b never waited for a's stage 1: " + "".join(said)[-3000:])
+    finally:
+        for proc in held:
+            proc.resume()
+    errs = {"a": first.communicate(timeout=600)[0]}
+    second.wait(timeout=600)
+    reader.join(timeout=60)
+    errs["b"] = "".join(said)
     for name, proc in (("a", first), ("b", second)):
-        errs[name], _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, errs[name][-3000:]
     (stage1,) = stage1_runs()
-    assert "is being trained by run" in errs["b"] and "on another machine" in errs["b"]
+    assert "on another machine" in errs["b"]
     (mine,) = [
         r
         for r in runs_in(url)

@@ -30,7 +30,8 @@ from mlflow.tracking import MlflowClient
 from helpers.machine import unavailable
 from helpers.servers import free_port
 from helpers.store import by_stage
-from helpers.train import COMBINED_BATCH, REPO, TRAIN, run_train
+from helpers.pace import paced
+from helpers.train import COMBINED_BATCH, REPO, TESTS, TRAIN, run_train
 from sporeflow.tracking.journal import header_of, read_records, sibling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -39,6 +40,9 @@ RELEASE_AFTER_S = 2.0  # a requeued job held this long is released (requeued_job
 SCRIPT = REPO / "scripts" / "slurm-two-nodes.sh"
 NODE0 = "10.77.0.1"
 TWO_NODES = ("parallel=data2", "parallel.nodes=2")
+# the pause after each step of a job that only has to be training when the scheduler acts (a
+# time limit, a lost node): it waits minutes asleep, not on a core (helpers.pace)
+PAUSE_S = 0.25
 
 
 class Cluster:
@@ -67,6 +71,7 @@ class Cluster:
             "--",
             "env",
             f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
+            f"PYTHONPATH={TESTS}",  # the jobs' hooks from tests/helpers (helpers.pace)
             sys.executable,
             str(TRAIN),
             "-m",
@@ -403,7 +408,9 @@ def test_jobs_the_scheduler_ends_are_named_by_slurms_reason(cluster, tmp_path):
     signal_delay_s (120 s, the whole limit) SLURM's warning reaches both jobs as they start:
     they live on (their tasks start Python with SIGUSR2 ignored; CI of stop 44 lost job 0 to
     it before that)."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1,2", "epochs=5000", "hydra.launcher.timeout_min=2")
+    sweep = cluster.start_sweep(
+        tmp_path, "seed=1,2", "epochs=5000", "hydra.launcher.timeout_min=2", paced(PAUSE_S)
+    )
     try:
         (array,) = {job.split("_")[0] for job in squeue(cluster)}
         cancelled = cluster.on_node0("scancel", f"{array}_0")
@@ -463,7 +470,9 @@ def test_a_node_lost_mid_sweep_is_named_and_ctrl_c_cancels_the_job_left_queued(c
     runs and the sweep's parent name node1. Job 2, queued behind the dead node, can never start:
     Ctrl-C on the submitting command cancels it (sacct: CANCELLED), the sweep exits 130 with its
     parent KILLED. No process of any job is left; node1 is started again afterwards."""
-    sweep = cluster.start_sweep(tmp_path, "seed=1,2,3", "epochs=500", training=(0, 1))
+    sweep = cluster.start_sweep(
+        tmp_path, "seed=1,2,3", "epochs=500", paced(PAUSE_S), training=(0, 1)
+    )
     try:
         queued = squeue(cluster)
         assert sorted(queued.values()) == ["PENDING", "RUNNING", "RUNNING"], queued
@@ -645,6 +654,7 @@ def test_a_job_warned_before_its_time_limit_is_requeued_and_continues_its_run(cl
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=30",
         "hydra.launcher.max_num_timeout=1",
+        paced(PAUSE_S),
     )
     sweeps = []
     with requeued_jobs_released(cluster):

@@ -28,9 +28,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers.machine import unavailable
+from helpers.pace import paced
 from helpers.servers import free_port
 from helpers.store import by_stage
-from helpers.pace import paced
 from helpers.train import COMBINED_BATCH, REPO, TESTS, TRAIN, run_train
 from sporeflow.tracking.journal import header_of, read_records, sibling
 

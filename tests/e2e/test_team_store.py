@@ -20,6 +20,7 @@ from helpers.postgres import PASSWORD as DB_PASSWORD
 from helpers.servers import free_port, stop, wait_until_healthy
 from helpers.store import by_stage
 from helpers.train import TRAIN, multirun, run_train, train_command
+from hydra_plugins.sporeflow_optuna_sweeper.study import SURPLUS
 from sporeflow.core.names import STAGE1_FINGERPRINT_TAG
 from sporeflow.tracking.journal import AppliedState, pending
 
@@ -384,7 +385,7 @@ def test_two_sweepers_on_two_machines_share_one_study(postgres, tmp_path):
     assert sorted(mine["a"] + mine["b"]) == sorted(t.number for t in complete)
     assert len(complete) == 12
     unrun = [t for t in study.trials if t.state != optuna.trial.TrialState.COMPLETE]
-    assert all(t.user_attrs.get("sporeflow.surplus") for t in unrun), unrun  # at most a surplus ask
+    assert all(t.user_attrs.get(SURPLUS) for t in unrun), unrun  # at most a surplus ask
 
 
 def test_a_killed_sweeper_s_trial_is_run_again_by_the_live_one(postgres, tmp_path):
@@ -483,7 +484,7 @@ def test_two_machines_sweep_one_study_under_one_parent_run(postgres, team_server
     # after it (CI of 456a392 saw jobs 0-3 and 5)
     study = optuna.load_study(study_name="lr", storage=storage)
     run = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
-    surplus = [t.number for t in study.trials if t.user_attrs.get("sporeflow.surplus")]
+    surplus = [t.number for t in study.trials if t.user_attrs.get(SURPLUS)]
     assert len(run) == 5 and run[:4] == [0, 1, 2, 3] and not set(run) & set(surplus), run
     assert sorted(int(j.data.tags["sweep.job"]) for j in children) == run
     assert MlflowClient(url).get_run(parent.info.run_id).info.status == "FINISHED"
@@ -555,8 +556,8 @@ def test_a_machine_that_starts_while_another_trains_stage1_waits_and_reuses_it(
     """Machine b starts while machine a's stage 1 is RUNNING in the server: b waits for it
     (the local file lock cannot see another machine) and reuses it instead of training its own.
     a is held (SIGSTOP, its writer too) from the moment its stage 1 shows RUNNING until b says
-    it waits, so b finds it running whatever the machine's load (a 40-epoch stage 1 stood in
-    for that before: minutes of CPU, and with 12 epochs b once found it FINISHED)."""
+    it waits, so b finds it running whatever the machine's load, without a stage 1 made long
+    enough to outlast b's start (minutes of CPU, and still too short once on a loaded machine)."""
     import threading
 
     import psutil

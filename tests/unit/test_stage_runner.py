@@ -45,9 +45,9 @@ def two_pipelines(launch):
     WAITED."""
     real = reuse.published
 
-    def published(tracker, what):
+    def published(tracker, what, lock):
         WAITED[job].append(what)
-        return real(tracker, what)
+        return real(tracker, what, lock)
 
     jobs = []
     with pytest.MonkeyPatch.context() as patch:

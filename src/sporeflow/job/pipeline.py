@@ -18,7 +18,7 @@ from sporeflow.config import objective
 from sporeflow.config.schema import BoostName
 from sporeflow.core.names import StageKind
 from sporeflow.engine import compile_cache
-from sporeflow.job import finished_jobs
+from sporeflow.job import finished_jobs, reuse
 from sporeflow.job.dim_reduce_pipeline import DimReducePipeline
 from sporeflow.job.job_result import JobResult
 from sporeflow.job.plan import JobPlan
@@ -47,6 +47,7 @@ def run_pipeline(plan: JobPlan) -> JobResult:
     with (
         compile_cache.cached(plan.run.runtime, worker.rank),
         tracker,
+        reuse.turns_passed(tracker),  # before the tracker ends
         long_lived_objects_frozen(keep=plan.ctx.sweep is not None),
     ):
         runner = StageRunner(plan, tracker, worker)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from sporeflow.core.names import (
     StageKind,
 )
 from sporeflow.runtime.mindspore_context import Worker, barrier
-from sporeflow.storage.locks import exclusive
+from sporeflow.storage.locks import HeldLock, exclusive
 from sporeflow.tracking.run_files import MANIFEST, unverified_here
 from sporeflow.tracking.store_reads import StoreReads
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
 MAX_SHARED_SNAPSHOTS_MB = 500  # larger snapshot sets stay on their disk: reuse is local then
+PUBLISH_POLL_S = 0.1  # how often a handed-off turn looks whether the store has its run
+NOT_PUBLISHED = "%s: the MLflow store does not have its run yet; other jobs may train their own"
+# this process's turns passing once the store has their run: (thread, journal position)
+_HANDED_OFF: list[tuple[threading.Thread, int]] = []
 
 
 def _digest(key: dict) -> str:
@@ -172,15 +177,16 @@ def checked_dir(reads: StoreReads, run, launch_dir: Path) -> tuple[Path, str | N
 @contextmanager
 def turn(
     launch_dir: Path, worker: Worker, fingerprint: str, what: str, reads: StoreReads, tag: str
-):
+) -> Iterator[HeldLock | None]:
     """While held, no other job of this launch dir can finish a run with this fingerprint:
     rank 0 holds the lock (the other ranks wait at a barrier), so every rank's lookup inside
     sees the same store. On a store other machines reach, it also waits while another machine
     trains a run with this fingerprint (`tag`), to reuse it. A turn that trains calls
-    `published` before it ends, so the lock passes once the next job can find the run."""
+    `published` with the lock it yields (None on the other ranks) before it ends, so the lock
+    passes once the next job can find the run."""
     if not worker.is_main:
         barrier(worker)
-        yield
+        yield None
         return
 
     def waiting():
@@ -190,20 +196,45 @@ def turn(
             fingerprint,
         )
 
-    with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting):
+    with exclusive(Path(launch_dir) / LOCK_DIR / f"{fingerprint}.lock", on_wait=waiting) as lock:
         wait_for_other_machines(reads, tag, fingerprint, what)
         barrier(worker)
+        yield lock
+
+
+def published(tracker: Tracker, what: str, lock: HeldLock) -> None:
+    """Pass the turn (its `lock`) once the store has the run the turn trained (its writer
+    applied the journal up to here), at most tracking.drain_timeout after now: the next job
+    then finds it, or trains its own. The wait is handed to a thread that holds the lock, so
+    this job goes on (stage 2, the next baseline) while its writer catches up; the job's end
+    waits for it (`turns_passed`). A turn that reused a run has nothing new to wait for (a
+    sweep's jobs after its first)."""
+    upto, deadline = tracker.written(), time.monotonic() + tracker.drain_timeout
+
+    def until_applied() -> None:
+        while not tracker.has_applied(upto):
+            if time.monotonic() > deadline:
+                log.warning(NOT_PUBLISHED, what)
+                return
+            time.sleep(PUBLISH_POLL_S)
+
+    _HANDED_OFF.append((lock.hand_off(until_applied), upto))
+
+
+@contextmanager
+def turns_passed(tracker: Tracker) -> Iterator[None]:
+    """A job's block; at its end every turn it handed off (`published`) has passed. This
+    thread waits for the store (`Tracker.wait_applied` also starts a writer that died), then
+    for the turns' threads, so no turn outlives its job."""
+    try:
         yield
-
-
-def published(tracker: Tracker, what: str) -> None:
-    """Wait (inside the turn) until the store has the run the turn trained (its writer applied
-    the journal), at most tracking.drain_timeout: the next job then finds it, or trains its own.
-    A turn that reused a run has nothing new to wait for (a sweep's jobs after its first)."""
-    if not tracker.wait_applied(tracker.drain_timeout):
-        log.warning(
-            "%s: the MLflow store does not have its run yet; other jobs may train their own", what
-        )
+    finally:
+        pending = [upto for thread, upto in _HANDED_OFF if thread.is_alive()]
+        if pending and not tracker.wait_applied(tracker.drain_timeout, upto=max(pending)):
+            log.warning(NOT_PUBLISHED, "a reusable stage of this job")
+        for thread, _ in _HANDED_OFF:
+            thread.join()
+        _HANDED_OFF.clear()
 
 
 STALE_S = 600.0  # a RUNNING run silent this long belongs to a machine that is gone

@@ -151,14 +151,14 @@ class StageRunner:
         reads = self.tracker.reads
         with reuse.turn(
             self.ctx.launch_dir, self.worker, key.fingerprint, spec.name, reads, key.tag
-        ):
+        ) as lock:
             found = self.find_reusable(spec, key, usable) if allowed else None
             if found is not None:
                 return found
             result = train()
             self.share(result, spec)
-            if self.worker.is_main:
-                reuse.published(self.tracker, spec.name)
+            if lock is not None:  # rank 0
+                reuse.published(self.tracker, spec.name, lock)
             return result
 
     def find_reusable(self, spec: StageSpec, key: ReuseKey, usable) -> StageResult | None:

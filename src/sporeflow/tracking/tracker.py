@@ -244,12 +244,26 @@ class Tracker:
     def applied(self) -> AppliedState:
         return AppliedState.load(self.journal) if self.journal else AppliedState()
 
-    def wait_applied(self, timeout: float) -> bool:
-        """Wait until the store has every record written so far (True), or `timeout` s."""
+    def written(self) -> int:
+        """The journal's position after every record written so far, made durable: what
+        `wait_applied(..., upto=)` and `has_applied` compare with (0 without a journal)."""
+        if self._journal is None:
+            return 0
+        self.sync()
+        return self._journal.seq
+
+    def has_applied(self, upto: int) -> bool:
+        """Whether the store has the journal's records up to `upto` (`written()`). Reads the
+        writer's applied file only, so another thread may ask while this one writes."""
+        return self._journal is None or self.applied().seq >= upto
+
+    def wait_applied(self, timeout: float, upto: int | None = None) -> bool:
+        """Wait until the store has every record written so far, or those up to `upto`
+        (`written()`) (True), or `timeout` s; a writer that died is started again."""
         if self._journal is None:
             return True
-        self.sync()
-        target, deadline = self._journal.seq, time.monotonic() + timeout
+        target = self.written() if upto is None else upto
+        deadline = time.monotonic() + timeout
         while self.applied().seq < target:
             if time.monotonic() > deadline:
                 return False

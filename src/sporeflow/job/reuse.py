@@ -204,16 +204,20 @@ def turn(
 
 def published(tracker: Tracker, what: str, lock: HeldLock) -> None:
     """Pass the turn (its `lock`) once the store has the run the turn trained (its writer
-    applied the journal up to here), at most tracking.drain_timeout after now: the next job
-    then finds it, or trains its own. The wait is handed to a thread that holds the lock, so
-    this job goes on (stage 2, the next baseline) while its writer catches up; the job's end
-    waits for it (`turns_passed`). A turn that reused a run has nothing new to wait for (a
-    sweep's jobs after its first)."""
-    upto, deadline = tracker.written(), time.monotonic() + tracker.drain_timeout
+    applied the journal up to here), or once the writer made no progress for
+    tracking.drain_timeout s (the next job then trains its own). The wait is handed to a
+    thread that holds the lock, so this job goes on (stage 2, the next baseline) while its
+    writer catches up (this job's next sync starts it again if it died); the job's end waits
+    for it (`turns_passed`). A turn that reused a run has nothing new to wait for (a sweep's
+    jobs after its first)."""
+    upto = tracker.written()
 
     def until_applied() -> None:
-        while not tracker.has_applied(upto):
-            if time.monotonic() > deadline:
+        seen, quiet_since = -1, time.monotonic()
+        while (applied := tracker.applied().seq) < upto:
+            if applied != seen:
+                seen, quiet_since = applied, time.monotonic()
+            elif time.monotonic() - quiet_since > tracker.drain_timeout:
                 log.warning(NOT_PUBLISHED, what)
                 return
             time.sleep(PUBLISH_POLL_S)
@@ -225,15 +229,29 @@ def published(tracker: Tracker, what: str, lock: HeldLock) -> None:
 def turns_passed(tracker: Tracker) -> Iterator[None]:
     """A job's block; at its end every turn it handed off (`published`) has passed. This
     thread waits for the store (`Tracker.wait_applied` also starts a writer that died), then
-    for the turns' threads, so no turn outlives its job."""
+    for the turns' threads, so no turn outlives its job. A job stopped by a signal
+    (Interrupted, Requeued) does not wait here: the tracker's end drains the writer once, and
+    the kernel releases the turns' locks with the process."""
     try:
         yield
-    finally:
+    except Exception:
+        _pass_turns(tracker)
+        raise
+    except BaseException:
+        _HANDED_OFF.clear()
+        raise
+    else:
+        _pass_turns(tracker)
+
+
+def _pass_turns(tracker: Tracker) -> None:
+    try:
         pending = [upto for thread, upto in _HANDED_OFF if thread.is_alive()]
         if pending and not tracker.wait_applied(tracker.drain_timeout, upto=max(pending)):
             log.warning(NOT_PUBLISHED, "a reusable stage of this job")
         for thread, _ in _HANDED_OFF:
             thread.join()
+    finally:
         _HANDED_OFF.clear()
 
 

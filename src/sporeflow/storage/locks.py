@@ -38,9 +38,10 @@ class HeldLock:
             finally:
                 self.release()
 
-        self.handed_off = threading.Thread(target=release_after, name="lock-hand-off", daemon=True)
-        self.handed_off.start()
-        return self.handed_off
+        thread = threading.Thread(target=release_after, name="lock-hand-off", daemon=True)
+        thread.start()  # if this raises, nothing holds it yet: the block's end releases it
+        self.handed_off = thread
+        return thread
 
 
 @contextmanager

@@ -242,20 +242,17 @@ class Tracker:
             self._ensure_writer()
 
     def applied(self) -> AppliedState:
+        """What the writer has applied to the store (its applied file: another thread may read
+        it while this one writes)."""
         return AppliedState.load(self.journal) if self.journal else AppliedState()
 
     def written(self) -> int:
         """The journal's position after every record written so far, made durable: what
-        `wait_applied(..., upto=)` and `has_applied` compare with (0 without a journal)."""
+        `wait_applied(..., upto=)` and `applied().seq` compare with (0 without a journal)."""
         if self._journal is None:
             return 0
         self.sync()
         return self._journal.seq
-
-    def has_applied(self, upto: int) -> bool:
-        """Whether the store has the journal's records up to `upto` (`written()`). Reads the
-        writer's applied file only, so another thread may ask while this one writes."""
-        return self._journal is None or self.applied().seq >= upto
 
     def wait_applied(self, timeout: float, upto: int | None = None) -> bool:
         """Wait until the store has every record written so far, or those up to `upto`

@@ -14,10 +14,15 @@ the compiles made there: "loops") with the wall as a multiple of them. Last, a 3
 README sweep as a user runs it (`python train.py -m ...`, the whole process) by the code the
 issue measured against (SIDE_BEFORE, a worktree on this venv) and by today's with the compile
 cache cold (an empty folder in each fresh launch folder) and warm (a folder one unmeasured run
-filled), in turn, each repetition's walls paired.
+filled), and cold with the baselines 13ad12f had (no budget arm: the same work), in turn, each
+repetition's walls paired.
 `python bench/bench_compile.py overhead REV` (about 3 min): the spied sweep by REV (a worktree)
 and by today's code, each with an empty cache folder and then that folder again.
-Usage: python bench/bench_compile.py [side [REPEATS] | overhead REV]
+`python bench/bench_compile.py runs [REV]` (about 2 min): the spied sweep's graph runs by cell
+class (how many, their seconds) by REV (default SIDE_BEFORE; its own compiles, no cache
+options), by today's code cold, and cold with SIDE_BEFORE's baselines: what work the sweep
+does that REV's did not.
+Usage: python bench/bench_compile.py [side [REPEATS] | overhead REV | runs [REV]]
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from trainjob import REPO, checkout, print_paired, run_train
 BEFORE = "76428d5"  # the last landing before issue 50's graph pool
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 SIDE_BEFORE = "13ad12f"  # the code issue 64 put the README sweep's wall against
+# the baselines SIDE_BEFORE trained: the budget arm (boost.baselines: budget, 1f26404) came after
+SIDE_BEFORE_BASELINES = "boost.baselines=[baseline,annealed,snapshot_mean]"
 BEFORE_DECAY = "68752e7"  # the last commit with optimizer.weight_decay folded into the graph
 DECAYS = ["-m", "optimizer.weight_decay=1e-4,5e-4,1e-3", "callbacks.progress_bar=false"]
 
@@ -87,7 +94,7 @@ def main() -> None:
     print_spied(found)
     print("the same sweep under joblib, 2 workers (wall s):")
     for label, wall in walls.items():
-        print(f"  {label:26s} {wall:7.1f}")
+        print(f"  {label:32s} {wall:7.1f}")
     old = walls[f"before {BEFORE}"]
     for label in ("now, cache off", "now, cache warm"):
         print(f"  {label} / before: {walls[label] / old:.2f}x")
@@ -101,7 +108,7 @@ def print_spied(found: dict[str, dict]) -> None:
         f"epochs), one process (basic launcher), {os.cpu_count()} cores:"
     )
     print(
-        f"  {'':26s} {'wall s':>7s} {'graph runs s':>12s} {'wall/runs':>9s} {'loops s':>7s} "
+        f"  {'':32s} {'wall s':>7s} {'graph runs s':>12s} {'wall/runs':>9s} {'loops s':>7s} "
         f"{'wall/loops':>10s} {'compiles':>8s} {'compile s':>9s} {'loaded':>6s}  by cell"
     )
     for label, r in found.items():
@@ -109,7 +116,7 @@ def print_spied(found: dict[str, dict]) -> None:
         by_cell = ", ".join(f"{k} {v}" for k, v in sorted(r["compiles"].items()))
         loops = r.get("model loops") or float("nan")  # absent: a spy before this column
         print(
-            f"  {label:26s} {r['wall']:7.1f} {r['graph runs']:12.1f} "
+            f"  {label:32s} {r['wall']:7.1f} {r['graph runs']:12.1f} "
             f"{r['wall'] / r['graph runs']:8.2f}x {loops:7.1f} {r['wall'] / loops:9.2f}x "
             f"{total:8d} {r['compile']:9.1f} {r.get('loaded', 0):6d}  {by_cell}"
         )
@@ -127,6 +134,27 @@ def overhead(rev: str) -> None:
     print_spied(found)
 
 
+def graph_runs(rev: str) -> None:
+    """The spied sweep's graph runs by cell class: `rev` (a worktree, its own compiles), today's
+    code cold, and cold with SIDE_BEFORE's baselines."""
+    with tempfile.TemporaryDirectory() as cache, checkout(rev) as before:
+        found = {
+            rev: spied(before, []),
+            "now, cache cold": spied(REPO, [f"runtime.compile_cache_dir={cache}/a"]),
+            f"now, cold, {SIDE_BEFORE}'s baselines": spied(
+                REPO, [f"runtime.compile_cache_dir={cache}/b", SIDE_BEFORE_BASELINES]
+            ),
+        }
+    print_spied(found)
+    print("graph runs by cell class: runs, seconds, ms per run")
+    for label, r in found.items():
+        cells = sorted(r["runs by cell"].items(), key=lambda kv: -kv[1][1])
+        said = ", ".join(
+            f"{cell} {n} / {s:.1f} s / {1000 * s / n:.1f} ms" for cell, (n, s) in cells
+        )
+        print(f"  {label:32s} {said}")
+
+
 def decay_sweep() -> None:
     """Train graphs of a sweep over optimizer.weight_decay, folded (before) and as an input."""
     print(f"3-job sweep {DECAYS[1]} (the default job), one process, cache off:")
@@ -134,17 +162,20 @@ def decay_sweep() -> None:
         for label, repo in ((f"before {BEFORE_DECAY}", before), ("now", REPO)):
             found = spied(repo, ["runtime.compile_cache=false"], DECAYS)
             by_cell = ", ".join(f"{k} {v}" for k, v in sorted(found["compiles"].items()))
-            print(f"  {label:26s} wall {found['wall']:5.1f} s, compiles: {by_cell}")
+            print(f"  {label:32s} wall {found['wall']:5.1f} s, compiles: {by_cell}")
 
 
 def side_by_side(repeats: int) -> None:
-    """The README sweep's whole-process wall: SIDE_BEFORE, today's code cold and warm, in turn."""
+    """The README sweep's whole-process wall: SIDE_BEFORE, today's code cold and warm, and cold
+    with SIDE_BEFORE's baselines, in turn."""
     with checkout(SIDE_BEFORE) as before, tempfile.TemporaryDirectory() as kept:
         warm = [f"runtime.compile_cache_dir={kept}/cache"]
+        cold = ["runtime.compile_cache_dir=compile-cache"]
         arms = {
             SIDE_BEFORE: (before, []),
-            "now, cache cold": (REPO, ["runtime.compile_cache_dir=compile-cache"]),
+            "now, cache cold": (REPO, cold),
             "now, cache warm": (REPO, warm),
+            f"now, cold, {SIDE_BEFORE}'s baselines": (REPO, [*cold, SIDE_BEFORE_BASELINES]),
         }
         with tempfile.TemporaryDirectory() as tmp:  # fills the warm arm's folder, unmeasured
             run_train([*SWEEP, *warm, f"hydra.sweep.dir={tmp}/multirun"], Path(tmp))
@@ -162,5 +193,7 @@ if __name__ == "__main__":
         side_by_side(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
     elif sys.argv[1:2] == ["overhead"]:
         overhead(sys.argv[2])
+    elif sys.argv[1:2] == ["runs"]:
+        graph_runs(sys.argv[2] if len(sys.argv) > 2 else SIDE_BEFORE)
     else:
         main()

@@ -1,6 +1,7 @@
 """`python bench/compile_spy.py REPO ARGS...`: REPO's `train.py ARGS` run in this process with
 MindSpore's graph compiles counted (a graph MindSpore had not compiled before, by cell class)
-and the seconds of compiles and of graph runs (every train, eval and export step) summed, the
+and the seconds of compiles and of graph runs (every train, eval and export step) summed (and
+by cell class, with their number), the
 seconds inside MindSpore's `Model.train` and `Model.eval` (the outermost call: the steps with
 their data pipeline and callbacks), and how many of the compiled graphs came from sporeflow's
 compile cache; one
@@ -23,6 +24,7 @@ from mindspore.train import Model
 STARTED = time.perf_counter()
 compiles: Counter = Counter()
 seconds = {"compile": 0.0, "graph runs": 0.0, "model loops": 0.0}
+runs_by_cell: dict[str, list] = {}  # cell class: [graph runs, their seconds]
 _compile, _run = _CellGraphExecutor.compile, _CellGraphExecutor.__call__
 _inside = [0]  # Model.train/eval calls open (an evaluation inside a train callback is nested)
 
@@ -41,7 +43,10 @@ def timed_run(self, obj, *args, **kwargs):
     try:
         return _run(self, obj, *args, **kwargs)
     finally:
-        seconds["graph runs"] += time.perf_counter() - start
+        took = time.perf_counter() - start
+        seconds["graph runs"] += took
+        runs = runs_by_cell.setdefault(type(obj).__name__, [0, 0.0])
+        runs[0], runs[1] = runs[0] + 1, runs[1] + took
 
 
 def timed_loop(method):
@@ -63,6 +68,7 @@ def report() -> None:
     cache = sys.modules.get("sporeflow.engine.compile_cache")  # absent in code before it
     loaded = cache.counts()[1] if cache is not None else 0
     found = {"wall": wall, "compiles": dict(compiles), "loaded": loaded, **seconds}
+    found["runs by cell"] = runs_by_cell
     print(json.dumps(found), flush=True)
 
 

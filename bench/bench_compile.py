@@ -19,9 +19,9 @@ repetition's walls paired.
 `python bench/bench_compile.py overhead REV` (about 3 min): the spied sweep by REV (a worktree)
 and by today's code, each with an empty cache folder and then that folder again.
 `python bench/bench_compile.py runs [REV]` (about 2 min): the spied sweep's graph runs by cell
-class (how many, their seconds) by REV (default SIDE_BEFORE; its own compiles, no cache
-options), by today's code cold, and cold with SIDE_BEFORE's baselines: what work the sweep
-does that REV's did not.
+class (how many, their seconds) by REV (default SIDE_BEFORE; code from before the compile
+cache: it compiles every graph), by today's code cold, and cold with SIDE_BEFORE's baselines:
+what work today's sweep does that SIDE_BEFORE's did not.
 Usage: python bench/bench_compile.py [side [REPEATS] | overhead REV | runs [REV]]
 """
 
@@ -135,8 +135,9 @@ def overhead(rev: str) -> None:
 
 
 def graph_runs(rev: str) -> None:
-    """The spied sweep's graph runs by cell class: `rev` (a worktree, its own compiles), today's
-    code cold, and cold with SIDE_BEFORE's baselines."""
+    """The spied sweep's graph runs by cell class: `rev` (a worktree of code before the compile
+    cache, as SIDE_BEFORE is: it compiles every graph), today's code cold, and cold with
+    SIDE_BEFORE's baselines."""
     with tempfile.TemporaryDirectory() as cache, checkout(rev) as before:
         found = {
             rev: spied(before, []),

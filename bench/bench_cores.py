@@ -1,9 +1,11 @@
 """How much of a job's wall a second core buys (issue 64: can the README sweep's graph runs go
 faster on this machine?). The default job and the README sweep, each with an empty compile
 cache in a fresh launch folder, on both cores and pinned to one (`os.sched_setaffinity`, which
-the job's processes inherit: the tracking writer shares the core), in turn, each repetition's
-walls paired. A job whose wall barely moves on one core is a chain of hand-offs (Python, then
-MindSpore's actor and kernel threads, then the data pipeline's), not work a core can share.
+the job's processes inherit: the tracking writer shares the core; MindSpore sizes its thread
+pools from the machine, not the mask, so they share it too, as for a user who pins a job), in
+turn (the order reversed every other repetition), each repetition's walls paired. A job
+whose wall barely moves on one core is a chain of hand-offs (Python, then MindSpore's actor
+and kernel threads, then the data pipeline's), not work a core can share.
 
 Usage: python bench/bench_cores.py [JOB_REPEATS [SWEEP_REPEATS]]   (defaults 5 and 2; about
 4 min on a fast machine)
@@ -28,8 +30,9 @@ def walls_by_cores(args: list[str], repeats: int) -> dict[str, list[float]]:
     cores = sorted(os.sched_getaffinity(0))
     arms = {f"{len(cores)} cores": set(cores), "1 core": {cores[0]}}
     found: dict[str, list[float]] = {arm: [] for arm in arms}
-    for _ in range(repeats):
-        for arm, allowed in arms.items():
+    for repetition in range(repeats):
+        order = list(arms.items())
+        for arm, allowed in order if repetition % 2 == 0 else reversed(order):
             os.sched_setaffinity(0, allowed)
             try:
                 with tempfile.TemporaryDirectory() as tmp:

@@ -74,7 +74,7 @@ def hand_off_turn(tracker: Tracker, path: Path) -> tuple[threading.Thread, int]:
     the run."""
     with exclusive(path) as lock:
         reuse.published(tracker, "stage1", lock)
-    handed_off, upto = reuse._HANDED_OFF[-1]
+    handed_off, upto = reuse._HANDED_OFF[-1], tracker.written()
     assert handed_off.is_alive() and not free(path)
     assert tracker.applied().seq < upto
     return handed_off, upto
@@ -93,7 +93,7 @@ def test_a_trained_turn_passes_once_the_store_has_its_run_and_the_job_end_waits(
     """The job goes on with the lock held while its stopped writer lacks the run; once the
     writer goes on (SIGCONT), the lock passes before the job ends; the job's end joins."""
     path = tmp_path / "locks" / "fingerprint.lock"
-    tracker, run = stopped_writer_tracker(tmp_path, drain_timeout=600)
+    tracker, run = stopped_writer_tracker(tmp_path, drain_timeout=60)
     writer = tracker._writer
     with tracker:
         try:
@@ -110,9 +110,27 @@ def test_a_trained_turn_passes_once_the_store_has_its_run_and_the_job_end_waits(
         assert client.get_run(tracker.applied().runs[run.run_id]).info.status == "FINISHED"
 
 
+def test_the_job_end_starts_a_killed_writer_again_and_waits_for_the_turn(tmp_path):
+    """The writer dies (SIGKILL) while the turn is handed off: the job's end starts a new one,
+    which applies the journal, and the block ends with the lock free and the run stored."""
+    path = tmp_path / "locks" / "fingerprint.lock"
+    tracker, run = stopped_writer_tracker(tmp_path, drain_timeout=60)
+    killed = tracker._writer
+    with tracker:
+        with reuse.turns_passed(tracker):
+            run.end()
+            handed_off, upto = hand_off_turn(tracker, path)
+            os.kill(killed.pid, signal.SIGKILL)
+            killed.wait()
+        assert free(path) and not handed_off.is_alive() and reuse._HANDED_OFF == []
+        assert tracker.writer_pid() != killed.pid and tracker.applied().seq >= upto
+        client = MlflowClient(tracker.uri)
+        assert client.get_run(tracker.applied().runs[run.run_id]).info.status == "FINISHED"
+
+
 def test_a_turn_whose_writer_makes_no_progress_passes_after_drain_timeout(tmp_path, caplog):
     path = tmp_path / "locks" / "fingerprint.lock"
-    tracker, run = stopped_writer_tracker(tmp_path, drain_timeout=1.0)
+    tracker, run = stopped_writer_tracker(tmp_path, drain_timeout=5.0)
     writer = tracker._writer
     try:
         run.end()

@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
 LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
 MAX_SHARED_SNAPSHOTS_MB = 500  # larger snapshot sets stay on their disk: reuse is local then
-PUBLISH_POLL_S = 0.1  # how often a handed-off turn looks whether the store has its run
+PUBLISH_POLL_S = 0.2  # how often a job's end looks after its writer while turns are handed off
 NOT_PUBLISHED = "%s: the MLflow store does not have its run yet; other jobs may train their own"
-# this process's turns passing once the store has their run: (thread, journal position)
-_HANDED_OFF: list[tuple[threading.Thread, int]] = []
+# this process's turns passing once the store has their run
+_HANDED_OFF: list[threading.Thread] = []
 
 
 def _digest(key: dict) -> str:
@@ -213,25 +213,22 @@ def published(tracker: Tracker, what: str, lock: HeldLock) -> None:
     upto = tracker.written()
 
     def until_applied() -> None:
-        seen, quiet_since = -1, time.monotonic()
-        while (applied := tracker.applied().seq) < upto:
-            if applied != seen:
-                seen, quiet_since = applied, time.monotonic()
-            elif time.monotonic() - quiet_since > tracker.drain_timeout:
-                log.warning(NOT_PUBLISHED, what)
-                return
-            time.sleep(PUBLISH_POLL_S)
+        if not tracker.wait_applied_while_progressing(upto):
+            log.warning(NOT_PUBLISHED, what)
 
-    _HANDED_OFF.append((lock.hand_off(until_applied), upto))
+    try:
+        _HANDED_OFF.append(lock.hand_off(until_applied))
+    except RuntimeError:  # no thread to be had: wait here (the block's end releases the lock)
+        until_applied()
 
 
 @contextmanager
 def turns_passed(tracker: Tracker) -> Iterator[None]:
-    """A job's block; at its end every turn it handed off (`published`) has passed. This
-    thread waits for the store (`Tracker.wait_applied` also starts a writer that died), then
-    for the turns' threads, so no turn outlives its job. A job stopped by a signal
-    (Interrupted, Requeued) does not wait here: the tracker's end drains the writer once, and
-    the kernel releases the turns' locks with the process."""
+    """A job's block; at its end every turn it handed off (`published`) has passed, so no turn
+    outlives its job: this thread keeps the writer alive (`Tracker.sync` starts one that died)
+    while it waits for the turns' threads. A job stopped by a signal (Interrupted, Requeued)
+    does not wait here: the tracker's end drains the writer once, and the kernel releases the
+    turns' locks with the process."""
     try:
         yield
     except Exception:
@@ -246,11 +243,10 @@ def turns_passed(tracker: Tracker) -> Iterator[None]:
 
 def _pass_turns(tracker: Tracker) -> None:
     try:
-        pending = [upto for thread, upto in _HANDED_OFF if thread.is_alive()]
-        if pending and not tracker.wait_applied(tracker.drain_timeout, upto=max(pending)):
-            log.warning(NOT_PUBLISHED, "a reusable stage of this job")
-        for thread, _ in _HANDED_OFF:
-            thread.join()
+        for thread in _HANDED_OFF:
+            while thread.is_alive():
+                tracker.sync()
+                thread.join(PUBLISH_POLL_S)
     finally:
         _HANDED_OFF.clear()
 

@@ -248,18 +248,48 @@ class Tracker:
 
     def written(self) -> int:
         """The journal's position after every record written so far, made durable: what
-        `wait_applied(..., upto=)` and `applied().seq` compare with (0 without a journal)."""
+        `wait_applied_while_progressing` and `applied().seq` compare with (0 without a
+        journal)."""
         if self._journal is None:
             return 0
         self.sync()
         return self._journal.seq
 
-    def wait_applied(self, timeout: float, upto: int | None = None) -> bool:
-        """Wait until the store has every record written so far, or those up to `upto`
-        (`written()`) (True), or `timeout` s; a writer that died is started again."""
+    def writer_pid(self) -> int | None:
+        """The writer applying this journal: this process's own, or the shared one it follows."""
+        shared, writer = self._shared, self._writer
+        if shared is not None:
+            return shared.pid
+        return writer.pid if writer is not None else None
+
+    def wait_applied_while_progressing(self, upto: int) -> bool:
+        """Wait until the store has the journal up to `upto` (`written()`) (True), or until its
+        writer made no progress (applied nothing, computed nothing) for drain_timeout s, as the
+        tracker's end counts it (False). It only reads (the applied file, the writer's CPU), so
+        another thread may wait while this one writes; a writer this thread starts again (its
+        next `sync`) is followed."""
+
+        def applied() -> int:
+            return self.applied().seq
+
+        while applied() < upto:
+            pid = self.writer_pid()
+            if pid is None:
+                return False
+
+            def moved(pid: int = pid) -> bool:  # applied, or another writer took over
+                return applied() >= upto or self.writer_pid() != pid
+
+            if not wait_while_progressing(pid, applied, self.drain_timeout, moved):
+                return False
+        return True
+
+    def wait_applied(self, timeout: float) -> bool:
+        """Wait until the store has every record written so far (True), or `timeout` s; a
+        writer that died is started again."""
         if self._journal is None:
             return True
-        target = self.written() if upto is None else upto
+        target = self.written()
         deadline = time.monotonic() + timeout
         while self.applied().seq < target:
             if time.monotonic() > deadline:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 from mindspore.train import node_strategy_pb2 as pb
+
+from helpers.shell import user_env
 
 SPOREFLOW = str(Path(sys.executable).parent / "sporeflow")
 
@@ -134,7 +135,7 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    env = user_env({"MLFLOW_TRACKING_URI": ""})
     with socket.socket() as other:  # another user's server holds the port: no links to it
         other.bind(("127.0.0.1", port))
         other.listen()

@@ -6,7 +6,6 @@ tested in process (tests/unit/test_study_dashboard.py)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import psutil
 import pytest
 
 from helpers.servers import free_port
+from helpers.shell import user_env
 from helpers.studies import sweep_parent, told_study
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +32,7 @@ def test_ui_serves_the_sweeps_study_in_optuna_dashboard_and_leaves_no_process(tm
     ui = subprocess.Popen(
         [SPOREFLOW, "ui", "--port", str(port), "--dashboard-port", str(dash)],
         cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        env=user_env({"MLFLOW_TRACKING_URI": ""}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,7 +5,6 @@ ranges. The screenshots the manual shows of itself are taken here (keep_for_docs
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from helpers.browser import Browser, chromium, keep_for_docs
 from helpers.machine import unavailable
 from helpers.servers import free_port, stop, wait_until_healthy
+from helpers.shell import user_env
 from helpers.train import REPO
 
 
@@ -28,7 +28,7 @@ def site(tmp_path_factory):
         cwd=REPO,
         capture_output=True,
         text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        env=user_env({"NO_MKDOCS_2_WARNING": "1"}),
         check=False,
     )
     assert build.returncode == 0, build.stderr[-3000:]

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from helpers.shell import plain_shell
 from helpers.store import client_of, only_run
 from helpers.train import ODD_FOLDER, REPO, run_train, sporeflow_cli, train_command
 from sporeflow.core.uris import sqlite_uri
 from sporeflow.launch.msrun import override
+from sporeflow.runtime import mindspore_log
 
 pytestmark = pytest.mark.e2e
 
@@ -45,11 +47,23 @@ def _train(cwd, run_dir: str, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory):
-    """(the launch folder, the run dir of `python train.py debug=quick` run in it)."""
+    """(the launch folder, the run dir of `python train.py debug=quick` run in it from a shell
+    with only PATH and HOME set: nothing of the runner's environment helps it)."""
     cwd = tmp_path_factory.mktemp("fresh") / ODD_FOLDER
     cwd.mkdir()
-    _train(cwd, "first", "debug=quick")
+    cmd, _ = train_command(["debug=quick"], cwd, "first")
+    proc = subprocess.run(cmd, cwd=cwd, env=plain_shell(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return cwd, cwd / "first"
+
+
+def test_mindspore_logs_a_run_whose_folder_name_it_refuses(odd):
+    """MindSpore's logger refuses a log folder named with ' ', '?', '#', '%' or 'é' (issue 75):
+    the run's `mindspore_log` links to a folder it accepts, where its log files are."""
+    _, first = odd
+    link = first / "mindspore_log"
+    assert link.is_symlink() and mindspore_log.LEGAL_FOLDER.match(str(link.resolve()))
+    assert (link / "rank_0" / "logs").is_dir(), "MindSpore's logger made its folder there"
 
 
 def _runs(cwd):

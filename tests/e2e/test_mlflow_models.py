@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from helpers.shell import user_env
 from helpers.store import client_of, runs_of
 from helpers.train import run_train
 
@@ -120,7 +121,7 @@ def test_mlflow_models_serve_answers_with_the_same_labels(trained):
             str(port),
         ],
         cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"},
+        env=user_env({"MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

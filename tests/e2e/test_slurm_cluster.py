@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 from helpers.machine import unavailable
 from helpers.pace import paced
 from helpers.servers import free_port
+from helpers.shell import user_env
 from helpers.store import by_stage
 from helpers.train import COMBINED_BATCH, REPO, TESTS, TRAIN, run_train
 from sporeflow.tracking.journal import header_of, read_records, sibling
@@ -199,7 +200,7 @@ def cluster(tmp_path_factory):
     store = root / "mlflow.db"
     server = subprocess.Popen(
         [str(SCRIPT), "server", str(root), "--", str(port)],
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        env=user_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

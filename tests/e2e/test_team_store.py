@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers.postgres import PASSWORD as DB_PASSWORD
 from helpers.servers import free_port, stop, wait_until_healthy
+from helpers.shell import user_env
 from helpers.store import by_stage
 from helpers.train import TRAIN, multirun, run_train, train_command
 from hydra_plugins.sporeflow_optuna_sweeper.study import SURPLUS
@@ -54,7 +55,7 @@ def team_server(postgres, tmp_path_factory):
     proc = subprocess.Popen(
         [SPORECLI, "server", "--auth", "--artifacts", str(root / "artifacts"), "--port", str(port)],
         cwd=root,
-        env={**os.environ, **secrets},
+        env=user_env(secrets),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -68,7 +69,7 @@ def team_server(postgres, tmp_path_factory):
         added = subprocess.run(
             [SPORECLI, "server", "add-user", name, "--url", url, *role],
             input=password + "\n",
-            env={**os.environ, **login("admin", ADMIN_PASSWORD)},
+            env=user_env(login("admin", ADMIN_PASSWORD)),
             capture_output=True,
             text=True,
         )
@@ -131,10 +132,10 @@ def test_the_team_server_lets_in_only_its_users_and_shows_no_secret(team_server,
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?max_results=1")
     assert refused.value.code == 401
-    anonymous = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+    anonymous = {k: v for k, v in user_env().items() if not k.startswith("MLFLOW_TRACKING_")}
     for env, why in (
         (anonymous, "asks for a login (HTTP 401)"),
-        ({**os.environ, **login(TRAINER, "wrong-Pass-001")}, "refused the login of user 'bob'"),
+        (user_env(login(TRAINER, "wrong-Pass-001")), "refused the login of user 'bob'"),
     ):
         proc = subprocess.run(
             train_command([f"tracking.uri={url}"], tmp_path)[0],
@@ -148,7 +149,7 @@ def test_the_team_server_lets_in_only_its_users_and_shows_no_secret(team_server,
         (line,) = [x for x in proc.stderr.splitlines() if f"tracking.uri={url}" in x]
         assert why in line and "MLFLOW_TRACKING_USERNAME" in line, line
         assert not list(tmp_path.rglob("checkpoints")), "no work may start"
-    viewer = {**os.environ, **login(VIEWER, VIEWER_PASSWORD)}
+    viewer = user_env(login(VIEWER, VIEWER_PASSWORD))
     code = (
         "from mlflow.tracking import MlflowClient; import sys; c = MlflowClient(sys.argv[1]);"
         "e = c.get_experiment_by_name('sporeflow'); print(len(c.search_runs([e.experiment_id])));"
@@ -250,7 +251,7 @@ def test_a_server_beyond_loopback_or_a_password_on_its_command_line_is_refused(p
     a database password on `--db` is refused (`ps` shows it): exit 2, one line, no server."""
     no_password = postgres.uri(password=None)
     anyone = [SPORECLI, "server", "--artifacts", str(tmp_path / "a"), "--home", str(tmp_path / "h")]
-    env = {k: v for k, v in os.environ.items() if k != "SPOREFLOW_SERVER_ADMIN_PASSWORD"}
+    env = {k: v for k, v in user_env().items() if k != "SPOREFLOW_SERVER_ADMIN_PASSWORD"}
     env["PGPASSWORD"] = DB_PASSWORD
     for extra, why in (
         (["--db", no_password, "--host", "0.0.0.0"], "set SPOREFLOW_SERVER_ADMIN_PASSWORD"),
@@ -321,7 +322,7 @@ def test_a_wrong_password_or_a_closed_port_exits_2_without_the_password(postgres
             ),
             subprocess.run(  # the URI in the environment: a password on --db is refused
                 [SPORECLI, "server", "--artifacts", str(tmp_path / "a")],
-                env={**os.environ, "MLFLOW_BACKEND_STORE_URI": uri},
+                env=user_env({"MLFLOW_BACKEND_STORE_URI": uri}),
                 capture_output=True,
                 text=True,
             ),
@@ -441,7 +442,7 @@ def sporeflow_search(cwd: Path, storage: str, tracking: str, n_trials: int) -> s
             f"hydra.sweep.dir={cwd / 'multirun'}",
         ],
         cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        env=user_env({"MLFLOW_TRACKING_URI": ""}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

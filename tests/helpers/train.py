@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers.shell import user_env
 from sporeflow.launch.msrun import override
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,10 +29,7 @@ RHO_SWEEP = ["debug=dim_reduce", "boost.baselines=[baseline,snapshot_mean]", "bo
 def train_command(args, cwd: Path, run_dir: str | None = "run", env: dict | None = None):
     """(argv, env) of `python train.py ARGS` launched in `cwd`, Hydra run dir cwd/<run_dir>
     (run_dir=None: Hydra's own default, outputs/<date>/<time>_<uid>)."""
-    full_env = {
-        k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ONEDNN_MAX_CPU_ISA")
-    }
-    full_env.update(env or {})  # runtime.cpu_isa=auto chooses the ISA, unless a test exports one
+    full_env = user_env(env)  # runtime.cpu_isa=auto chooses the ISA, unless a test exports one
     where = [override("hydra.run.dir", cwd / run_dir)] if run_dir is not None else []
     cmd = [sys.executable, str(TRAIN), *where, "callbacks.progress_bar=false", *args]
     return cmd, full_env
@@ -59,7 +56,7 @@ def multirun_command(cwd: Path, *args: str) -> tuple[list[str], dict]:
         override("hydra.sweep.dir", cwd / "multirun"),
         "callbacks.progress_bar=false",
     ]
-    return cmd, {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    return cmd, user_env({"MLFLOW_TRACKING_URI": ""})
 
 
 def multirun(cwd: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -81,7 +78,7 @@ def sporeflow_cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Com
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        env=user_env({"MLFLOW_TRACKING_URI": ""}),
         timeout=timeout,
     )
 

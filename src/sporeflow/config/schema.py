@@ -166,7 +166,9 @@ class RuntimeConfig:
     `compile_cache_dir`'s versions together); the least recently used are deleted beyond it."""
     mindspore_log: MindsporeLog = MindsporeLog.run_dir
     """MindSpore's own log lines: `run_dir` writes them (warnings and up) to
-    `<run dir>/mindspore_log/rank_<n>/logs/` and shows only its errors on the console;
+    `<run dir>/mindspore_log/rank_<n>/logs/` and shows only its errors on the console (a run
+    dir whose path MindSpore refuses for a log - anything but ASCII letters, digits and
+    `/@_-.:` - links `mindspore_log` to `$TMPDIR/sporeflow-<uid>/mindspore_log/<digest>/`);
     `console`: MindSpore's default, its warnings on the console. GLOG_* variables you export
     win over both."""
 

@@ -5,7 +5,12 @@ One journal per writing process, in the dir it writes for (a run dir, a sweep di
 seq 0 is the header naming the store. A line is written whole and flushed to the OS at once
 (a SIGKILL of the process loses nothing written); `sync()` fsyncs it (at every epoch end,
 checkpoint and exit: a power cut loses at most the current epoch). A torn last line (power
-cut mid-write) is ignored by readers.
+cut mid-write) is ignored by readers: it waits, as a line being appended does, until it ends.
+A whole line that is not a record (not JSON, or JSON without an integer `seq` and an `op`: a
+stray `echo >>`, a disk error) costs that line only: every reader (the writers, the drain at a
+job's end, `sporeflow sync`) parses lines through `parse_line`, which sets it aside in
+`<stem>.set-aside.txt` (`line <n>: <the line>`), says so once in one warning line, and skips it;
+the records around it are applied. A line is set aside once, whichever process reads it first.
 
 Beside it, `<stem>.applied.json` is the writer's durable position: the last seq applied to the
 store, the MLflow id of each run the journal created, which runs are still open, and the seq
@@ -19,6 +24,7 @@ appends JSON.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -29,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from sporeflow.storage.files import write_text_atomic
+from sporeflow.storage.locks import exclusive
+
+log = logging.getLogger(__name__)
 
 
 class Op(str, Enum):
@@ -115,19 +124,9 @@ class Journal:
 
 
 def read_records(path: Path, after: int = -1) -> list[dict]:
-    """The journal's whole records with seq > after, in order (a torn last line is skipped)."""
-    records = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break  # being written, or torn by a crash
-                record = json.loads(line)
-                if record["seq"] > after:
-                    records.append(record)
-    except FileNotFoundError:
-        return []
-    return records
+    """The journal's whole records with seq > after, in order (a torn or unfinished last line
+    is left out; a line that is not a record is set aside: `parse_line`)."""
+    return JournalTail(path).records_after(after)
 
 
 class JournalTail:
@@ -138,6 +137,7 @@ class JournalTail:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._offset = 0  # bytes of whole lines parsed so far
+        self._lines = 0  # whole lines parsed so far (a set-aside line is named by its number)
         self._records: list[dict] = []  # parsed, not yet known to be applied
 
     def records_after(self, seq: int) -> list[dict]:
@@ -155,17 +155,91 @@ class JournalTail:
                 data = f.read()
         except FileNotFoundError:
             return
-        whole = data.rfind(b"\n") + 1
-        self._records += [json.loads(line) for line in data[:whole].splitlines() if line]
+        whole = data.rfind(b"\n") + 1  # only lines that ended: the last may be mid-append
+        for line in data[:whole].split(b"\n")[:-1]:
+            self._lines += 1
+            record = parse_line(self.path, self._lines, line)
+            if record is not None:
+                self._records.append(record)
         self._offset += whole
+
+
+ASIDE = ".set-aside.txt"  # beside the journal: its whole lines that are not records
+_set_aside: set[tuple[str, int]] = set()  # (journal, line number) this process knows set aside
+
+
+def parse_line(journal: Path, number: int, line: bytes) -> dict | None:
+    """Journal line `number` (1-based, whole, without its newline) as its record; None for an
+    empty line, and for one that is not a record, which is set aside (`set_aside`) instead of
+    stopping the reader: one bad line costs that line only."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested beyond parsing
+        set_aside(journal, number, line, "not JSON")
+        return None
+    if not _is_record(record):
+        set_aside(journal, number, line, "JSON, but not a record with an integer seq and an op")
+        return None
+    return dict(record)
+
+
+def _is_record(found: Any) -> bool:
+    return (
+        isinstance(found, dict)
+        and type(found.get("seq")) is int
+        and isinstance(found.get("op"), str)
+    )
+
+
+def set_aside(journal: Path, number: int, line: bytes, why: str) -> None:
+    """Keep line `number` in `<stem>.set-aside.txt` and say so in one warning line, once for
+    the journal whichever process reads it first (the file is locked, and names the lines it
+    holds: the writer, the job's end and `sporeflow sync` each read the journal again)."""
+    journal = Path(journal)
+    if (str(journal), number) in _set_aside:
+        return
+    aside = sibling(journal, ASIDE)
+    try:
+        with exclusive(aside):
+            held = re.findall(rb"^line (\d+): ", aside.read_bytes(), flags=re.MULTILINE)
+            new = str(number).encode() not in held
+            if new:
+                with open(aside, "ab") as f:
+                    f.write(b"line %d: %s\n" % (number, line))
+    except OSError as ex:  # a read-only dir (another user's run): skipped, said once here
+        log.warning(
+            "%s: line %d is not a tracking record (%s); skipped: it could not be set aside in "
+            "%s (%s)",
+            journal,
+            number,
+            why,
+            aside,
+            ex,
+        )
+        new = False
+    _set_aside.add((str(journal), number))
+    if new:
+        log.warning(
+            "%s: line %d is not a tracking record (%s): set aside in %s; the rest of the "
+            "journal is applied",
+            journal,
+            number,
+            why,
+            aside,
+        )
 
 
 def header_of(path: Path) -> dict:
     """The journal's header (its first line only: a sweep's writer reads every job's)."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         line = f.readline()
-    first = json.loads(line) if line.endswith("\n") else None
-    if not first or first.get("op") != Op.header:
+    try:
+        first = json.loads(line) if line.endswith(b"\n") else None
+    except (ValueError, RecursionError):
+        first = None  # no journal can be applied without its header: said below, not set aside
+    if not isinstance(first, dict) or first.get("op") != Op.header:
         raise ValueError(f"{path} is not a sporeflow tracking journal (no header line)")
     return first
 

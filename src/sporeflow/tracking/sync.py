@@ -8,12 +8,13 @@ its runs go on in the requeued job). Running it twice sends nothing the second t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive
 from sporeflow.tracking.apply import Applier
-from sporeflow.tracking.journal import journals_under, sibling
+from sporeflow.tracking.journal import journals_under, read_records, sibling
 from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.writer import gone_reason, owner_alive
@@ -27,6 +28,7 @@ class Synced:
     ended: tuple[str, ...] = ()
     busy: bool = False  # its own writer (or owner) is alive: left alone
     error: str = ""
+    waits: bool = False  # it names a run another journal under the same root creates
 
 
 WRITERS = ("sporeflow.tracking.writer", "sporeflow.tracking.sweep_writer")  # their -m names
@@ -47,11 +49,13 @@ def writer_alive(journal: Path) -> bool:
         return False
 
 
-def sync_journal(journal: Path) -> Synced:
+def sync_journal(journal: Path, owners_done: bool = False) -> Synced:
+    """Apply one journal unless a writer or its owner is on it (the module docstring)."""
     applier = Applier(journal)
     result = Synced(journal)
     followed = writer_alive(journal) or shared_alive(applier.header.get("writer", "own"))
-    if followed or (owner_alive(applier.header) and applier.pending()):
+    writing = owner_alive(applier.header) and not (owners_done and applier.owner_closed())
+    if followed or (writing and applier.pending()):
         result.busy, result.left = True, len(applier.pending())
         return result
     before = applier.state.seq
@@ -62,7 +66,8 @@ def sync_journal(journal: Path) -> Synced:
             result.ended = tuple(applier.end_open("KILLED", gone_reason(applier.header)))
     except StoreError as ex:
         result.error = str(ex)
-    result.sent = applier.state.seq - before
+    # records, not seqs: a line set aside (journal.parse_line) may have been one
+    result.sent = sum(r["seq"] <= applier.state.seq for r in read_records(journal, before))
     result.left = len(applier.pending())
     return result
 
@@ -74,8 +79,6 @@ def _owner(header: dict) -> dict:
 
 def wait_for_writers(root: Path, timeout: float) -> bool:
     """Wait until no writer of a journal under `root` is alive (True), or `timeout` s."""
-    import time
-
     deadline = time.monotonic() + timeout
     while any(writer_alive(j) for j in journals_under(root)):
         if time.monotonic() > deadline:
@@ -84,6 +87,27 @@ def wait_for_writers(root: Path, timeout: float) -> bool:
     return True
 
 
-def sync(root: Path) -> list[Synced]:
-    """Apply every journal under `root` (see the module docstring)."""
-    return [sync_journal(j) for j in journals_under(root)]
+def sync(root: Path, owners_done: bool = False) -> list[Synced]:
+    """Apply every journal under `root`; those waiting for a run another one creates again
+    while a pass sends something (see the module docstring). One result per journal."""
+    done = {j: sync_journal(j, owners_done) for j in journals_under(root)}
+    while any(r.waits for r in done.values()):
+        again = {j: sync_journal(j, owners_done) for j, r in done.items() if r.waits}
+        moved = any(r.sent for r in again.values())
+        for journal, result in again.items():
+            result.sent += done[journal].sent
+            done[journal] = result
+        if not moved:
+            break
+    return list(done.values())
+
+
+def sync_until(root: Path, timeout: float, owners_done: bool = True) -> list[Synced]:
+    """`sync` again each second while records are left (a writer still on them, a store busy
+    or down), for up to `timeout` s; the last pass's results."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = sync(root, owners_done)
+        if not any(r.left for r in done) or time.monotonic() > deadline:
+            return done
+        time.sleep(1.0)

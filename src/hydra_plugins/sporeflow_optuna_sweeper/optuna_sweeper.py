@@ -143,6 +143,8 @@ class SweepJobsFailed(SporeflowError):
 
 
 class OptunaSweeper(LaunchingSweeper):
+    option = "hydra/sweeper=sporeflow_optuna"
+
     def __init__(
         self,
         study_name: str,
@@ -262,6 +264,7 @@ class OptunaSweeper(LaunchingSweeper):
         return min(self.n_trials, len(points))
 
     def sweep(self, arguments: List[str]) -> Any:
+        self.refuse_choice_on_test()
         launch_dir = Path(self.config.hydra.runtime.cwd or Path.cwd())
         roots = optuna_sampler.project_roots(
             launch_dir, OmegaConf.to_container(self.config.hydra.runtime.config_sources)

@@ -62,6 +62,8 @@ class RaceJobsFailed(SporeflowError):
 
 
 class RaceSweeper(LaunchingSweeper):
+    option = "hydra/sweeper=sporeflow_race"
+
     def __init__(self, **settings: Any) -> None:
         settings.pop("_target_", None)
         params = settings.get("params")
@@ -70,6 +72,7 @@ class RaceSweeper(LaunchingSweeper):
         self.settings = settings
 
     def sweep(self, arguments: List[str]) -> Any:
+        self.refuse_choice_on_test()
         plan = race.checked(self.settings, arguments)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,51 @@ ALL_COSTS = tuple(c for found in COSTS.values() for c in found)
 ALIASES = {False: {}, True: {"cost/passes": "stage2/passes"}}  # by dim_reduce
 
 
+EMA_SUFFIX = "_ema"  # a metric of the EMA weights (engine.callbacks.EvalEachEpoch)
+
+
+def validation_metrics(ema: bool, dim_reduce: bool) -> list[str]:
+    """What every training stage of a job records on the validation split at each evaluation
+    (engine.callbacks.EvalEachEpoch), as `val/<name>`: acc and loss; with EMA weights kept
+    (`train.ema.enabled`) also acc_ema and loss_ema - but not in a dim-reduce pipeline, whose
+    stage 2 keeps no EMA weights. What a hook may watch (early stopping's `monitor`)."""
+    names = [*PLAIN, *(m + EMA_SUFFIX for m in PLAIN if ema and not dim_reduce)]
+    return [VAL + n for n in names]
+
+
+def monitor_refusal(key: str, value: Any, recorded: list[str]) -> str | None:
+    """Why `value` (set at `key`) is not one of the validation metrics `recorded`
+    (validation_metrics; `acc` stands for `val/acc`); None when it is. A `test/` metric is named
+    as such: a stage chooses on validation, the test split only reports."""
+    if isinstance(value, str) and (value if value.startswith(VAL) else VAL + value) in recorded:
+        return None
+    allowed = f"allowed: {', '.join(recorded)}"
+    if str(value).startswith(TEST):
+        why = "a stage chooses on the validation split, never on the test images that report it"
+    elif str(value).endswith(EMA_SUFFIX):
+        why = "recorded with train.ema.enabled=true, outside a dim-reduce pipeline"
+    else:
+        why = "not a metric the stage records on the validation split"
+    return f"{key}={value!r}: {why}; {allowed}"
+
+
+def choice_on_test_refusal(cfg: Any, sweeper: str) -> str | None:
+    """Why a sweeper that chooses between jobs by what each returns (`sweeper`, e.g.
+    `hydra/sweeper=sporeflow_optuna`) cannot sweep this app: eval.py returns the accuracy on
+    its `split`, and `split=test` would choose on the test images, as a `test/` sweep.objective
+    of train.py would (refusal). None when it can (any other app or split); a sweep that
+    chooses nothing (Hydra's basic sweeper: each source reported) is never asked."""
+    split = getattr(cfg.get("split"), "value", cfg.get("split"))
+    if "source" not in cfg.keys() or split != TEST.rstrip("/"):  # a swept source is missing
+        return None
+    return (
+        f"split=test with {sweeper}: the sweep would choose by what eval.py returns, the "
+        "accuracy on the test images that report the result (as sweep.objective=test/acc "
+        "would for train.py); use split=val, or a plain -m sweep that reports each source "
+        "and chooses none"
+    )
+
+
 def parts(objective: Any) -> list[str]:
     """`sweep.objective` as a list of names: a word is one; a list (or its text as a param
     records it, "['val/acc', 'cost/passes']") its elements."""

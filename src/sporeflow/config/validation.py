@@ -3,9 +3,11 @@ one line per bad key (ConfigError, exit 2).
 
 - sporeflow's own nodes: Hydra already checked keys and types against config/schema.py while
   composing; here each field's range (`Annotated[..., Range]`) and each node's `relations()`.
-- user-swappable components (model, dataset, optimizer, loss): their keys, types, required
-  arguments and ranges against the `_target_`'s own signature and annotations, so
-  `optimizer.lrr` or `optimizer.lr=-0.1` fails before MindSpore builds anything.
+- user-swappable components (model, dataset, optimizer, loss) and `callbacks.hooks`: their
+  keys, types, required arguments, ranges and allowed values (`Literal[...]`; a hook's
+  `Annotated[str, ValidationMetric]` against the metrics the job's stages record) against the
+  `_target_`'s own signature and annotations, so `optimizer.lrr`, `optimizer.lr=-0.1` or an
+  early stop's `mode=maximize` fails before MindSpore builds anything.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sporeflow.config import objective
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.schema import COMPONENT_GROUPS, RunConfig
 from sporeflow.config.targets import checked_target, hook_place_problem
 from sporeflow.core.errors import ConfigError
-from sporeflow.core.ranges import range_of, without_range
+from sporeflow.core.ranges import names_metric, range_of, without_range
 from sporeflow.nn import schedules
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.
@@ -48,7 +52,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     assert isinstance(plain, DictConfig)
     found = [line for group in COMPONENT_GROUPS for line in component_problems(group, plain[group])]
     found += schedule_problems(plain.optimizer)
-    found += hook_problems(plain.callbacks.hooks)
+    recorded = objective.validation_metrics(plain.train.ema.enabled, is_dim_reduce(plain))
+    found += hook_problems(plain.callbacks.hooks, recorded)
     found += node_problems(OmegaConf.to_object(plain))
     if found:
         raise ConfigError("\n".join(found))
@@ -120,15 +125,50 @@ def _fits(value: Any, hint: Any) -> bool:
     return True
 
 
+def _choices(hint: Any) -> tuple | None:
+    """The values a `Literal[...]` hint allows (also inside Optional[...]: with None); None
+    when the hint is no Literal."""
+    hint = without_range(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1 and typing.get_origin(inner[0]) is typing.Literal:
+            return (*typing.get_args(inner[0]), None)
+    return None
+
+
+def _value_problem(
+    key: str, value: Any, hint: Any, takes: str, recorded: list[str] | None
+) -> str | None:
+    """Why `value` at `key` does not fit the argument's annotation `hint`: outside its
+    Literal's values, not a validation metric of `recorded` (a ValidationMetric argument of a
+    hook), of the wrong type (`takes`: what says so) or outside its range; None when it fits."""
+    choices = _choices(hint)
+    if choices is not None:
+        shown = ", ".join("null" if c is None else str(c) for c in choices)
+        return None if value in choices else f"{key}={value!r}; allowed: {shown}"
+    if recorded is not None and names_metric(hint):
+        return objective.monitor_refusal(key, value, recorded)
+    if not _fits(value, hint):
+        return f"{key}={value!r}: must be {_kind(hint)} ({takes}: {_kind(hint)})"
+    rule = range_of(hint)
+    why = rule.problem(value) if rule is not None else None
+    return f"{key}={value!r}: {why}" if why else None
+
+
 def _kind(hint: Any) -> str:
     hint = without_range(hint)
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return " or ".join(_KINDS.get(a, getattr(a, "__name__", str(a))) for a in args)
 
 
-def component_problems(group: str, node: DictConfig, kind: str | None = None) -> Iterator[str]:
+def component_problems(
+    group: str, node: DictConfig, kind: str | None = None, recorded: list[str] | None = None
+) -> Iterator[str]:
     """A target that is not of its kind (`kind`, default the group: config.targets), keys the
-    target does not take, values of the wrong type or outside the argument's range, and
+    target does not take, values of the wrong type, outside the argument's range or its allowed
+    values (`recorded`: the validation metrics a hook's ValidationMetric argument may name), and
     required arguments that are missing."""
     if "_target_" not in node:
         yield f"{group}._target_ is missing: name the class or function that builds the {group}"
@@ -147,13 +187,10 @@ def component_problems(group: str, node: DictConfig, kind: str | None = None) ->
         if allowed is not None and key not in allowed:
             yield f"{group}.{key} is not a setting of {target}; allowed: {', '.join(allowed)}"
             continue
-        value, hint = node[key], hints.get(key)
-        if hint is None:
-            continue
-        if not _fits(value, hint):
-            yield f"{group}.{key}={value!r}: must be {_kind(hint)} ({target} takes {key}: {_kind(hint)})"
-        elif (rule := range_of(hint)) is not None and (why := rule.problem(value)):
-            yield f"{group}.{key}={value!r}: {why}"
+        takes = f"{target} takes {key}"
+        problem = _value_problem(f"{group}.{key}", node[key], hints.get(key), takes, recorded)
+        if problem:
+            yield problem
     if not node.get("_partial_", False):
         supplied = _SUPPLIED_AT_BUILD.get(group, set())
         for name, p in params.items():
@@ -165,16 +202,17 @@ def component_problems(group: str, node: DictConfig, kind: str | None = None) ->
                 yield f"{group}.{name} is required by {target} but not set"
 
 
-def hook_problems(hooks) -> list[str]:
+def hook_problems(hooks, recorded: list[str]) -> list[str]:
     """callbacks.hooks: each a `_target_` node of a HookBase subclass, its keys checked like a
-    component's (hooks get the stage's record when the stage starts, not from the config)."""
+    component's (hooks get the stage's record when the stage starts, not from the config); an
+    argument that names a validation metric, against `recorded` (what the stages record)."""
     found = []
     for i, node in enumerate(hooks):
         key = f"callbacks.hooks[{i}]"
         if not isinstance(node, DictConfig):
             found.append(f"{key}={node!r}: must be a node with a _target_ (a HookBase subclass)")
             continue
-        problems = list(component_problems(key, node, "hook"))
+        problems = list(component_problems(key, node, "hook", recorded))
         placed = (
             None
             if problems

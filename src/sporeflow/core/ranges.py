@@ -1,7 +1,9 @@
 """The meaningful range of a numeric option, written where the option is declared:
 `lr: Annotated[float, Positive] = 0.01` on a component's argument, or on a config dataclass
 field. Config validation reads these annotations and reports every value outside its range
-at once (exit 2, one line per key), before any work starts."""
+at once (exit 2, one line per key), before any work starts. A string option's allowed values
+are its annotation too: `Literal["max", "min"]`, or `Annotated[str, ValidationMetric]` for a
+hook's argument that names a metric the stage records on the validation split."""
 
 from __future__ import annotations
 
@@ -60,6 +62,26 @@ NonNegative = Range(low=0)
 Count = AtLeast(1)  # a whole number of things: epochs, workers, batches
 OpenUnit = Between(0, 1, True, True)  # 0 < x < 1: step factors, Armijo constants
 Decay = Between(0, 1, high_open=True)  # 0 <= x < 1: momenta, betas, smoothing
+
+
+@dataclass(frozen=True)
+class RecordedMetric:
+    """Marks a hook's argument that names a validation metric (`val/acc`, ...): checked against
+    the metrics the job's stages record at each evaluation (config.objective
+    .validation_metrics), so a name no stage records - a typo, a `test/` metric - is refused
+    before work instead of watched in vain."""
+
+
+ValidationMetric = RecordedMetric()
+
+
+def names_metric(hint: Any) -> bool:
+    """Whether an `Annotated[...]` hint (also inside Optional[...]) carries ValidationMetric."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return any(isinstance(m, RecordedMetric) for m in hint.__metadata__)
+    if typing.get_origin(hint) is typing.Union:
+        return any(names_metric(a) for a in typing.get_args(hint))
+    return False
 
 
 def range_of(hint: Any) -> Optional[Range]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from mindspore.train import Callback
 
-from sporeflow.core.ranges import Count, NonNegative
+from sporeflow.core.ranges import Count, NonNegative, ValidationMetric
 from sporeflow.engine.events import EventRecord
 from sporeflow.storage.files import write_text_atomic
 
@@ -127,17 +127,23 @@ class HookBase(Callback):
 
 class EarlyStopping(HookBase):
     """Stop a stage when `monitor` has not improved by more than `min_delta` for `patience`
-    evaluations in a row (mode max: higher is better)."""
+    evaluations in a row. `monitor`: a metric the stage records on the validation split
+    (`val/acc`, `val/loss`, and `val/acc_ema`, `val/loss_ema` with EMA weights; `acc` stands
+    for `val/acc`); `mode`: `max` (higher is better) or `min`. Both are checked against these
+    allowed values before any work (config.validation)."""
 
     def __init__(
         self,
-        monitor: str = "acc",
+        monitor: Annotated[str, ValidationMetric] = "val/acc",
         patience: Annotated[int, Count] = 3,
-        mode: str = "max",
+        mode: Literal["max", "min"] = "max",
         min_delta: Annotated[float, NonNegative] = 0.0,
     ):
         super().__init__()
-        self.monitor, self.patience, self.min_delta = monitor, patience, min_delta
+        if mode not in ("max", "min"):  # built in Python, not from a checked config
+            raise ValueError(f"mode={mode!r}; allowed: max, min")
+        self.monitor = monitor.removeprefix("val/")  # the record's evaluations name it so
+        self.patience, self.min_delta = patience, min_delta
         self.sign = 1.0 if mode == "max" else -1.0
         self.best: float | None = None
         self.bad_evals = 0

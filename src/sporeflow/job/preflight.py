@@ -1,11 +1,12 @@
-"""Every input a user can get wrong, checked before any work: the data files, `resume=`, the
-compile cache's folder, the run to fine-tune from (`train.init_from`, `train.freeze`), and a
-given PCA basis. Each failure names the key or file and what is allowed (ConfigError or
-DataError: exit 2), raised before a dataset is read for training, an MLflow run is created or a
-checkpoint is written."""
+"""Every input a user can get wrong, checked before any work: the data files, a batch larger
+than the training split, `resume=`, the compile cache's folder, the run to fine-tune from
+(`train.init_from`, `train.freeze`), and a given PCA basis. Each failure names the key or
+file and what is allowed (ConfigError or DataError: exit 2), raised before a dataset is read
+for training, an MLflow run is created or a checkpoint is written."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,9 @@ def check_inputs(plan: JobPlan) -> None:
     refuse_compile_cache()
     check_compile_cache(plan.run.runtime)
     check_store(plan)
-    build_dataset(cfg).check()
+    data = build_dataset(cfg)
+    data.check()
+    check_batch(plan, data.num_rows("train"))
     check_resume(plan)
     check_fine_tune(plan)
     if plan.dim_reduce and plan.run.boost.pca_mat_path:
@@ -54,6 +57,34 @@ def check_compile_cache(runtime) -> None:
     )
     if problem:
         raise ConfigError(problem)
+
+
+def check_batch(plan: JobPlan, train_rows: int) -> None:
+    """Every step trains on a whole batch: a worker's batch no larger than its share of the
+    training split (`train_rows` images sharded over parallel.workers, as data.sampling pads
+    them). A larger one trains on nothing at all with dataset.drop_remainder=true, and without
+    it on one short batch an epoch - not the batch asked for (a run that says FINISHED on a
+    few updates of another batch: issue 75)."""
+    workers, batch = plan.run.parallel.workers, plan.run.dataset["batch_size"]
+    share = math.ceil(train_rows / workers)
+    if plan.worker_batch <= share:
+        return
+    if workers == 1:
+        raise ConfigError(
+            f"dataset.batch_size={batch}: larger than the training split ({train_rows} images), "
+            f"so no step would train on a whole batch; allowed: at most {train_rows}"
+        )
+    per_worker = plan.run.parallel.per_worker_batch
+    whose = (
+        "per worker (parallel.per_worker_batch=true)"
+        if per_worker
+        else f"is {plan.worker_batch} per worker of parallel.workers={workers}"
+    )
+    raise ConfigError(
+        f"dataset.batch_size={batch} {whose}: larger than a worker's share of the training "
+        f"split ({share} of its {train_rows} images), so no step would train on a whole batch; "
+        f"allowed: at most {share if per_worker else share * workers}"
+    )
 
 
 def check_fine_tune(plan: JobPlan) -> None:

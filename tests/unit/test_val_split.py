@@ -307,3 +307,22 @@ def test_the_split_is_part_of_every_reuse_and_finished_job_key(compose_cfg):
     ]
     assert len({stage1_config(cfg) for cfg in cfgs}) == 3
     assert len({job_key(cfg, made) for cfg in cfgs}) == 3
+
+
+def test_the_worker_layout_is_part_of_stage_1s_reuse_key(compose_cfg):
+    """A data-parallel stage 1 is not stand-alone's (each epoch's last batch is split unevenly,
+    the shards padded: issue 76), so neither reuses the other's; the nodes the workers run on
+    and where the master listens do not change the weights and stay out of the key."""
+    from sporeflow.job.reuse import stage1_config
+
+    base = ["boost=dim_reduce"]
+    keys = [
+        [],
+        ["parallel=data2"],
+        ["parallel=data8"],
+        ["parallel=data2", "parallel.gradients_mean=false"],
+    ]
+    digests = [stage1_config(compose_cfg([*base, *k])) for k in keys]
+    assert len(set(digests)) == len(keys)
+    elsewhere = compose_cfg([*base, "parallel=data2", "parallel.master_port=29500"])
+    assert stage1_config(elsewhere) == digests[1]

@@ -35,7 +35,8 @@ def checkpoint_format(cfg: Any) -> str:
 
 def worker_batch_size(cfg: Any) -> int:
     """The batch one worker feeds per step. `dataset.batch_size` is the global batch, split
-    evenly across `parallel.workers`, so adding parallel=dataN runs the same experiment;
+    evenly across `parallel.workers`, so adding parallel=dataN runs the same updates where the
+    training split divides by the global batch (docs/parallel.md says where it does not);
     `parallel.per_worker_batch=true` makes it per worker instead (the seeds' recipes)."""
     if cfg.parallel.per_worker_batch:
         return cfg.dataset.batch_size

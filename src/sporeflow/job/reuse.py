@@ -45,6 +45,9 @@ from sporeflow.tracking.tracker import TrackedRun, Tracker
 log = logging.getLogger(__name__)
 
 STAGE1_KEYS = ("model", "dataset", "optimizer", "loss", "train", "epochs", "seed", "mode")
+# how the workers split a job: a data-parallel run pads each worker's shard and splits an
+# epoch's last, partial batch unevenly, so its weights differ from stand-alone's (issue 76)
+LAYOUT_KEYS = ("mode", "workers", "gradients_mean", "parameter_broadcast", "search_mode", "shard")
 LOCK_DIR = Path(".sporeflow") / "locks"  # under the launch dir, beside mlflow.db
 MAX_SHARED_SNAPSHOTS_MB = 500  # larger snapshot sets stay on their disk: reuse is local then
 PUBLISH_POLL_S = 0.2  # how often a job's end looks after its writer while turns are handed off
@@ -63,6 +66,7 @@ def stage1_config(cfg: DictConfig) -> str:
     key = {k: plain[k] for k in STAGE1_KEYS}
     key["snapshot"] = plain["boost"]["snapshot"]
     key["global_batch"] = global_batch_size(cfg)  # dataset.batch_size may be per worker
+    key["layout"] = {k: plain["parallel"][k] for k in LAYOUT_KEYS}
     return _digest(key)
 
 

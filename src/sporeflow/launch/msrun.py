@@ -313,8 +313,9 @@ def announce(cfg: DictConfig, port: int, log_dir: Path, first_rank: int) -> None
         f"each worker takes dataset.batch_size={batch} (parallel.per_worker_batch=true): the "
         f"global batch is {batch * par.workers}"
         if par.per_worker_batch
-        else f"it trains the same experiment (the global batch dataset.batch_size={batch} is "
-        "split across workers)"
+        else f"the global batch dataset.batch_size={batch} is split across the workers: the "
+        "same updates as stand-alone where the training split divides by it, not in each "
+        "epoch's last, partial batch (docs/parallel.md)"
     )
     print(
         f"[sporeflow] note: {local} workers share {cores} CPU cores here, so they take turns "

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.storage.locks import exclusive
@@ -156,7 +156,7 @@ class JournalTail:
         except FileNotFoundError:
             return
         whole = data.rfind(b"\n") + 1  # only lines that ended: the last may be mid-append
-        for line in data[:whole].split(b"\n")[:-1]:
+        for line in _lines_of(data[:whole]):
             self._lines += 1
             record = parse_line(self.path, self._lines, line)
             if record is not None:
@@ -164,11 +164,20 @@ class JournalTail:
         self._offset += whole
 
 
+def _lines_of(whole: bytes) -> list[str] | list[bytes]:
+    """Whole lines, decoded at once (a line that is not UTF-8 is one json.loads fails on: then
+    each line is decoded by itself, the others still read)."""
+    try:
+        return whole.decode("utf-8").split("\n")[:-1]
+    except UnicodeDecodeError:
+        return whole.split(b"\n")[:-1]
+
+
 ASIDE = ".set-aside.txt"  # beside the journal: its whole lines that are not records
 _set_aside: set[tuple[str, int]] = set()  # (journal, line number) this process knows set aside
 
 
-def parse_line(journal: Path, number: int, line: bytes) -> dict | None:
+def parse_line(journal: Path, number: int, line: str | bytes) -> dict | None:
     """Journal line `number` (1-based, whole, without its newline) as its record; None for an
     empty line, and for one that is not a record, which is set aside (`set_aside`) instead of
     stopping the reader: one bad line costs that line only."""
@@ -182,10 +191,10 @@ def parse_line(journal: Path, number: int, line: bytes) -> dict | None:
     if not _is_record(record):
         set_aside(journal, number, line, "JSON, but not a record with an integer seq and an op")
         return None
-    return dict(record)
+    return record
 
 
-def _is_record(found: Any) -> bool:
+def _is_record(found: Any) -> TypeGuard[dict]:
     return (
         isinstance(found, dict)
         and type(found.get("seq")) is int
@@ -193,7 +202,7 @@ def _is_record(found: Any) -> bool:
     )
 
 
-def set_aside(journal: Path, number: int, line: bytes, why: str) -> None:
+def set_aside(journal: Path, number: int, line: str | bytes, why: str) -> None:
     """Keep line `number` in `<stem>.set-aside.txt` and say so in one warning line, once for
     the journal whichever process reads it first (the file is locked, and names the lines it
     holds: the writer, the job's end and `sporeflow sync` each read the journal again)."""
@@ -207,7 +216,8 @@ def set_aside(journal: Path, number: int, line: bytes, why: str) -> None:
             new = str(number).encode() not in held
             if new:
                 with open(aside, "ab") as f:
-                    f.write(b"line %d: %s\n" % (number, line))
+                    raw = line.encode() if isinstance(line, str) else line
+                    f.write(b"line %d: %s\n" % (number, raw))
     except OSError as ex:  # a read-only dir (another user's run): skipped, said once here
         log.warning(
             "%s: line %d is not a tracking record (%s); skipped: it could not be set aside in "

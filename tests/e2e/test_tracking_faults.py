@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.store import client_of, runs_of
+from helpers.store import client_of, record, runs_of
 from helpers.train import run_train, sporeflow_cli, start_and_wait_for_a_checkpoint
 from sporeflow.entry.cli import server_env
 
@@ -26,8 +26,6 @@ pytestmark = pytest.mark.e2e
 
 EPOCHS = ["epochs=3"]
 FIRST_CKPT = "checkpoints/epoch_0001.ckpt"  # epoch 2 is running once it exists
-# measured, not computed: differ between runs (system/: the machine, sampled by the writer)
-TIMING = ("per_sec", "seconds", "_time", "system/")
 
 
 def free_port() -> int:
@@ -85,19 +83,6 @@ class Server:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
             self.proc.wait(timeout=60)
-
-
-def record(client: MlflowClient, run) -> dict:
-    """What a run holds, as comparable data: params, and each computed metric's (step, value)
-    points in stored order (duplicates would show)."""
-    keys = [k for k in run.data.metrics if not any(t in k for t in TIMING)]
-    return {
-        "params": run.data.params,
-        "metrics": {
-            k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k))
-            for k in keys
-        },
-    }
 
 
 def only_run(client: MlflowClient):
@@ -321,3 +306,27 @@ def test_both_killed_then_sporeflow_sync_completes_the_record_killed(tmp_path):
     assert f"process {proc.pid} on" in run.data.tags["sporeflow.closed"]
     evals = client_of(tmp_path).get_metric_history(run.info.run_id, "val/acc")
     assert len(evals) >= 2, "the epochs journalled before the kill are missing"
+
+
+def test_a_bad_line_appended_to_a_running_job_s_journal_costs_that_line_only(tmp_path):
+    """Issue 75 item 3, as it was met: `not json` appended to a training job's journal in epoch
+    2. Before: the writer crashed at it (three times), the job printed a JSONDecodeError
+    traceback after training, exit 1, the run stayed RUNNING. Now the line is set aside and
+    the run's record is whole."""
+    proc = start_and_wait_for_a_checkpoint(EPOCHS, tmp_path, FIRST_CKPT)
+    (journal,) = (tmp_path / "run" / "tracking").glob("*.jsonl")
+    with open(journal, "a") as f:
+        f.write("not json\n")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "tracking records of run" not in err, err[-3000:]
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "FINISHED"
+    evals = client_of(tmp_path).get_metric_history(run.info.run_id, "val/acc")
+    assert len(evals) == 3, "an epoch's evaluation is missing"
+    aside = journal.with_name(journal.name.replace(".jsonl", ".set-aside.txt"))
+    (kept,) = aside.read_text().splitlines()
+    assert kept.endswith(": not json")
+    log = journal.with_name(journal.name.replace(".jsonl", ".writer.log")).read_text()
+    said = [line for line in log.splitlines() if "set aside in" in line]
+    assert len(said) == 1 and str(aside) in said[0] and "writer failed" not in log

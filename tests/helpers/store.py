@@ -37,3 +37,20 @@ def only_run(db_uri: str):
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 1
     return client, runs[0]
+
+
+# measured, not computed: differ between runs (system/: the machine, sampled by the writer)
+TIMING = ("per_sec", "seconds", "_time", "system/")
+
+
+def record(client: MlflowClient, run) -> dict:
+    """What a run holds, as comparable data: params, and each computed metric's (step, value)
+    points in stored order (duplicates would show)."""
+    keys = [k for k in run.data.metrics if not any(t in k for t in TIMING)]
+    return {
+        "params": run.data.params,
+        "metrics": {
+            k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k))
+            for k in keys
+        },
+    }

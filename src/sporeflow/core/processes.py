@@ -50,13 +50,17 @@ def exit_without_teardown(code: int) -> NoReturn:
 
 def is_alive(pid: int | None, host: str | None, started: float | None) -> bool | None:
     """True/False for a process of this host; None when it ran on another host (cannot tell).
-    Missing facts (a record written half, or by an older version) mean not alive."""
+    Missing facts (a record written half, or by an older version) mean not alive; so does a
+    zombie: it has ended, only its parent has not reaped it yet (a sweep's writer SIGKILLed
+    stays one in the sweep's process, whose jobs would otherwise wait on it forever)."""
     if host != socket.gethostname():
         return None
     if pid is None or started is None:
         return False
     try:
-        return abs(psutil.Process(int(pid)).create_time() - float(started)) < 0.01
+        process = psutil.Process(int(pid))
+        same = abs(process.create_time() - float(started)) < 0.01
+        return same and process.status() != psutil.STATUS_ZOMBIE
     except (psutil.Error, ValueError, TypeError):
         return False
 

@@ -1,7 +1,7 @@
 """`sporeflow` console script: tools around runs (training itself is `python train.py`).
 
 sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PNG]]
-                  [--sweep ID|latest] [--format text|csv|markdown]
+                  [--sweep ID|DIR|latest] [--format text|csv|markdown]
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
              [--dashboard-port P] [--dashboard-host 127.0.0.1]
 sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [--auth] [-- MLFLOW ARGS]
@@ -96,7 +96,8 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     if run is None:
         print(
             f"--sweep {args.sweep}: no sweep run in experiment {args.experiment!r} "
-            "(a sweep parent's run id or name sweep-<date>-<time>; `latest` picks the newest)",
+            "(a sweep parent's run id or name sweep-<date>-<time>, or its sweep dir; `latest` "
+            "picks the newest)",
             file=sys.stderr,
         )
         return 2
@@ -335,7 +336,7 @@ def merge_ckpt(args: argparse.Namespace) -> int:
 def sync(args: argparse.Namespace) -> int:
     """Send what the tracking journals under a run or sweep dir still hold (idempotent)."""
     from sporeflow.tracking.journal import journals_under
-    from sporeflow.tracking.sync import sync_journal
+    from sporeflow.tracking.sync import sync as sync_root
 
     root = Path(args.dir)
     journals = journals_under(root) if root.is_dir() else []
@@ -346,8 +347,7 @@ def sync(args: argparse.Namespace) -> int:
         )
         return 2
     code = 0
-    for journal in journals:
-        done = sync_journal(journal)
+    for done in sync_root(root):  # a sweep's jobs after its parent, whatever their order
         where = (
             done.journal.relative_to(root) if done.journal.is_relative_to(root) else done.journal
         )
@@ -386,9 +386,9 @@ def _compare_parser(sub) -> None:
     )
     p.add_argument(
         "--sweep",
-        metavar="ID|NAME|latest",
-        help="one sweep's jobs (its parent run's id or name sweep-<date>-<time>, or latest): "
-        "best first, swept keys as columns",
+        metavar="ID|NAME|DIR|latest",
+        help="one sweep's jobs (its parent run's id or name sweep-<date>-<time>, its sweep "
+        "dir, or latest): best first, swept keys as columns",
     )
     p.add_argument(
         "--format",

@@ -20,6 +20,15 @@ on_multirun_end    waits until the store has every job's records, ends the paren
                    (sweep_report) logged and written into the sweep dir; then stops the writer
                    and names the records it could not send.
 
+A decision (winner or tie, front, registered version, Optuna's best) is made on every job's
+records or not at all. If the sweep's writer dies (SIGKILL, OOM), a thread of this process
+starts a writer for the sweep's own journals (the parent's creation: the jobs' writers name
+it) and each job notices within a second and starts its own; at the end, records a writer
+left (dead, or no progress for tracking.drain_timeout s) are applied by this process
+(tracking.sync). Records that still cannot be had (the store down): one line names the jobs
+whose records are missing, the parent ends FAILED, nothing is registered, the process exits 1;
+`sporeflow sync <sweep dir>` then `sporeflow compare --sweep <sweep dir>` decides.
+
 When a job raises, Hydra 1.3's BasicSweeper re-raises and never calls on_multirun_end:
 app.run_cli calls `end_unfinished(error)`, so the parent still ends (FAILED, or KILLED on
 Ctrl-C) with the same summary. Single runs never touch any of this.
@@ -33,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +62,7 @@ from sporeflow.core.names import (
     SWEEP_KEYS_TAG,
     SWEEP_OBJECTIVE_TAG,
 )
+from sporeflow.core.processes import this_process
 from sporeflow.core.signals import Interrupted, raise_if_received
 from sporeflow.entry.sweep_jobs import (
     job_outcome,
@@ -72,14 +83,26 @@ from sporeflow.entry.sweep_summary import Summary, Sweep, end_job_runs, status_l
 from sporeflow.launch import slurm
 from sporeflow.report.sweep_report import SWEEP_NAME_FORMAT
 from sporeflow.runtime import heap
-from sporeflow.tracking.journal import is_key
+from sporeflow.tracking.journal import (
+    DIR_NAME,
+    SUFFIX,
+    header_of,
+    is_key,
+    journals_under,
+    pending,
+    read_records,
+)
 from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
 from sporeflow.tracking.store import StoreError, store_refusal
-from sporeflow.tracking.tracker import Tracker
+from sporeflow.tracking.sync import Synced, sync_until, writer_alive
+from sporeflow.tracking.tracker import Tracker, start_writer
 
 log = logging.getLogger(__name__)
 _ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
 _WRITERS: dict[Path, SharedWriter] = {}  # sweep dir -> its writer (a process: never pickled)
+_WATCHES: dict[Path, threading.Event] = {}  # sweep dir -> stops the thread watching its writer
+_UNDECIDED: list[str] = []  # sweeps of this process that ended without every job's records
+WATCH_S = 0.5  # how often the sweep's process looks whether its writer is still there
 
 
 class SweepRun(Callback):
@@ -129,11 +152,26 @@ class SweepRun(Callback):
             _WRITERS[self.sweep.sweep_dir] = writer
             self.writer_file = str(writer_file(self.sweep.sweep_dir))
             os.environ[WRITER_ENV] = self.writer_file
+            stop = _WATCHES[self.sweep.sweep_dir] = threading.Event()
+            threading.Thread(
+                target=watch_writer,
+                args=(writer, self.sweep.sweep_dir, stop),
+                name="sweep-writer-watch",
+                daemon=True,
+            ).start()
 
-    def _stop_writer(self) -> None:
-        """Stop the sweep's writer once every journal it follows is done; name what is left."""
+    def _stop_writer(self, patient: bool = True) -> None:
+        """Stop the sweep's writer once every journal it follows is done; name what is left
+        (not `patient`: at once, this process applies what it left)."""
         os.environ.pop(WRITER_ENV, None)
+        watching = _WATCHES.pop(self.sweep.sweep_dir, None)
+        if watching is not None:
+            watching.set()
         writer = _WRITERS.pop(self.sweep.sweep_dir, None)
+        if not patient:
+            if writer is not None:
+                writer.stop(patient=False)
+            return
         left = writer.stop() if writer is not None else 0
         if left:
             print(
@@ -267,16 +305,28 @@ class SweepRun(Callback):
         if self.run_id is None or self not in _ACTIVE:
             return
         _ACTIVE.remove(self)
-        writer = _WRITERS.get(self.sweep.sweep_dir)
-        if writer is not None and not writer.flush():
-            log.warning(
-                "the store does not have every job's records yet: the summary may lack some"
-            )
+        missing = self._missing_records()
         with self._tracker() as tracker:
-            self._end(tracker, error)
+            self._end(tracker, error, missing)
         self._stop_writer()
 
-    def _end(self, tracker: Tracker, error: BaseException | None) -> None:
+    def _missing_records(self) -> str:
+        """Wait until the store has every record of the sweep's journals (its writer while it
+        gets on; then this process applies what is left, the writer stopped): "" then, else the
+        line naming the jobs whose records are missing."""
+        writer = _WRITERS.get(self.sweep.sweep_dir)
+        if writer is not None:
+            writer.flush()
+        if not records_left(self.sweep.sweep_dir):
+            return ""
+        if writer is not None:
+            log.warning("the sweep's tracking writer left records: this process applies them")
+            self._stop_writer(patient=False)
+        timeout = float(self.tracking.get("drain_timeout", 30))
+        left = [r for r in sync_until(self.sweep.sweep_dir, timeout) if r.left]
+        return missing_line(self.sweep.sweep_dir, left)
+
+    def _end(self, tracker: Tracker, error: BaseException | None, missing: str = "") -> None:
         if is_key(self.run_id):  # created while the store was out of reach: has it now?
             found = tracker.reads.get_run(self.run_id)
             self.sweep.run_id = found.info.run_id if found is not None else self.run_id
@@ -293,6 +343,9 @@ class SweepRun(Callback):
         status = (
             "KILLED" if interrupted else "FAILED" if failed or error is not None else "FINISHED"
         )
+        if missing:
+            self._end_undecided(parent, missing, count, tracker.uri)
+            return
         lines = self._summary_lines(tracker, parent, failed, count)
         if failed:
             why = "; ".join(f"job {o['job']}: {o['error']}" for o in failed)
@@ -303,6 +356,15 @@ class SweepRun(Callback):
         why = str(error) if status == "FAILED" and not failed and error is not None else ""
         head = status_line(status, count, self.run_id, tracker.uri, why)
         print("\n".join([head, *lines]), file=sys.stderr)
+
+    def _end_undecided(self, parent, missing: str, count: Counter, uri: str) -> None:
+        """Records of some jobs are not in the store: no summary read from part of them (no
+        decision, front, registered version), the parent FAILED naming them; the process exits
+        1 (end_unfinished)."""
+        parent.set_tags({FAILURE_TAG: missing[:5000]})
+        parent.end("FAILED")
+        _UNDECIDED.append(missing)
+        print(status_line("FAILED", count, str(self.run_id), uri, missing), file=sys.stderr)
 
     def _summary_lines(
         self, tracker: Tracker, parent, failed: list[dict], count: Counter
@@ -346,6 +408,67 @@ def _on_a_cluster(config: DictConfig) -> bool:
 
 
 def end_unfinished(error: BaseException | None) -> None:
-    """End every sweep of this process that Hydra did not end (a job raised, or Ctrl-C)."""
+    """End every sweep of this process that Hydra did not end (a job raised, or Ctrl-C); exit 1
+    after a sweep that ended without every job's records (its line is said)."""
     for sweep in list(_ACTIVE):
         sweep.end(error)
+    if _UNDECIDED and error is None:
+        _UNDECIDED.clear()
+        raise SystemExit(1)
+
+
+def watch_writer(writer: SharedWriter, sweep_dir: Path, stop: threading.Event) -> None:
+    """A thread of the sweep's process: once its shared writer is gone, each journal of this
+    process in the sweep dir (the parent's creation, closed) gets a writer of its own, so the
+    jobs' writers find the parent run (each job starts its own writer within a second)."""
+    while not stop.wait(WATCH_S):
+        if writer.gone():
+            log.warning("the sweep's tracking writer is gone: its own records get a new writer")
+            for journal in own_closed_journals(sweep_dir):
+                start_writer(journal)
+            return
+
+
+def own_closed_journals(sweep_dir: Path) -> list[Path]:
+    """Journals of this process in the sweep dir that it closed and no writer applies, with
+    records the store does not have yet."""
+    me = this_process()
+    found = []
+    for journal in sorted((sweep_dir / DIR_NAME).glob(f"*{SUFFIX}")):
+        try:
+            owner = header_of(journal)["owner"]
+            records = read_records(journal)
+        except (OSError, ValueError, KeyError):
+            continue
+        mine = owner["pid"] == me["pid"] and abs(owner["started"] - me["started"]) < 0.01
+        closed = bool(records) and records[-1]["op"] == "close"
+        if mine and closed and pending(journal) and not writer_alive(journal):
+            found.append(journal)
+    return found
+
+
+def records_left(sweep_dir: Path) -> bool:
+    """Whether a journal under the sweep dir has records the store does not have."""
+    return any(pending(j) for j in journals_under(sweep_dir))
+
+
+def missing_line(sweep_dir: Path, left: list[Synced]) -> str:
+    """One line naming whose records the store lacks (jobs by number, the sweep's own run) and
+    what to run; "" when nothing is left."""
+    if not left:
+        return ""
+    jobs, own = set(), False
+    for result in left:
+        parts = result.journal.relative_to(sweep_dir).parts
+        if parts[0].isdigit():
+            jobs.add(int(parts[0]))
+        else:
+            own = True
+    names = [f"job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, sorted(jobs)))}"] * bool(jobs)
+    names += ["the sweep's own run"] * own
+    records = sum(r.left for r in left)
+    return (
+        f"the store does not have every record of {' and '.join(names)} ({records} records "
+        f"kept in their journals): no decision, nothing registered; send them with: sporeflow "
+        f"sync {sweep_dir}, then decide with: sporeflow compare --sweep {sweep_dir}"
+    )

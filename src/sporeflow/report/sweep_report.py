@@ -132,8 +132,17 @@ SWEEP_NAME = re.compile(r"sweep-\d{4}(-\d{2}){5}")  # a name SWEEP_NAME_FORMAT m
 
 def sweep_run(reads: StoreReads, which: str) -> Any | None:
     """The sweep parent run `which` names (its MLflow run id; its run name
-    `sweep-<date>-<time>`, the newest of that name; or `latest`: the newest sweep of the
-    experiment); None when there is no such sweep."""
+    `sweep-<date>-<time>`, the newest of that name; its sweep dir, the newest sweep run there:
+    a sweep whose id the console could not give, its writer gone; or `latest`: the newest sweep
+    of the experiment); None when there is no such sweep."""
+    if Path(which).is_dir():
+        where = str(Path(which).resolve())
+        quote = '"' if "'" in where else "'"  # MLflow's filter takes either
+        found = reads.search_runs(
+            f"tags.{STAGE_TAG} = 'sweep' and tags.`sweep.dir` = {quote}{where}{quote}",
+            max_results=1,
+        )
+        return found[0] if found else None
     if which == "latest" or SWEEP_NAME.fullmatch(which):
         named = "" if which == "latest" else f" and attributes.run_name = '{which}'"
         found = reads.search_runs(f"tags.{STAGE_TAG} = 'sweep'{named}", max_results=1)

@@ -234,14 +234,20 @@ class SharedWriter:
             lambda: self._applied(journals) >= target,
         )
 
-    def stop(self) -> int:
+    def gone(self) -> bool:
+        """Whether the writer it started has ended (reaped here: a killed writer must not stay
+        a zombie that its jobs in this process take for alive)."""
+        return self._proc is not None and self._proc.poll() is not None
+
+    def stop(self, patient: bool = True) -> int:
         """Ask the writer to end once every journal it follows is done, wait for it while it
-        gets on, and return the records left (kept in the journals for `sporeflow sync`)."""
+        gets on (not `patient`: SIGTERM at once, it stops after the write in progress), and
+        return the records left (kept in the journals for `sporeflow sync`)."""
         if self._proc is None:
             return 0
         stop_file(self.home).touch()
         journals = self._journals()
-        drain(self._proc, lambda: self._applied(journals), self.drain_timeout)
+        drain(self._proc, lambda: self._applied(journals), self.drain_timeout if patient else 0)
         self._proc = None
         stop_file(self.home).unlink(missing_ok=True)
         return self.left()

@@ -211,18 +211,7 @@ class Tracker:
                 "tracking writer ended (exit %s): starting a new one", self._writer.returncode
             )
         assert self._journal is not None
-        journal = self._journal.path
-        with (
-            open(sibling(journal, ".writer.log"), "a") as writer_log,  # the child keeps its copy
-            signals.kept_from_children(signal.SIGUSR2),  # SLURM's warning is the trainer's
-        ):
-            self._writer = subprocess.Popen(
-                [sys.executable, "-m", "sporeflow.tracking.writer", str(journal)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=writer_log,
-                close_fds=True,
-            )
+        self._writer = start_writer(self._journal.path)
 
     def _shared_alive(self) -> bool:
         """Whether the shared writer still runs (looked at most once a second)."""
@@ -484,6 +473,22 @@ class Tracker:
         """A tag of the experiment (a saved view of MLflow's UI, report.views)."""
         if self.writes:
             self._append(Op.experiment_tag, key=key, value=value)
+
+
+def start_writer(journal: Path) -> subprocess.Popen:
+    """A writer process of `journal` alone (tracking.writer): a tracker's own, or one a sweep
+    starts for its own journals when its shared writer died before applying them."""
+    with (
+        open(sibling(journal, ".writer.log"), "a") as writer_log,  # the child keeps its copy
+        signals.kept_from_children(signal.SIGUSR2),  # SLURM's warning is the trainer's
+    ):
+        return subprocess.Popen(
+            [sys.executable, "-m", "sporeflow.tracking.writer", str(journal)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=writer_log,
+            close_fds=True,
+        )
 
 
 class RecordsRefused(SporeflowError):

@@ -285,10 +285,10 @@ def test_predict_refuses_bad_input_in_one_line_before_any_work(trained, tmp_path
         str(
             tmp_path / "large"
         ): "l.png: declares 9000 x 9000 pixels; images of more than 50 megapixels are refused before decoding",
-        str(tmp_path / "empty"): "holds no image files (.jpg, .jpeg, .png)",
+        str(tmp_path / "empty"): "holds no image files (JPEG, PNG, BMP, TIFF, WEBP, GIF, PPM)",
         str(tmp_path / "broken"): "a.png: not a readable image",
         str(tmp_path / "floats.npy"): "float32 array of shape (2, 8, 8, 1); expected uint8",
-        str(tmp_path / "nothing"): "not a folder of .jpg/.jpeg/.png images or a .npy file",
+        str(tmp_path / "nothing"): "not a folder of image files (JPEG, PNG, BMP, TIFF, WEBP,",
     }
     for given, said in cases.items():
         out = tmp_path / "p.csv"
@@ -313,7 +313,7 @@ def test_the_csv_names_each_label_where_the_data_set_names_its_classes():
         csv.reader(io.StringIO(csv_text(Prediction(("a,1.png", "b.png"), probs, ("cat", "dog")))))
     )
     assert named == [
-        ["file", "label", "class", "p_0", "p_1"],
+        ["file", "label", "class", "p_cat", "p_dog"],
         ["a,1.png", "0", "cat", "0.9", "0.1"],
         ["b.png", "1", "dog", "0.2", "0.8"],
     ]

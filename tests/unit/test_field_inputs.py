@@ -61,19 +61,19 @@ def _png() -> bytes:
     return out.getvalue()
 
 
-def _gif() -> bytes:
+def _ico() -> bytes:
     out = io.BytesIO()
-    Image.new("P", (40, 40)).save(out, "GIF")
+    Image.new("RGB", (40, 40)).save(out, "ICO")
     return out.getvalue()
 
 
-DAMAGED = {  # file name in train/b -> its bytes, each a file MindSpore's decoder fails on
+DAMAGED = {  # file name in train/b -> its bytes, each a file named as an image and none
     "first_300_bytes.jpg": _jpeg()[:300],  # SIGFPE inside vision.Decode (issue 60)
     "half.jpg": _jpeg()[: len(_jpeg()) // 2],
     "empty.jpg": b"",
     "text.jpg": b"not an image at all\n" * 10,
     "cut.png": _png()[:60],
-    "gif_named.png": _gif(),
+    "ico_named.png": _ico(),  # a format not read, named as one that is
 }
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import mindspore.dataset as mds
 import numpy as np
 import pytest
 from PIL import Image
@@ -14,7 +13,7 @@ from PIL import Image
 from helpers.formats import write_idx
 from sporeflow.core.errors import DataError
 from sporeflow.data.idx import IdxImages
-from sporeflow.data.image_folder import EXTENSIONS, ImageFolder
+from sporeflow.data.image_folder import ImageFolder
 from sporeflow.data.sampling import EpochSampler
 from sporeflow.data.splits import held_out
 from sporeflow.stage import provenance
@@ -264,10 +263,12 @@ def test_the_two_folder_layout_holds_validation_out_of_train(tmp_path):
     assert np.array_equal(np.sort(read_folder(data, "test")[0]), np.arange(30, 36))
 
 
-def test_image_folder_labels_follow_mindspores_reading_order(tmp_path):
-    """The folder listing's labels, read back through MindSpore's ImageFolderDataset with a
-    sequential sampler: class folders made out of order, names that sort differently as text
-    and as numbers, several extensions and a file it skips."""
+def test_image_folder_labels_follow_its_reading_order(tmp_path):
+    """The folder listing's labels, read back through the split's MindSpore source with a
+    sequential sampler and decoded: class folders made out of order, names that sort
+    differently as text and as numbers, several extensions and a file it leaves out."""
+    from mindspore.dataset import vision
+
     root = tmp_path / "train"
     n = 0
     for name in ("zeta", "Alpha", "mid", "b_2", "b_10"):
@@ -280,18 +281,17 @@ def test_image_folder_labels_follow_mindspores_reading_order(tmp_path):
     Image.new("RGB", (8, 8), (n, 0, 0)).save(tmp_path / "val" / "mid" / "0.png")
     data = ImageFolder(root=str(tmp_path), num_classes=5, val_split=0)
     listing = data.stored_labels("train")
-    reader = mds.ImageFolderDataset(
-        str(root),
-        sampler=mds.SequentialSampler(),
-        extensions=EXTENSIONS,
-        class_indexing={name: k for k, name in enumerate(data.class_names())},
-        decode=True,
-    )
+    reader = data._source("train", EpochSampler(len(listing), 0, shuffle=False))
+    reader = reader.map(vision.Decode(), input_columns="image")
     read_back = list(reader.create_tuple_iterator(output_numpy=True, num_epochs=1))
     assert [int(label) for _, label in read_back] == listing.tolist()
+    assert data.class_names() == ["Alpha", "b_10", "b_2", "mid", "zeta"]
     colours = [int(image[0, 0, 0]) for image, _ in read_back]
     assert len(colours) == len(listing) == 20 and sorted(colours) == list(range(20))
     assert colours != sorted(colours), "the folders were made in another order than read"
+    for (_, label), colour in zip(read_back, colours, strict=True):  # made 4 per folder
+        made_in = ("zeta", "Alpha", "mid", "b_2", "b_10")[colour // 4]
+        assert data.class_names()[int(label)] == made_in
 
 
 def test_the_split_is_part_of_every_reuse_and_finished_job_key(compose_cfg):

@@ -203,18 +203,39 @@ class ImageDataset(ABC):
         selection = "; ".join(p for p in (found.selection, f"{held}: {part}") if p)
         return DataSource(found.name, found.location, found.files, selection)
 
-    def check(self) -> None:
+    def check(self, splits: Sequence[str] = SPLITS) -> None:
         """What can be known about the files before training: each stored split exists, is in
         the expected format and layout and is not empty, its labels lie in 0..num_classes-1,
         and val_split holds out a validation split that leaves every class a training image.
-        Raises DataError naming the file or key."""
-        self.check_stored()
-        for split in SPLITS:
+        Only what `splits` read (eval.py checks the split it evaluates). Raises DataError
+        naming the file or key."""
+        self.check_stored(self.stored_for(splits))
+        for split in splits:
             self.num_rows(split)
 
-    def check_stored(self) -> None:
-        """The stored splits' checks (`check`); a format with more to check extends this."""
-        for split in self.stored_splits():
+    def stored_for(self, splits: Sequence[str]) -> tuple[str, ...]:
+        """The stored splits that `splits` read: a validation split not stored is held out of
+        the stored training split (or, with val_split=0, is the test split)."""
+        wanted = set(splits)
+        if "val" in wanted and "val" not in self.stored_splits():
+            wanted |= {"train", "test"}
+        return tuple(s for s in self.stored_splits() if s in wanted)
+
+    def label_by(self, names: Sequence[str]) -> None:
+        """Label the splits by a trained model's class names (eval of a model that stored
+        them). Here the labels are fixed by the files: a data set that names them otherwise is
+        refused (DataError); one whose classes are only numbers is read by its numbers."""
+        own = self.class_names()
+        if own is not None and list(own) != list(names):
+            raise DataError(
+                f"the data set's classes ({', '.join(own)}) are not the model's "
+                f"({', '.join(names)}, stored with its weights)"
+            )
+
+    def check_stored(self, splits: Sequence[str] | None = None) -> None:
+        """The stored splits' checks (`check`; `splits`: only those); a format with more to
+        check extends this."""
+        for split in self.stored_splits() if splits is None else splits:
             self.stored_rows(split)
             labels = self.stored_labels(split)
             if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):

@@ -1,5 +1,11 @@
-"""ImageNet-style JPEG trees read by MindSpore's ImageFolderDataset (labels = the training
-split's sorted class folder names, for every split).
+"""ImageNet-style image trees: `<split>/<class folder>/<images, at any depth>`. Labels are the
+training split's sorted class folder names (torchvision's `find_classes`), for every split; a
+model's own class names (stored with its weights, `label_by`) where eval reads a folder for a
+trained network: each class folder is then labelled by its name, and one the model lacks is
+refused. Which files are images is one rule for every split and for predict
+(`image_files.inspect_image`, judged once per file: `readable`): every other file is left out
+and named in one line; a training class folder with no image is refused before work, as
+torchvision's ImageFolder refuses it.
 
 Two layouts: `<root>/train/<class>/*.JPEG` and `<root>/val/<class>/*.JPEG` (ImageNet's own:
 its `val/` is the TEST split, and validation is held out of `train/` by dataset.val_split), or
@@ -13,6 +19,7 @@ eval Decode, Resize(image_size * 256 / 224), CenterCrop(image_size); then Normal
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -23,12 +30,30 @@ from mindspore.dataset import vision
 from sporeflow.core.errors import DataError
 from sporeflow.core.ranges import Count, NonNegative
 from sporeflow.data.base import DataSource, ImageDataset
-from sporeflow.data.readable import check_readable
+from sporeflow.data.image_files import decoder_bytes, formats_said, left_out_line
+from sporeflow.data.readable import checked_files
 
-EXTENSIONS = [".JPEG", ".jpeg", ".jpg", ".JPG", ".png", ".PNG"]
 SPLIT_DIRS = {"train": "train", "test": "val"}  # ImageNet's layout: val/ is the test split
 THREE_DIRS = {"train": "train", "val": "val", "test": "test"}  # a stored validation split
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A split folder as read: its class folders (sorted), its images in reading order (class
+    folders sorted, files sorted by path in each) with their formats and class folder names,
+    and the files left out (not images)."""
+
+    directory: Path
+    classes: tuple[str, ...]
+    files: tuple[Path, ...]
+    formats: tuple[str, ...]
+    file_classes: tuple[str, ...]
+    left_out: tuple[Path, ...]
+    total: int  # every file under the class folders
+
+    def empty_classes(self) -> list[str]:
+        return sorted(set(self.classes) - set(self.file_classes))
 
 
 class ImageFolder(ImageDataset):
@@ -60,6 +85,8 @@ class ImageFolder(ImageDataset):
         )
         self.native_size = image_size  # decode_ops already produce image_size x image_size
         self.root = Path(root).expanduser()
+        self._model_classes: list[str] | None = None  # label_by: a trained model's names
+        self._listings: dict[str, Listing] = {}
 
     def split_dirs(self) -> dict[str, str]:
         """Stored split -> its folder under root: THREE_DIRS when root holds val/ and test/,
@@ -78,86 +105,127 @@ class ImageFolder(ImageDataset):
         if not directory.is_dir():
             raise DataError(
                 f"dataset.root={self.root} lacks {folder}/; expected "
-                f"{self.root}/train/<class>/*.JPEG and {self.root}/val/<class>/*.JPEG "
+                f"{self.root}/train/<class>/<images> and {self.root}/val/<class>/<images> "
                 "(or train/, val/ and test/)"
             )
         return directory
 
-    def check_stored(self) -> None:
-        """The base checks, then every image of every split decodes (data.readable): a
-        damaged file is refused before work, not met by MindSpore's decoder mid-epoch."""
-        super().check_stored()
-        for split in self.stored_splits():
+    def listing(self, split: str) -> Listing:
+        """Stored `split`'s folder as read (Listing), judged once per instance: every file
+        under its class folders by `image_files.inspect_image` (DataError naming a damaged
+        one)."""
+        if split not in self._listings:
             directory = self._split_dir(split)
-            self._say_missing_classes(directory)
-            check_readable(directory, _image_files(directory))
+            classes = _class_dirs(directory)
+            found = [(c.name, f) for c in classes for f in sorted(c.rglob("*")) if f.is_file()]
+            verdicts = checked_files(directory, [f for _, f in found])
+            kept = [(c, f, v) for (c, f), v in zip(found, verdicts, strict=True) if v is not None]
+            self._listings[split] = Listing(
+                directory,
+                tuple(c.name for c in classes),
+                tuple(f for _, f, _ in kept),
+                tuple(v[0] for _, _, v in kept),
+                tuple(c for c, _, _ in kept),
+                tuple(f for (_, f), v in zip(found, verdicts, strict=True) if v is None),
+                len(found),
+            )
+        return self._listings[split]
 
-    def _say_missing_classes(self, directory: Path) -> None:
-        """A split lacking some of the training split's classes is labelled by the training
-        split's numbering all the same: said in one line."""
-        found = {d.name for d in _class_dirs(directory)}
-        missing = [name for name in self.class_names() or [] if name not in found]
+    def check_stored(self, splits=None) -> None:
+        """The base checks, then every file of every split judged (data.readable): a damaged
+        image is refused before work, not met by MindSpore's decoder mid-epoch; files left out
+        are said in one line per split; a training class folder with no image is refused."""
+        checked = self.stored_splits() if splits is None else splits
+        for split in checked:  # judged again as the files are now
+            self._listings.pop(split, None)
+        super().check_stored(splits)
+        for split in checked:
+            found = self.listing(split)
+            if found.left_out:
+                log.warning("%s", left_out_line(found.directory, found.left_out, found.total))
+            if split == "train":
+                _refuse_empty_classes(found)
+            self._say_missing_classes(found)
+
+    def _say_missing_classes(self, found: Listing) -> None:
+        """A split lacking some of the classes is labelled by the full numbering all the same:
+        said in one line."""
+        missing = [name for name in self.class_names() or [] if name not in found.file_classes]
         if missing:
             log.info(
-                "%s holds no %s: its images are labelled by the training split's %d classes",
-                directory,
+                "%s holds no %s: its images are labelled by the %d classes of %s",
+                found.directory,
                 ", ".join(missing),
                 len(self.class_names() or []),
+                self._numbering(),
             )
 
-    def _class_indexing(self, directory: Path) -> dict[str, int]:
-        """The training split's label of each class folder of `directory`: a class the training
-        split lacks cannot be labelled (DataError naming the folder)."""
+    def _numbering(self) -> str:
+        """Where the labels' numbering comes from, for messages."""
+        if self._model_classes is not None:
+            return "the model (its class names, stored with its weights)"
+        return f"the training split {self.root / 'train'}"
+
+    def _class_indexing(self, found: Listing) -> dict[str, int]:
+        """The label of each class folder of a split: a class the numbering lacks cannot be
+        labelled (DataError naming the folder)."""
         trained = self.class_names() or []
-        unknown = [d.name for d in _class_dirs(directory) if d.name not in trained]
+        unknown = [name for name in found.classes if name not in trained]
         if unknown:
             raise DataError(
-                f"{directory}: class folder(s) {', '.join(unknown)} not in the training split "
-                f"{self._split_dir('train')} (its classes: {', '.join(trained)}); "
-                "every split is labelled by the training split's folders"
+                f"{found.directory}: class folder(s) {', '.join(unknown)} not in "
+                f"{self._numbering()} (its classes: {', '.join(trained)}); every split is "
+                "labelled by those classes, by name"
             )
         return {name: label for label, name in enumerate(trained)}
 
     def class_names(self):
-        """The training split's class folders in sorted order: MindSpore's label numbering."""
+        """Each label's name: the model's (`label_by`), else the training split's class folders
+        in sorted order."""
+        if self._model_classes is not None:
+            return list(self._model_classes)
         directory = self.root / "train"
         return [d.name for d in _class_dirs(directory)] if directory.is_dir() else None
 
+    def label_by(self, names) -> None:
+        """Label every split by a trained model's class names (in its label order): a class
+        folder is its name's label wherever it sorts now."""
+        self._model_classes = list(names)
+        self._held_out = None
+
     def stored_rows(self, split):
-        directory = self._split_dir(split)
-        classes = _class_dirs(directory)
-        if len(classes) > self.num_classes:
+        found = self.listing(split)
+        self._class_indexing(found)  # a class folder unknown to the numbering: named first
+        if len(found.classes) > self.num_classes:
             raise DataError(
-                f"{directory} has {len(classes)} class folders but dataset.num_classes="
-                f"{self.num_classes}"
+                f"{found.directory} has {len(found.classes)} class folders but "
+                f"dataset.num_classes={self.num_classes}"
             )
-        count = len(_image_files(directory))
-        if count == 0:
+        if not found.files:
             raise DataError(
-                f"the {split} split {directory} holds no images ({', '.join(EXTENSIONS)}) "
+                f"the {split} split {found.directory} holds no images ({formats_said()}) "
                 "in class folders"
             )
-        return count
+        return len(found.files)
 
     def stored_labels(self, split):
-        """Each image's label from the folder listing, in the order ImageFolderDataset reads
-        a split with a sequential sampler (class folders sorted, files sorted in each)."""
-        directory = self._split_dir(split)
-        indexing = self._class_indexing(directory)
-        return np.array([indexing[f.parent.name] for f in _image_files(directory)], np.int64)
+        """Each image's label, in the order `_source` reads the split's images."""
+        found = self.listing(split)
+        indexing = self._class_indexing(found)
+        return np.array([indexing[name] for name in found.file_classes], np.int64)
 
     def stored_source(self, split):
         # a directory: its digest covers the file names and sizes, not every image's bytes
         return DataSource(self.root.name, str(self.root), [self._split_dir(split)], "")
 
     def _source(self, split, sampler):
-        directory = self._split_dir(split)  # the training split's numbering for every split
-        return mds.ImageFolderDataset(
-            str(directory),
+        found = self.listing(split)
+        labels = self.stored_labels(split)
+        return mds.GeneratorDataset(
+            _Images(found, labels),
+            ["image", "label"],
             sampler=sampler,
-            extensions=EXTENSIONS,
-            class_indexing=self._class_indexing(directory),
-            decode=False,
+            python_multiprocessing=False,
         )
 
     def decode_ops(self, split):
@@ -174,14 +242,36 @@ class ImageFolder(ImageDataset):
         return [vision.RandomHorizontalFlip(prob=0.5)]
 
 
-def _image_files(split_dir: Path) -> list[Path]:
-    """The files MindSpore's ImageFolderDataset reads of a split: those with one of EXTENSIONS
-    directly in a class folder."""
-    return [
-        f for c in _class_dirs(split_dir) for f in sorted(c.iterdir()) if f.suffix in EXTENSIONS
-    ]
+class _Images:
+    """A split's images by row, as MindSpore's decoder takes them (`decoder_bytes`), with
+    their labels: the random-access source a sampler indexes."""
+
+    def __init__(self, found: Listing, labels: np.ndarray):
+        self.found = found
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.found.files)
+
+    def __getitem__(self, row: int):
+        found = self.found
+        return decoder_bytes(found.files[row], found.formats[row]), self.labels[row]
+
+
+def _refuse_empty_classes(found: Listing) -> None:
+    """A training class folder with no image would train a class it never shows: refused,
+    naming the folder(s) (torchvision's ImageFolder refuses it so)."""
+    empty = found.empty_classes()
+    if empty:
+        left = len([f for f in found.left_out if f.relative_to(found.directory).parts[0] in empty])
+        raise DataError(
+            f"{found.directory}: class folder(s) {', '.join(empty)} hold no image "
+            f"({formats_said()}, by content{f'; {left} other files there left out' if left else ''})"
+            ": add images or remove the folder"
+        )
 
 
 def _class_dirs(split_dir: Path) -> list[Path]:
-    """A split's class folders in sorted order (MindSpore's ImageFolderDataset numbers them so)."""
+    """A split's class folders in sorted order: the label numbering (torchvision's
+    `find_classes`)."""
     return sorted(d for d in split_dir.iterdir() if d.is_dir())

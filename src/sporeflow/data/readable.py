@@ -1,11 +1,14 @@
-"""Every image file a job will decode, known readable before any work (issue 60).
+"""Every file a job reads from an image folder, judged before any work (issues 60 and 75).
 
 MindSpore's decoder kills the process on some damaged files (SIGFPE on a truncated JPEG) and
-fails mid-epoch on others, so each file is decoded once by Pillow first
-(`image_files.check_image`): a bad one is refused with one line naming it. A file found
-readable is remembered by its path, size and modification time in a record under the user's
-cache folder, so the next job over the same folder decodes only what changed (figures:
-BENCHMARKS.md, "Image checks").
+fails mid-epoch on others, so each file is judged once by the one rule of what is an image
+(`image_files.inspect_image`: Pillow decodes it whole): an image (its format), a file left out,
+or a damaged one, refused with one line naming it. The verdict is remembered in a record under
+the user's cache folder, keyed on what a user cannot put back: the file's inode, size,
+modification time AND change time (st_ctime_ns, which `touch -d` and `os.utime` set to now), so
+a file rewritten in place with its size and mtime restored is judged again, and no unchecked
+file reaches the decoder. The next job over the same folder decodes only what changed
+(figures: BENCHMARKS.md, "Image checks").
 """
 
 from __future__ import annotations
@@ -16,36 +19,55 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from sporeflow.data.image_files import check_image
+from sporeflow.data.image_files import inspect_image
 from sporeflow.storage.cache import user_cache_dir
 from sporeflow.storage.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 SAY_AT = 2000  # files to check before a line says the job is checking them
+Verdict = tuple[str, int] | None  # (format, shorter side) of an image; None: left out
 
 
-def check_readable(folder: Path, files: Sequence[Path]) -> None:
-    """Decode each of `folder`'s `files` not already found readable as it is now; DataError
-    naming the first one that is not (the others found readable are remembered all the same)."""
+def checked_files(folder: Path, files: Sequence[Path]) -> list[Verdict]:
+    """Each of `folder`'s `files` judged (`inspect_image`), those unchanged since a job judged
+    them by the record; DataError naming the first damaged one (the others judged so far are
+    remembered all the same)."""
     record = _record_path(folder)
     known = _read(record)
     stamps = {str(f): _stamp(f) for f in files}
-    todo = [f for f in files if known.get(str(f)) != stamps[str(f)]]
+    verdicts = {
+        name: _verdict(entry[len(stamp) :])
+        for name, stamp in stamps.items()
+        if isinstance(entry := known.get(name), list) and entry[: len(stamp)] == stamp
+    }
+    todo = [f for f in files if str(f) not in verdicts]
     if len(todo) >= SAY_AT:
         log.info("checking %d images of %s before training (once)", len(todo), folder)
-    checked = {name: stamp for name, stamp in known.items() if name in stamps}
     try:
         for file in todo:
-            check_image(file)
-            checked[str(file)] = stamps[str(file)]
+            verdicts[str(file)] = inspect_image(file)
     finally:
-        if checked != known:  # found readable so far, even when one is not
-            write_text_atomic(record, json.dumps(checked))
+        kept = {n: [*stamps[n], *_entry(v)] for n, v in verdicts.items()}
+        if kept != known:  # judged so far, even when one is damaged
+            write_text_atomic(record, json.dumps(kept))
+    return [verdicts[str(f)] for f in files]
 
 
 def _stamp(file: Path) -> list[int]:
+    """What a file's bytes are known by: a rewrite changes the change time whatever else the
+    writer puts back."""
     stat = file.stat()
-    return [stat.st_size, stat.st_mtime_ns]
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def _entry(verdict: Verdict) -> list:
+    return [None, 0] if verdict is None else [verdict[0], verdict[1]]
+
+
+def _verdict(entry: list) -> Verdict:
+    if len(entry) != 2 or entry[0] is None:
+        return None
+    return str(entry[0]), int(entry[1])
 
 
 def _record_path(folder: Path) -> Path:
@@ -53,7 +75,7 @@ def _record_path(folder: Path) -> Path:
     return user_cache_dir("image-checks") / f"{digest}.json"
 
 
-def _read(record: Path) -> dict[str, list[int]]:
+def _read(record: Path) -> dict[str, list]:
     """The record, or nothing when it is missing or unreadable (a file then is checked again)."""
     try:
         found = json.loads(record.read_text())

@@ -22,7 +22,12 @@ from sporeflow.core.names import SOURCE_RUN_TAG, SOURCE_TAG, SOURCE_WEIGHTS_TAG
 from sporeflow.engine import compile_cache
 from sporeflow.entry import messages
 from sporeflow.entry.app import remove_unused_run_dir, run_context
-from sporeflow.job.eval_run import evaluate_source, loaded_network
+from sporeflow.job.eval_run import (
+    evaluate_source,
+    labelled_by_model,
+    loaded_network,
+    model_class_names,
+)
 from sporeflow.job.preflight import check_compile_cache
 from sporeflow.job.runs import base_name, guarded, record_config
 from sporeflow.runtime.heap import long_lived_objects_frozen
@@ -49,7 +54,10 @@ def run_eval(cfg: DictConfig) -> float:
         ):  # a checkpoint outside a run dir: the network and data of eval's own config
             base = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in EVAL_KEYS])
         plain = validate(over_source(base, cfg, ctx.overrides))
-        build_dataset(plain).check()
+        split = Split(cfg.split).value
+        dataset = build_dataset(plain)
+        names = model_class_names(source, dataset)
+        labelled_by_model(dataset, names).check((split,))  # a folder unknown to it: refused
         refuse_compile_cache()
         check_compile_cache(plain.runtime)
         init_context(plain)
@@ -58,12 +66,14 @@ def run_eval(cfg: DictConfig) -> float:
         remove_unused_run_dir(ctx.run_dir)
         raise
     signals.install()
-    split = Split(cfg.split).value
     tracker = Tracker.from_config(plain.tracking, ctx.launch_dir, journal_dir=ctx.run_dir)
     with compile_cache.cached(plain.runtime), tracker, long_lived_objects_frozen():
         run = tracker.start_run(f"eval {base_name(plain)}", tags=source_tags(source, split))
         record_config(run, plain, ctx, "eval")
-        metrics = guarded(run, lambda: evaluate_source(plain, network, split, ctx.run_dir, run))
+        metrics = guarded(
+            run,
+            lambda: evaluate_source(plain, network, split, ctx.run_dir, run, dataset, names),
+        )
         shown = ", ".join(
             f"{k}={metrics[k]:.4f}" for k in ("acc", "acc_top5", "loss") if k in metrics
         )

@@ -1,11 +1,13 @@
 """A source's final weights applied to a user's own images (`sporeflow predict`): each image
 goes through the eval transforms of the data set the weights were trained on (its stored size,
-rescale, normalisation), in batches, and comes out as one probability per class."""
+rescale, normalisation), in batches, and comes out as one probability per class, named by the
+class names stored with the weights (not by the data set's folders as they are now)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +22,11 @@ from sporeflow.config.validation import validate
 from sporeflow.core.errors import ConfigError
 from sporeflow.data.image_files import ImageInput, image_input
 from sporeflow.engine import compile_cache
-from sporeflow.job.eval_run import loaded_network
+from sporeflow.job.eval_run import class_headings, loaded_network, model_class_names
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
 from sporeflow.stage.source import Source
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Prediction:
 
     names: tuple[str, ...]
     probabilities: np.ndarray
-    class_names: tuple[str, ...] | None = None  # the data set's names of the labels, if any
+    class_names: tuple[str, ...] | None = None  # the model's names of the labels, if any
     caveat: str = ""  # what the user should know before trusting them (images scaled up)
 
     @property
@@ -54,7 +58,10 @@ def checked_inputs(source: Source, images: Path) -> tuple[DictConfig, ImageInput
     cfg.resume = False
     plain = validate(cfg)
     refuse_compile_cache()
-    return plain, image_input(images, int(plain.dataset.channels))
+    checked = image_input(images, int(plain.dataset.channels))
+    if checked.left_out:
+        log.warning("%s", checked.left_out)
+    return plain, checked
 
 
 def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool) -> Prediction:
@@ -73,7 +80,7 @@ def predict(cfg: DictConfig, source: Source, images: ImageInput, progress: bool)
         for (batch,) in batches.create_tuple_iterator(num_epochs=1):
             found.append(softmax(network(batch).asnumpy().astype(np.float64)))
             bar.update(len(found[-1]))
-    names = dataset.class_names()
+    names = model_class_names(source, dataset)
     caveat = scaled_up_caveat(images, dataset.native_size or dataset.image_size)
     return Prediction(images.names, np.concatenate(found), tuple(names) if names else None, caveat)
 
@@ -100,12 +107,13 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def csv_text(prediction: Prediction) -> str:
-    """`file,label,[class,]p_0,...`: one row per image, the label the most probable class (and
-    its name, where the data set names its classes: an image folder's class folders)."""
+    """`file,label,[class,]p_<class>,...`: one row per image, the label the most probable class
+    (and its name, where the model names its classes: an image folder's class folders as it
+    trained); each probability headed by its class's name (else number)."""
     out = io.StringIO()
     table = csv.writer(out, lineterminator="\n")
     named = prediction.class_names
-    probabilities = [f"p_{c}" for c in range(prediction.probabilities.shape[1])]
+    probabilities = [f"p_{h}" for h in class_headings(named, prediction.probabilities.shape[1])]
     table.writerow(["file", "label", *(["class"] if named else []), *probabilities])
     for name, label, probs in zip(
         prediction.names, prediction.labels, prediction.probabilities, strict=True

@@ -4,6 +4,9 @@ can be recomputed from its saved logits."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import numpy as np
 
 TOP_K = 5
@@ -28,14 +31,28 @@ def per_class_accuracy(confusion: np.ndarray) -> dict[int, float]:
     return {c: float(confusion[c, c] / support[c]) for c in range(len(support)) if support[c]}
 
 
-def classification_metrics(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def classification_metrics(
+    logits: np.ndarray, labels: np.ndarray, class_names: Sequence[str] | None = None
+) -> dict[str, float]:
     """`acc`, `acc_top5` (only with more than 5 classes: else it is always 1) and
-    `acc_class_<c>` for each class present."""
+    `acc_class_<class>` for each class present, named by `class_names` (label order; by
+    number without them)."""
     num_classes = logits.shape[1]
     predicted = logits.argmax(axis=1)
     metrics = {"acc": float(np.mean(predicted == labels)) if len(labels) else 0.0}
     if num_classes > TOP_K:
         metrics[f"acc_top{TOP_K}"] = top_k_accuracy(logits, labels, TOP_K)
     confusion = confusion_matrix(predicted, labels, num_classes)
-    metrics.update({f"acc_class_{c}": v for c, v in per_class_accuracy(confusion).items()})
+    keys = class_keys(class_names, num_classes)
+    metrics.update({f"acc_class_{keys[c]}": v for c, v in per_class_accuracy(confusion).items()})
     return metrics
+
+
+def class_keys(class_names: Sequence[str] | None, num_classes: int) -> list[str]:
+    """Each class's part of a metric name: its name with what MLflow refuses in a metric name
+    made `_`, or its number where there are no names or two would read the same."""
+    names = list(class_names or [])
+    if len(names) != num_classes:
+        return [str(c) for c in range(num_classes)]
+    keys = [re.sub(r"[^\w\-. /]", "_", name) for name in names]
+    return keys if len(set(keys)) == len(keys) else [str(c) for c in range(num_classes)]

@@ -1,7 +1,9 @@
 """Write a stage's final network as a self-contained model directory.
 
     <stage dir>/model/
-      network.yaml        the resolved `model` node and the input it takes (channels, size)
+      network.yaml        the resolved `model` node, the input it takes (channels, size) and
+                          its class names in label order (`class_names`, where the data set
+                          names its classes: they are also in the weights file)
       weights.ckpt        the final weights (a hard link to checkpoints/final.ckpt when possible;
                           weights.safetensors with callbacks.checkpoint.format=safetensors)
       network.mindir      the same network exported with `mindspore.export` (batch dimension free)
@@ -26,7 +28,7 @@ import numpy as np
 import yaml
 from mindspore._checkparam import check_file_name_by_regular  # MindSpore's file-name rule
 
-from sporeflow.storage.checkpoints import checkpoint_files
+from sporeflow.storage.checkpoints import checkpoint_files, stored_class_names
 from sporeflow.storage.files import atomic_path, write_text_atomic
 
 NETWORK = "network.yaml"
@@ -41,6 +43,7 @@ class PackagedModel:
     path: Path
     input_shape: tuple[int, int, int]  # C, H, W
     num_classes: int
+    class_names: tuple[str, ...] | None = None  # label order; None: classes are numbers
 
 
 def packaged_weights(model_dir: Path) -> Path:
@@ -68,10 +71,12 @@ def package_model(
     out.mkdir(parents=True, exist_ok=True)
     example = np.ascontiguousarray(example[:EXAMPLE_IMAGES], dtype=np.float32)
     channels, height, width = (int(d) for d in example.shape[1:])
+    names = stored_class_names(Path(weights))  # what the weights were saved with
     spec = {
         "model": model_node,
         "input": {"channels": channels, "height": height, "width": width},
         "num_classes": int(num_classes),
+        **({"class_names": names} if names else {}),
     }
     write_text_atomic(out / NETWORK, yaml.safe_dump(spec, sort_keys=False))
     for old in checkpoint_files(out, WEIGHTS):  # a package rewritten in another format
@@ -84,7 +89,9 @@ def package_model(
     free_batch = ms.Tensor(shape=[None, channels, height, width], dtype=ms.float32)
     with atomic_path(out / MINDIR) as tmp:
         export_mindir(network, free_batch, tmp)
-    return PackagedModel(out, (channels, height, width), int(num_classes))
+    return PackagedModel(
+        out, (channels, height, width), int(num_classes), tuple(names) if names else None
+    )
 
 
 def export_mindir(network, inputs, dest: Path) -> None:

@@ -2,7 +2,8 @@
 
 MLflow calls `_load_pyfunc(<model dir>/data)` when a user runs `mlflow.pyfunc.load_model(uri)`
 or `mlflow models serve -m uri`; the returned object's `predict` takes an image batch as the
-network sees it (float32, N x C x H x W) and returns each image's class probabilities and label.
+network sees it (float32, N x C x H x W) and returns each image's class probabilities and label,
+and the label's class name (`class`) where the model stored its class names (network.yaml).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Classifier:
         spec = yaml.safe_load((path / NETWORK).read_text())
         checked_target("model", "model", spec["model"]["_target_"])  # data, never a call
         self.input = spec["input"]
+        self.class_names = spec.get("class_names")  # label order; None: classes are numbers
         self.network = build_model(OmegaConf.create({"model": spec["model"]}))
         load_weights(self.network, packaged_weights(path))
         self.network.set_train(False)
@@ -46,10 +48,9 @@ class Classifier:
         logits = self.network(self._tensor(batch)).asnumpy().astype(np.float64)
         exp = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = (exp / exp.sum(axis=1, keepdims=True)).astype(np.float32)
-        return {
-            "label": probabilities.argmax(axis=1).astype(np.int64),
-            "probabilities": probabilities,
-        }
+        labels = probabilities.argmax(axis=1).astype(np.int64)
+        named = {"class": np.array(self.class_names)[labels]} if self.class_names else {}
+        return {"label": labels, **named, "probabilities": probabilities}
 
 
 def _load_pyfunc(data_path: str) -> Classifier:

@@ -18,7 +18,12 @@ from sporeflow.stage.build import model_around
 from sporeflow.stage.result import StageResult, ended, save_predictions
 from sporeflow.stage.spec import StageSpec
 from sporeflow.stage.writer import StageWriter
-from sporeflow.storage.checkpoints import checkpoint_dir, load_weights, save_atomic
+from sporeflow.storage.checkpoints import (
+    checkpoint_dir,
+    class_names_entry,
+    load_weights,
+    save_atomic,
+)
 from sporeflow.tracking.tracker import TrackedRun
 
 log = logging.getLogger(__name__)
@@ -52,7 +57,7 @@ def evaluate_weights(
     val_data, test_data = data.create("val"), data.create("test")
     result = {k: float(v) for k, v in model.eval(val_data, dataset_sink_mode=False).items()}
     final = checkpoint_dir(spec.stage_dir) / f"final.{config.callbacks.checkpoint.format.value}"
-    path = save_atomic(network, final)
+    path = save_atomic(network, final, class_names_entry(data.class_names()))
     end = ended(model, result, val_data, test_data)
     writer = StageWriter(run)  # the stage's one road to its run, as a trained stage's
     writer.files(save_predictions(spec.stage_dir, end))

@@ -38,6 +38,7 @@ from sporeflow.stage.writer import StageWriter
 from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     checkpoint_files,
+    class_names_entry,
     newest_complete_checkpoint,
     restore_exact,
     save_atomic,
@@ -252,15 +253,17 @@ class Trainer:
         return {k: v for k, v in final.items() if not k.endswith("_ema")}
 
     def _export(self, val: dict, last_step: int) -> tuple[Path, Ended, list[Path]]:
-        """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), the
+        """`final.<format>` (and `final_ema.<format>` when EMA is kept but not ranked), holding
+        the data set's class names (storage.checkpoints.class_names_entry), the
         exported weights measured on validation and test (`val`: their last validation
         metrics) with right/wrong per image saved (rank 0: predictions.npy,
         test_predictions.npy), and (rank 0) the packaged model on the run."""
         parts, fmt = self.parts, self.settings.checkpoint_format
         ema_ranked = self.settings.ema_ranked
         swapped = parts.ema_swap if ema_ranked and parts.ema_swap is not None else nullcontext
+        names = class_names_entry(self.data.class_names())  # they travel with the weights
         with swapped():
-            weights = save_atomic(parts.network, self.ckpt_dir / f"final.{fmt}")
+            weights = save_atomic(parts.network, self.ckpt_dir / f"final.{fmt}", names)
             end = ended(parts.model, val, self.val_data, self.test_data)
             main = self.worker.is_main
             predictions = save_predictions(self.spec.stage_dir, end) if main else []
@@ -275,5 +278,5 @@ class Trainer:
             )
         if parts.ema_swap is not None and not ema_ranked:
             with parts.ema_swap():
-                save_atomic(parts.network, self.ckpt_dir / f"final_ema.{fmt}")
+                save_atomic(parts.network, self.ckpt_dir / f"final_ema.{fmt}", names)
         return weights, end, predictions

@@ -7,6 +7,7 @@ or fine-tuned from needs no setting to say which one it wrote."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import mindspore as ms
+import numpy as np
 
 from sporeflow.core.errors import CheckpointError
 from sporeflow.storage.files import atomic_path
@@ -21,6 +23,7 @@ from sporeflow.storage.files import atomic_path
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".ckpt", ".safetensors")  # MindSpore's checkpoint formats, one per suffix
+CLASS_NAMES = "sporeflow.class_names"  # the entry holding a network's class names
 
 
 def is_checkpoint(path: str | os.PathLike) -> bool:
@@ -70,6 +73,43 @@ def save_atomic(
                 missing_ok=True
             )  # MindSpore writes <name>.tmp, then renames it
     return Path(path)
+
+
+def class_names_entry(names) -> dict:
+    """The `append_dict` entry that keeps a network's class names (label order) in its
+    checkpoint, so they travel with the weights (timm keeps its class_map beside the model):
+    their JSON as uint8 bytes, which both formats hold (safetensors holds no strings)."""
+    if not names:
+        return {}
+    blob = np.frombuffer(json.dumps([str(n) for n in names]).encode(), np.uint8)
+    return {CLASS_NAMES: ms.Tensor(blob.copy())}
+
+
+def stored_class_names(path: Path) -> list[str] | None:
+    """The class names a checkpoint holds (`class_names_entry`), None when it holds none (a
+    checkpoint written before they were stored, or of a data set whose classes are numbers);
+    only that entry is read (and one other: MindSpore refuses to return nothing)."""
+    first: list[str] = []
+
+    def wanted(name: str) -> bool:
+        if name == CLASS_NAMES:
+            return True
+        first[:] = first or [name]
+        return first == [name]
+
+    state = load_checkpoint_file(path, choice_func=wanted)
+    value = state.get(CLASS_NAMES)
+    if value is None:
+        return None
+    try:
+        names = json.loads(value.asnumpy().astype(np.uint8).tobytes().decode())
+    except (ValueError, UnicodeDecodeError) as ex:
+        raise CheckpointError(
+            f"{path}: its {CLASS_NAMES} entry is not a list of names ({ex})"
+        ) from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{path}: its {CLASS_NAMES} entry is not a list of names")
+    return names
 
 
 def prune(files: list[Path], keep: int) -> list[Path]:

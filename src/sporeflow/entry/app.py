@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sporeflow.config.paths import from_launch_dir
+from sporeflow.config.typed_text import as_typed
 from sporeflow.core import signals, telemetry
 from sporeflow.core.context import RunContext, SweepJob, TrialLink
 from sporeflow.core.errors import ConfigError, SporeflowError, TrialPruned
@@ -227,6 +228,7 @@ def run_job(cfg: DictConfig) -> JobResult:
     try:
         # every fact below is read from the plan; a worker's launcher passed a requeue's resume=
         mindspore_loaded(cfg, ctx.run_dir)
+        cfg = as_typed(cfg, ctx.overrides)  # text settings as typed, not as Hydra's numbers
         cfg = from_launch_dir(cfg, ctx.launch_dir)  # relative paths: the launch folder's
         plan = plan_job(cfg, ctx, 0 if worker else slurm.restart_count())
         if not worker:

@@ -117,13 +117,16 @@ def compose(
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from sporeflow.config.typed_text import as_typed
     from sporeflow.config.validation import validate as checked
 
     conf = _conf_dir(config_dir)
     argv = [str(conf.parent / f"{app}.py"), *overrides]
     try:
         with _hydra_state(), initialize_config_dir(str(conf), version_base="1.3"):
-            cfg = hydra_compose(app, list(overrides), return_hydra_config=with_hydra)
+            cfg = as_typed(
+                hydra_compose(app, list(overrides), return_hydra_config=with_hydra), list(overrides)
+            )
         return checked(cfg) if validate else cfg
     except messages.usage_errors() as ex:
         raise ConfigError(messages.refusal(ex, argv)) from None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from helpers.store import client_of, runs_of
+from helpers.store import client_of, record, runs_of
 from helpers.train import run_train, sporeflow_cli, start_and_wait_for_a_checkpoint
 from sporeflow.entry.cli import server_env
 
@@ -26,8 +26,6 @@ pytestmark = pytest.mark.e2e
 
 EPOCHS = ["epochs=3"]
 FIRST_CKPT = "checkpoints/epoch_0001.ckpt"  # epoch 2 is running once it exists
-# measured, not computed: differ between runs (system/: the machine, sampled by the writer)
-TIMING = ("per_sec", "seconds", "_time", "system/")
 
 
 def free_port() -> int:
@@ -85,19 +83,6 @@ class Server:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
             self.proc.wait(timeout=60)
-
-
-def record(client: MlflowClient, run) -> dict:
-    """What a run holds, as comparable data: params, and each computed metric's (step, value)
-    points in stored order (duplicates would show)."""
-    keys = [k for k in run.data.metrics if not any(t in k for t in TIMING)]
-    return {
-        "params": run.data.params,
-        "metrics": {
-            k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k))
-            for k in keys
-        },
-    }
 
 
 def only_run(client: MlflowClient):

@@ -1,5 +1,6 @@
 """A sweep's decision (report.decision) against independent references: the stratified paired
-difference and its variance from numpy on the per-image differences, the exact McNemar p-value
+difference from numpy on the per-image differences, its interval from Newcombe's formula
+(helpers.intervals), the exact McNemar p-value
 from statsmodels and scipy, Holm's correction from statsmodels; and the rule: a winner only when
 every other point is shown worse."""
 
@@ -11,6 +12,7 @@ from scipy.stats import binomtest
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
+from helpers.intervals import newcombe_method10
 from sporeflow.report.decision import Point, decide, holm, stratified
 
 
@@ -18,7 +20,9 @@ def outcomes(rng, n, acc):
     return rng.random(n) < acc
 
 
-def test_stratified_difference_and_interval_match_numpy_on_the_per_image_differences():
+def test_stratified_difference_and_interval_pool_the_common_seeds_images():
+    """The difference over every common seed's images, its interval Newcombe's paired one on
+    them pooled (the paper's formula, helpers.intervals)."""
     rng = np.random.default_rng(0)
     first = {s: outcomes(rng, 300 + 40 * s, 0.8) for s in (1, 2, 3)}
     second = {s: outcomes(rng, 300 + 40 * s, 0.75) for s in (1, 2, 3)}
@@ -28,10 +32,12 @@ def test_stratified_difference_and_interval_match_numpy_on_the_per_image_differe
     n = sum(v.size for v in d.values())
     assert result.n == n
     assert result.diff == pytest.approx(sum(v.sum() for v in d.values()) / n)
-    var = sum(v.size * np.var(v) for v in d.values()) / n**2  # each seed's own variance
+    a = np.concatenate([first[s] for s in (1, 2, 3)])
+    b = np.concatenate([second[s] for s in (1, 2, 3)])
+    table = [int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())]
     low, high = result.ci95
-    assert high - result.diff == pytest.approx(1.959963984540054 * np.sqrt(var))
-    assert result.diff - low == pytest.approx(high - result.diff)
+    assert (low, high) == pytest.approx(newcombe_method10(*table), abs=1e-9)
+    assert low < result.diff < high
 
 
 def test_pooled_exact_mcnemar_matches_statsmodels_and_scipy():
@@ -95,26 +101,20 @@ def test_one_point_is_no_winner_and_no_outcomes_is_no_decision():
     assert decide([Point("failed")]) is None
 
 
-def test_a_points_interval_is_the_stratified_wald_interval_of_statsmodels_strata():
-    """Each seed's images a stratum: the pooled accuracy's variance is the image-weighted sum of
-    each seed's binomial variance, which statsmodels' normal interval gives per seed."""
+def test_a_points_interval_is_statsmodels_wilson_on_its_pooled_images():
+    """Every seed's images concatenated, as the paired tests pool them; one seed: exactly
+    statsmodels' interval of that seed."""
     from statsmodels.stats.proportion import proportion_confint
 
     rng = np.random.default_rng(5)
     per_seed = {1: outcomes(rng, 360, 0.8), 2: outcomes(rng, 500, 0.6)}
-    low, high = point("p", per_seed).ci95
-    total = sum(o.size for o in per_seed.values())
-    var = 0.0
-    for o in per_seed.values():
-        lo, hi = proportion_confint(int(o.sum()), o.size, alpha=0.05, method="normal")
-        var += (o.size / total) ** 2 * ((hi - lo) / 2 / 1.959963984540054) ** 2
-    pooled = sum(int(o.sum()) for o in per_seed.values()) / total
-    assert (low, high) == pytest.approx(
-        (pooled - 1.96 * var**0.5, pooled + 1.96 * var**0.5), abs=1e-4
+    right = sum(int(o.sum()) for o in per_seed.values())
+    assert point("p", per_seed).ci95 == pytest.approx(
+        proportion_confint(right, 860, alpha=0.05, method="wilson"), abs=1e-9
     )
-    one = point("q", {1: per_seed[1]}).ci95  # one seed: exactly statsmodels' interval
+    one = point("q", {1: per_seed[1]}).ci95
     assert one == pytest.approx(
-        proportion_confint(int(per_seed[1].sum()), 360, alpha=0.05, method="normal")
+        proportion_confint(int(per_seed[1].sum()), 360, alpha=0.05, method="wilson"), abs=1e-9
     )
 
 
@@ -185,7 +185,8 @@ def test_for_right_or_wrong_outcomes_the_sign_flip_test_is_mcnemars():
 
 def test_points_scored_at_equal_cost_are_decided_on_their_pooled_gain_and_its_interval():
     """A point's value is its mean score (its pooled gain at cost); two points' interval is the
-    stratified Wald interval of their per-image score differences (numpy)."""
+    square-and-add (MOVER) of each one's Newcombe interval with their scores' correlation
+    (numpy's), within -2..2."""
     rng = np.random.default_rng(11)
     ahead = point("rho=0.4", {s: scores(rng, 3000, 0.9, 0.7) for s in (1, 2)})
     behind = point("rho=0.7", {s: scores(rng, 3000, 0.8, 0.8) for s in (1, 2)})
@@ -196,10 +197,16 @@ def test_points_scored_at_equal_cost_are_decided_on_their_pooled_gain_and_its_in
     versus = decision.others[0].against_best
     d = {s: ahead.outcomes[s].astype(int) - behind.outcomes[s].astype(int) for s in (1, 2)}
     n = 6000
-    var = sum(v.size * np.var(v) for v in d.values()) / n**2
     low, high = versus.ci95
     assert versus.diff == pytest.approx(sum(v.sum() for v in d.values()) / n)
-    assert high - versus.diff == pytest.approx(1.959963984540054 * np.sqrt(var))
+    other = np.concatenate([behind.outcomes[1], behind.outcomes[2]])
+    (a_low, a_high), (b_low, b_high) = ahead.ci95, behind.ci95
+    r = np.corrcoef(pooled, other)[0, 1]
+    x, y = pooled.mean(), other.mean()
+    below = np.sqrt((x - a_low) ** 2 + (b_high - y) ** 2 - 2 * r * (x - a_low) * (b_high - y))
+    above = np.sqrt((a_high - x) ** 2 + (y - b_low) ** 2 - 2 * r * (a_high - x) * (y - b_low))
+    assert (low, high) == pytest.approx((x - y - below, x - y + above), abs=1e-9)
+    assert -2.0 <= low < versus.diff < high <= 2.0
     even = decide(
         [point("a", {1: scores(rng, 50, 0.8, 0.8)}), point("b", {1: scores(rng, 50, 0.8, 0.8)})]
     )

@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from sporeflow.core.names import StageKind
+from sporeflow.report.intervals import wilson
 from sporeflow.report.paired import compare_paired
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,17 @@ def save_figure(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def accuracy_errors(accs: list[float], n_eval: int) -> list[list[float]]:
+    """A figure's error bars (below, above) for accuracies on `n_eval` images: their Wilson
+    intervals (report.intervals), which stay within 0..1 (0 for an accuracy it lacks)."""
+    below, above = [], []
+    for acc in accs:
+        low, high = (acc, acc) if math.isnan(acc) else wilson(acc * n_eval, n_eval)
+        below.append(0.0 if math.isnan(acc) else acc - low)
+        above.append(0.0 if math.isnan(acc) else high - acc)
+    return [below, above]
 
 
 def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
@@ -111,9 +124,7 @@ def comparison_plot(
         stages = list(results)
         accs = [results[s].get("acc", float("nan")) for s in stages]
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        errors = (
-            [1.959963984540054 * (a * (1 - a) / n_eval) ** 0.5 for a in accs] if n_eval else None
-        )
+        errors = accuracy_errors(accs, n_eval) if n_eval else None
         bars = ax.bar(
             stages,
             accs,

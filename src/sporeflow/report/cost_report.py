@@ -13,8 +13,7 @@ import logging
 import math
 from pathlib import Path
 
-from sporeflow.report.comparison import save_figure
-from sporeflow.report.paired import Z95
+from sporeflow.report.comparison import accuracy_errors, save_figure
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +96,8 @@ def cost_plot(
             xs, ys = zip(*curve, strict=True)
             line = ax.plot(xs, ys, marker="o", markersize=3, label=arm)[0]
             if n_eval:
-                half = Z95 * math.sqrt(max(0.0, ys[-1] * (1 - ys[-1])) / n_eval)
-                ax.errorbar(xs[-1], ys[-1], yerr=half, color=line.get_color(), capsize=4)
+                bars = accuracy_errors([ys[-1]], n_eval)
+                ax.errorbar(xs[-1], ys[-1], yerr=bars, color=line.get_color(), capsize=4)
         if budget_passes:
             ax.axvline(budget_passes, color="#999", linestyle="--", linewidth=1)
         ax.set_xlabel("forward+backward passes since stage 1's end")

@@ -4,10 +4,10 @@ lead smaller than the noise of the test images is called a tie, not a best.
 A *point* is a sweep job's settings without its seed; its jobs are its seeds. Two points are
 compared paired within a seed (the same seed trained the same stage 1 and evaluates the same
 test images) and stratified across seeds: the difference in accuracy is the pooled difference
-over every common seed's images, its 95% interval the Wald interval of paired proportions with
-each seed's variance added (Agresti, Categorical Data Analysis, 10.1), its p-value the exact
-McNemar test on the discordant images of all seeds (the conditional test of matched pairs in
-strata). The best point (highest pooled accuracy) is compared with every other point, the
+over every common seed's images, its 95% interval Newcombe's paired interval on those images
+pooled (report.intervals), its p-value the exact McNemar test on the discordant images of all
+seeds (the conditional test of matched pairs in strata). A point's own interval is Wilson's on
+its pooled images. The best point (highest pooled accuracy) is compared with every other point, the
 p-values Holm-corrected: it is the *winner* when it is better than every other at 5%, else the
 points it cannot be told from *tie* with it.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sporeflow.report.paired import Z95
+from sporeflow.report.intervals import difference_interval, mean_interval
 
 ALPHA = 0.05
 
@@ -32,10 +32,15 @@ ALPHA = 0.05
 @dataclass(frozen=True)
 class Stratified:
     """The first of two points against the second, over the seeds both ran: per common seed,
-    the per-image differences of their outcomes (right/wrong: -1, 0, 1; scores such as stage 2
-    minus the budget arm: -2 .. 2)."""
+    the two points' outcomes on its images (right/wrong, or scores such as stage 2 minus the
+    budget arm)."""
 
-    strata: tuple[np.ndarray, ...]
+    pairs: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    @property
+    def strata(self) -> tuple[np.ndarray, ...]:
+        """Per common seed, the per-image differences (right/wrong: -1, 0, 1; scores: -2 .. 2)."""
+        return tuple(a.astype(np.int64) - b.astype(np.int64) for a, b in self.pairs)
 
     @property
     def n(self) -> int:
@@ -52,11 +57,9 @@ class Stratified:
 
     @property
     def ci95(self) -> tuple[float, float]:
-        """Wald: each seed's variance of its per-image differences, added (for right/wrong
-        outcomes (b + c) - (b - c)^2 / n, Agresti 10.1)."""
-        var = sum(float((d**2).sum()) - float(d.sum()) ** 2 / d.size for d in self.strata if d.size)
-        half = Z95 * math.sqrt(max(0.0, var)) / self.n if self.n else math.inf
-        return self.diff - half, self.diff + half
+        """Every common seed's images pooled, as the p-value pools them: Newcombe's paired
+        interval for right/wrong, its square-and-add for scores (report.intervals)."""
+        return difference_interval(*_pooled(self.pairs))
 
     @property
     def p_value(self) -> float:
@@ -64,6 +67,13 @@ class Stratified:
         no difference each image's difference is as likely negated. For right/wrong outcomes
         it is the exact McNemar test on the discordant images."""
         return sign_flip_p(np.concatenate(self.strata) if self.strata else np.zeros(0, int))
+
+
+def _pooled(pairs) -> tuple[np.ndarray, np.ndarray]:
+    """Every seed's images one after another, for each side (empty without a common seed)."""
+    if not pairs:
+        return np.zeros(0, bool), np.zeros(0, bool)
+    return np.concatenate([a for a, _ in pairs]), np.concatenate([b for _, b in pairs])
 
 
 def sign_flip_p(differences: np.ndarray) -> float:
@@ -102,7 +112,7 @@ def stratified(first: dict[int, np.ndarray], second: dict[int, np.ndarray]) -> S
             raise ValueError(
                 f"paired results of different lengths: {first[s].shape} vs {second[s].shape}"
             )
-    return Stratified(tuple(first[s].astype(np.int64) - second[s].astype(np.int64) for s in common))
+    return Stratified(tuple((first[s], second[s]) for s in common))
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -136,15 +146,11 @@ class Point:
 
     @property
     def ci95(self) -> tuple[float, float]:
-        """The pooled accuracy's (or score's) 95% Wald interval, each seed's test images a
-        stratum (the strata weighted by their images: var = sum n_s var_s / N^2; for right or
-        wrong, var_s = p_s (1 - p_s))."""
-        total = sum(o.size for o in self.outcomes.values())
-        if not total:
+        """The pooled accuracy's (or score's) 95% interval, every seed's images concatenated:
+        Wilson's for right/wrong, Newcombe's paired one for a score (report.intervals)."""
+        if not sum(o.size for o in self.outcomes.values()):
             return math.nan, math.nan
-        var = sum(o.size * np.var(o.astype(np.float64)) for o in self.outcomes.values() if o.size)
-        half = Z95 * math.sqrt(var) / total
-        return self.accuracy - half, self.accuracy + half
+        return mean_interval(np.concatenate([self.outcomes[s] for s in self.seeds]))
 
 
 @dataclass

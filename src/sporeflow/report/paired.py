@@ -2,10 +2,10 @@
 eval split: the difference in images and in accuracy with a 95% interval, and the exact McNemar
 test on the discordant pairs. With 360 eval images a gain of 0.003 is one image: this says so.
 
-Interval: the Wald interval of a difference of paired proportions (Agresti, Categorical Data
-Analysis, 10.1): d = (b - c) / n, Var(d) = ((b + c) - (b - c)^2 / n) / n^2, where b = images only
-the first got right and c = images only the second got right. McNemar exact: two-sided binomial
-test of b against b + c trials at p = 1/2.
+Interval: Newcombe's hybrid score interval for paired data (method 10 of Newcombe 1998,
+report.intervals), which stays within [-1, 1] and keeps a width when no image differs. McNemar
+exact: two-sided binomial test of b against b + c trials at p = 1/2, where b = images only the
+first got right and c = images only the second got right.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Z95 = 1.959963984540054
+from sporeflow.report.intervals import newcombe_paired, table
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class PairedComparison:
     n: int  # eval images
     only_first: int  # right by the first stage only
     only_second: int  # right by the second stage only
+    both: int  # right by both (the rest of the n were wrong by both)
 
     @property
     def images(self) -> int:
@@ -35,9 +36,9 @@ class PairedComparison:
 
     @property
     def ci95(self) -> tuple[float, float]:
-        b, c, n = self.only_first, self.only_second, self.n
-        half = Z95 * math.sqrt(max(0.0, (b + c) - (b - c) ** 2 / n)) / n
-        return self.diff - half, self.diff + half
+        """Newcombe's method 10 (report.intervals)."""
+        neither = self.n - self.both - self.only_first - self.only_second
+        return newcombe_paired(self.both, self.only_first, self.only_second, neither)
 
     @property
     def p_value(self) -> float:
@@ -66,4 +67,5 @@ def compare_paired(first_correct, second_correct) -> PairedComparison:
     a, b = np.asarray(first_correct, bool), np.asarray(second_correct, bool)
     if a.shape != b.shape:
         raise ValueError(f"paired results of different lengths: {a.shape} vs {b.shape}")
-    return PairedComparison(int(a.size), int((a & ~b).sum()), int((~a & b).sum()))
+    both, only_first, only_second, _ = table(a, b)
+    return PairedComparison(int(a.size), only_first, only_second, both)

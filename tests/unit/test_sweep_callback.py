@@ -300,3 +300,74 @@ def test_a_sweep_failed_by_a_trial_without_a_value_names_the_trial_and_what_it_r
         r"allows\); its jobs: 2 ran to their end, 0 raised; MLflow run ",
         head,
     ), head
+
+
+def gone_journal(run_dir, like, records) -> None:
+    """A closed journal in `run_dir` written like journal `like` by a process that is gone,
+    holding `records` ((op, fields) pairs)."""
+    from sporeflow.tracking.journal import Journal, header_of
+
+    found = header_of(like)
+    gone = {**found["owner"], "pid": 2**22 + 7}  # above Linux's largest pid: never alive
+    header = {**found, "owner": gone}
+    journal = Journal.create(run_dir, {**header, "writer": "own"})
+    for op, fields in records:
+        journal.append(op, **fields)
+    journal.close()
+
+
+def test_a_sweep_without_every_jobs_records_decides_nothing(tmp_path, monkeypatch, capsys):
+    """Issue 75 item 2: records of job 1 the store cannot take (they name a run no journal
+    creates, as a job's do while its writer is gone and the store out of reach): no decision,
+    no registered version, the parent FAILED naming job 1 in one line, the process exits 1."""
+    from sporeflow.entry import sweep_run
+    from sporeflow.entry.sweep_run import SweepRun
+    from sporeflow.tracking.journal import Op, new_run_key
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ending = SweepRun.on_multirun_end
+
+    def stuck_then_end(self, config, **kwargs):
+        job = self.sweep.sweep_dir / "1"
+        like = next((job / "tracking").glob("*.jsonl"))
+        gone_journal(job, like, [(Op.tags, {"run": new_run_key(), "tags": {"a": "b"}})])
+        ending(self, config, **kwargs)
+
+    monkeypatch.setattr(SweepRun, "on_multirun_end", stuck_then_end)
+    fixed = ["epochs=1", "tracking.drain_timeout=1"]
+    jobs = [[f"optimizer.lr={lr}", *fixed] for lr in LRS]
+    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", *fixed])
+    err = capsys.readouterr().err
+    runs = runs_of(tmp_path)
+    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    assert parent.info.status == "FAILED"
+    assert (
+        "sporeflow.decision" not in parent.data.tags and "jobs_finished" not in parent.data.metrics
+    )
+    assert client_of(tmp_path).search_model_versions() == []
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("[sporeflow] sweep FAILED")]
+    assert "does not have every record of job 1 (1 records kept" in line, line
+    assert f"sporeflow compare --sweep {tmp_path / 'multirun'}" in line
+    assert parent.data.tags["sporeflow.failure"].startswith("the store does not have every record")
+    assert not [ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: "))]
+    done = [r for r in runs if r.data.tags.get("sweep.run_id") == callback.run_id]
+    assert sorted(r.info.status for r in done) == ["FINISHED", "FINISHED"], "the jobs' own records"
+    with pytest.raises(SystemExit) as ended:
+        sweep_run.end_unfinished(None)
+    assert ended.value.code == 1
+
+
+def test_the_missing_records_line_names_the_jobs_and_the_sweeps_own_run(tmp_path):
+    from sporeflow.entry.sweep_run import missing_line
+    from sporeflow.tracking.sync import Synced
+
+    left = [
+        Synced(tmp_path / "2" / "tracking" / "a.jsonl", left=3),
+        Synced(tmp_path / "10" / "stage1" / "tracking" / "b.jsonl", left=4),
+        Synced(tmp_path / "tracking" / "c.jsonl", left=1),
+    ]
+    line = missing_line(tmp_path, left)
+    assert line.startswith(
+        "the store does not have every record of jobs 2, 10 and the sweep's own run (8 records"
+    ), line
+    assert missing_line(tmp_path, []) == ""

@@ -463,3 +463,36 @@ def test_a_models_pins_are_still_checked_against_what_is_installed(caplog):
         requirements_utils.warn_dependency_requirement_mismatches(["mindspore==0.0.1"])
     assert "mindspore (current: " in caplog.text and "required: mindspore==0.0.1" in caplog.text
     assert requirements_utils._MODULES_TO_PACKAGES is before
+
+
+def test_sync_applies_a_job_before_the_parent_it_names_in_one_call(tmp_path):
+    """Issue 75 item 2: a sweep dir's journals go by time, and the parent's (written last, at
+    the sweep's end) sorts after its jobs': one `sporeflow sync` still applies them all."""
+    import os
+
+    from sporeflow.tracking.journal import Journal, Op, new_run_key
+    from sporeflow.tracking.sync import sync
+
+    db = tmp_path / "mlflow.db"
+    header = {
+        "uri": f"sqlite:///{db}",
+        "experiment": "sporeflow",
+        "artifact_root": str(tmp_path / "artifacts"),
+        "owner": {"pid": 2**22 + 7, "host": "elsewhere", "started": 1.0},
+        "drain_timeout": 1.0,
+        "writer": "own",
+    }
+    parent, job = new_run_key(), new_run_key()
+    first = Journal.create(tmp_path / "sweep", header)
+    first.append(Op.create_run, run=parent, name="sweep", tags={}, parent=None)
+    first.append(Op.end, run=parent, status="FINISHED")
+    first.close()
+    second = Journal.create(tmp_path / "sweep" / "0", header)
+    second.append(Op.create_run, run=job, name="job", tags={}, parent=parent)
+    second.append(Op.end, run=job, status="FINISHED")
+    second.close()
+    os.utime(first.path, (2e9, 2e9))  # the parent's journal is the newer one
+    done = sync(tmp_path / "sweep")
+    assert not any(d.error for d in done), [d.error for d in done]
+    assert [(d.journal, d.sent, d.left) for d in done] == [(second.path, 2, 0), (first.path, 2, 0)]
+    assert not any(d.error for d in done)

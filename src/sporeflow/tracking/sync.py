@@ -4,6 +4,13 @@ Each journal under the dir is applied by this process unless its writer (its own
 sweep's) is alive (then it is left to it). A journal whose owner is gone and that left runs
 open ends them KILLED, unless the owner closed it (as a job stopped for a SLURM requeue does:
 its runs go on in the requeued job). Running it twice sends nothing the second time.
+
+A record that names a run another journal creates (a sweep's job names its parent) waits
+until that journal is applied: `sync` goes over the journals again while a pass sends
+something, so one call applies a sweep dir whatever the order of its journals' times.
+A sweep's end (entry.sweep_run) applies its dir the same way (`sync_until`) when its writer
+died or stopped getting on, with `owners_done`: the jobs have returned, so a journal whose
+owner process is alive (the sweep's own, a job run in it) is applied once it is closed.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sporeflow.core.processes import is_alive
-from sporeflow.tracking.apply import Applier
+from sporeflow.tracking.apply import Applier, NotYet
 from sporeflow.tracking.journal import journals_under, read_records, sibling
 from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import StoreError
@@ -65,7 +72,7 @@ def sync_journal(journal: Path, owners_done: bool = False) -> Synced:
         if gone and not applier.owner_closed():
             result.ended = tuple(applier.end_open("KILLED", gone_reason(applier.header)))
     except StoreError as ex:
-        result.error = str(ex)
+        result.error, result.waits = str(ex), isinstance(ex, NotYet)
     # records, not seqs: a line set aside (journal.parse_line) may have been one
     result.sent = sum(r["seq"] <= applier.state.seq for r in read_records(journal, before))
     result.left = len(applier.pending())

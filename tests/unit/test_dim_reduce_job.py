@@ -3,6 +3,8 @@ parent/child runs, refusals. Sweeps and concurrent jobs: tests/e2e/test_dim_redu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers.inprocess import run_train_here as run_train
@@ -93,6 +95,18 @@ def test_pipeline_records_every_stage_and_the_comparison(tmp_path):
     on_val = proc.stderr.split("paired on the validation images:", 1)[1].split("\n\n")[0]
     line = next(ln for ln in on_val.splitlines() if f"stage2 vs {best}: " in ln)
     assert f"stage2 vs {best}: {b - c:+d} images" in line, line
+    # issue 76 item 1: the interval on MLflow is Newcombe's paired one (the paper's formula,
+    # helpers.intervals), and the console and comparison.txt show those numbers
+    from helpers.intervals import newcombe_method10
+
+    both = int((right["stage2"] & right[best]).sum())
+    low, high = newcombe_method10(both, b, c, n - both - b - c)
+    assert (m["val/gain_ci_low"], m["val/gain_ci_high"]) == pytest.approx((low, high), abs=1e-9)
+    assert -1.0 <= low < high <= 1.0
+    shown = f"95% CI {m['val/gain_ci_low']:+.4f}..{m['val/gain_ci_high']:+.4f}"
+    assert shown in line, line
+    kept = Path(client.download_artifacts(parent.info.run_id, "comparison.txt", str(tmp_path)))
+    assert line in kept.read_text()
     verdict = "not significant at 5%" if m["val/gain_p_value"] >= 0.05 else "significant at 5%"
     assert verdict in line and ("not significant" in line) == (m["val/gain_p_value"] >= 0.05), line
     # the annealed baseline really used the annealed learning rate

@@ -164,3 +164,53 @@ def test_newcombe_covers_about_95_percent_by_simulation(n, cells):
     draws = rng.multinomial(n, cells, size=3000)
     hits = [low <= theta <= high for low, high in (newcombe_paired(*map(int, t)) for t in draws)]
     assert 0.935 < np.mean(hits) < 0.975
+
+
+def test_every_view_of_an_interval_reads_the_same_numbers():
+    """The paired lines, a pipeline's MLflow metrics, a sweep's points table and records, the
+    front's metrics, the reported line and the figures' error bars: all the numbers of
+    report.intervals, nowhere recomputed."""
+    from sporeflow.report import front
+    from sporeflow.report.comparison import accuracy_errors, pipeline_metrics
+    from sporeflow.report.sweep_report import reported_line
+
+    rng = np.random.default_rng(9)
+    correct = {s: rng.random(144) < p for s, p in (("stage1", 0.9), ("stage2", 0.99))}
+    correct["baseline"] = correct["stage2"].copy()  # no image differs
+    results = {s: {"acc": float(c.mean())} for s, c in correct.items()}
+    metrics, paired, gain_cmp = pipeline_metrics(results, correct)
+    for other, cmp in paired.items():
+        low, high = cmp.ci95
+        assert (metrics[f"vs_{other}/ci_low"], metrics[f"vs_{other}/ci_high"]) == (low, high)
+        assert f"95% CI {low:+.4f}..{high:+.4f}" in cmp.describe()
+        assert (low, high) == pytest.approx(
+            newcombe_method10(
+                cmp.both,
+                cmp.only_first,
+                cmp.only_second,
+                144 - cmp.both - cmp.only_first - cmp.only_second,
+            ),
+            abs=1e-9,
+        )
+    assert (metrics["gain_ci_low"], metrics["gain_ci_high"]) == gain_cmp.ci95
+    assert gain_cmp.ci95[0] < 0 < gain_cmp.ci95[1]  # stage 2 against its copy
+
+    points = [Point(s, {1: i}, {1: c}) for i, (s, c) in enumerate(correct.items())]
+    decision = decide(points)
+    _, rows = decision.rows("acc")
+    for record, row in zip(decision.records(), rows, strict=True):
+        point = next(p for p in points if p.label == record["point"])
+        assert (record["ci_low"], record["ci_high"]) == point.ci95
+        assert row[4] == f"{record['ci_low']:.4f}..{record['ci_high']:.4f}"
+    found = front.front(points, {p.label: float(i) for i, p in enumerate(points)})
+    logged = front.metrics(found)
+    for row, record in enumerate(found.records()):
+        point = next(p for p in points if p.label == record["point"])
+        assert (logged[f"front/{row}/ci_low"], logged[f"front/{row}/ci_high"]) == point.ci95
+
+    tested = points[1]
+    low, high = tested.ci95
+    assert f"(95% CI {low:.4f}..{high:.4f}, 144 images)" in reported_line(tested, tested, False)
+    below, above = accuracy_errors([tested.accuracy], 144)
+    assert tested.accuracy - below[0] == pytest.approx(low, abs=1e-12)
+    assert tested.accuracy + above[0] == pytest.approx(high, abs=1e-12) and high <= 1.0

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
+from statsmodels.stats.proportion import proportion_confint
 
 from helpers.inprocess import run_train_here
 from helpers.store import runs_of
@@ -148,6 +149,12 @@ def test_a_sweep_decides_on_validation_and_reports_the_winner_on_test(swapped, c
     assert parent.data.metrics["best/optimism"] == pytest.approx(val["1"] - tested["1"])
     (line,) = [ln for ln in err.splitlines() if ln.startswith("reported: ")]
     assert f"{reported:.4f}" in line and "the estimate nothing chose" in line
+    # issue 76 item 1: the console's interval is the parent's metrics, Wilson's (statsmodels)
+    images = COUNTS["test"] * 2
+    low, high = proportion_confint(round(reported * images), images, method="wilson")
+    m = parent.data.metrics
+    assert (m["best/test/ci_low"], m["best/test/ci_high"]) == pytest.approx((low, high), abs=1e-9)
+    assert f"(95% CI {low:.4f}..{high:.4f}, {images} images)" in line
 
 
 def test_without_a_validation_split_choices_read_test_and_the_run_says_so(swapped):

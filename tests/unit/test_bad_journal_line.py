@@ -43,9 +43,9 @@ print(journal.path)
 """
 
 
-def unsent_journal_with_a_bad_line(root: Path) -> Path:
+def unsent_journal_with_a_bad_line(root: Path, bad: bytes = b"not json") -> Path:
     """A 25-record journal its (finished) process left unsent, its record seq 12 (line 13)
-    replaced by `not json`, as a stray `echo` or a disk error would leave it."""
+    replaced by `bad` (`%d`: the seq), as a stray `echo` or a disk error would leave it."""
     child = subprocess.run(
         [sys.executable, "-c", WRITE_A_JOURNAL, str(root)], capture_output=True, text=True
     )
@@ -53,7 +53,7 @@ def unsent_journal_with_a_bad_line(root: Path) -> Path:
     journal = Path(child.stdout.strip())
     lines = journal.read_bytes().split(b"\n")
     assert len(lines) == 1 + RECORDS + 1 and b'"seq":%d,' % BAD_SEQ in lines[BAD_LINE - 1]
-    lines[BAD_LINE - 1] = b"not json"
+    lines[BAD_LINE - 1] = bad % BAD_SEQ if b"%d" in bad else bad
     journal.write_bytes(b"\n".join(lines))
     return journal
 
@@ -67,6 +67,20 @@ def steps_stored(uri: str) -> tuple[str, list[int]]:
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])
     return run.info.status, [p.step for p in client.get_metric_history(run.info.run_id, "m")]
+
+
+def test_a_record_without_a_field_its_kind_needs_is_set_aside_and_the_rest_applied(
+    tmp_path, caplog
+):
+    """A metrics record without its points used to stop the applier with a KeyError (and with
+    it every later record): it costs that line only, as a line that is not JSON does."""
+    journal = unsent_journal_with_a_bad_line(tmp_path, b'{"seq":%d,"op":"metrics","run":"x","t":1}')
+    with caplog.at_level(logging.WARNING):
+        assert Applier(journal).apply_pending() == RECORDS - 1
+    (said,) = set_aside_warnings(caplog)
+    assert f"line {BAD_LINE} is not a tracking record (a metrics record without points)" in said
+    status, steps = steps_stored(f"sqlite:///{tmp_path}/mlflow.db")
+    assert status == "FINISHED" and steps == [s for s in range(1, 23) if s != BAD_SEQ - 1]
 
 
 def test_a_bad_line_in_the_middle_is_set_aside_and_every_other_record_applied(tmp_path, caplog):
@@ -134,7 +148,7 @@ def test_lines_that_are_json_but_not_records_are_set_aside_and_an_unfinished_one
     journal.parent.mkdir()
     journal.write_bytes(
         b'{"seq":0,"op":"header"}\n42\n\n{"seq":"1","op":"tags"}\n{"op":"tags"}\n'
-        b'\xff\xfe\n{"seq":1,"op":"tags"}\n{"seq":2,"op":"ta'
+        b'\xff\xfe\n{"seq":1,"op":"tags","run":"r","t":1,"tags":{}}\n{"seq":2,"op":"ta'
     )
     tail = JournalTail(journal)
     assert [r["seq"] for r in tail.records_after(-1)] == [0, 1]
@@ -146,7 +160,7 @@ def test_lines_that_are_json_but_not_records_are_set_aside_and_an_unfinished_one
         b"line 6: \xff\xfe",
     ]
     with open(journal, "ab") as f:
-        f.write(b'gs"}\nnot json\n')
+        f.write(b'gs","run":"r","t":2,"tags":{}}\nnot json\n')
     assert [r["seq"] for r in tail.records_after(0)] == [1, 2]
     assert sibling(journal, ASIDE).read_bytes().splitlines()[4:] == [b"line 9: not json"]
     assert [r["seq"] for r in read_records(journal)] == [0, 1, 2]

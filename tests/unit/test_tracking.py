@@ -329,10 +329,10 @@ def test_a_tail_of_a_growing_journal_reads_what_a_full_read_reads(tmp_path):
     tail = JournalTail(journal.path)
     assert tail.records_after(-1) == read_records(journal.path)
     for step in range(5):
-        journal.append("metrics", points=[["m", float(step), 0, step]])
+        journal.append("metrics", run="r", points=[["m", float(step), 0, step]])
         assert tail.records_after(-1) == read_records(journal.path)
     with open(journal.path, "a") as f:  # a torn line: neither reader returns it
-        f.write('{"seq": 6, "op": "met')
+        f.write('{"seq": 6, "run": "r", "t": 0, "op": "met')
     assert tail.records_after(2) == read_records(journal.path, 2)
     with open(journal.path, "a") as f:
         f.write('rics", "points": []}\n')

@@ -62,6 +62,27 @@ class Op(str, Enum):
     close = "close"  # the owner is done: the writer drains and exits
 
 
+# the fields each kind of record must hold to be applied (what Tracker and TrackedRun write and
+# tracking.apply reads): a record without one is set aside like a line that is not JSON
+_RUN = ("run", "t")
+FIELDS: dict[str, tuple[str, ...]] = {  # the header is read apart (header_of), and refused whole
+    Op.create_run: (*_RUN, "name", "tags"),
+    Op.resume: (*_RUN, "process"),
+    Op.params: (*_RUN, "params"),
+    Op.tags: (*_RUN, "tags"),
+    Op.metrics: (*_RUN, "points"),
+    Op.artifact: (*_RUN, "path"),
+    Op.text: (*_RUN, "text", "file"),
+    Op.dataset: (*_RUN, "name", "location", "files", "rows", "context"),
+    Op.model: (*_RUN, "name", "dir", "example", "input", "classes", "step", "tags"),
+    Op.link_model: (*_RUN, "source", "name"),
+    Op.register: (*_RUN, "source", "stage", "name", "tags"),
+    Op.experiment_tag: ("key", "value"),
+    Op.end: (*_RUN, "status"),
+    Op.delete: _RUN,
+    Op.close: (),
+}
+
 KEY_PREFIX = "sf-"
 RUN_KEY = re.compile(rf"^{KEY_PREFIX}[0-9a-f]{{{32 - len(KEY_PREFIX)}}}$")
 DIR_NAME = "tracking"
@@ -190,6 +211,10 @@ def parse_line(journal: Path, number: int, line: str | bytes) -> dict | None:
         return None
     if not _is_record(record):
         set_aside(journal, number, line, "JSON, but not a record with an integer seq and an op")
+        return None
+    missing = [name for name in FIELDS.get(record["op"], ()) if name not in record]
+    if missing:
+        set_aside(journal, number, line, f"a {record['op']} record without {', '.join(missing)}")
         return None
     return record
 

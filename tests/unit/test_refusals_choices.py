@@ -7,6 +7,7 @@ sweep dir, no Optuna study)."""
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 from test_refusals import refused
 
 from helpers.inprocess import TINY, run_job, train_cli
@@ -168,7 +169,12 @@ def test_a_plain_eval_sweep_on_the_test_split_reports_each_source_and_chooses_no
     assert code == 0, err[-3000:]
     assert err.count("on its test split: acc=") == 2, err[-3000:]
     assert "best" not in err and not (tmp_path / "optuna.db").exists()
-    sweep_config = {"split": "val", "source": "x"}
-    from omegaconf import OmegaConf
 
-    assert objective.choice_on_test_refusal(OmegaConf.create(sweep_config), "x") is None
+
+def test_an_optimising_sweep_of_eval_on_validation_or_of_train_is_not_refused_for_its_split():
+    """The refusal is eval.py's split=test alone: split=val chooses on validation, and a
+    train.py config (no `source`) has its own check (`sweep.objective`)."""
+    for config in ({"split": "val", "source": "x"}, {"split": "test"}, {"epochs": 1}):
+        assert objective.choice_on_test_refusal(OmegaConf.create(config), "a sweeper") is None
+    refused_config = OmegaConf.create({"split": "test", "source": "???"})  # a swept source
+    assert objective.choice_on_test_refusal(refused_config, "a sweeper") is not None

@@ -4,13 +4,16 @@ and the jobs of one process give the results each gives alone."""
 
 from __future__ import annotations
 
+import logging
+
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Model, Tensor, nn
 
 import sporeflow
-from helpers.inprocess import TINY_PIPELINE, shared_writer_named
+from helpers.constant_nets import KINDS, Scaled
+from helpers.inprocess import TINY, TINY_PIPELINE, shared_writer_named
 from helpers.mindspore_setup import graph_mode_on_cpu
 from sporeflow.dim_reduce.step import DimReduceStep
 from sporeflow.engine import graph_pool
@@ -204,3 +207,67 @@ def test_parameters_held_outside_the_cell_tree_are_never_shared():
     opt = _momentum(nn.Dense(N_IN, N_OUT), 0.1, 0.9)
     parts = StageParts(net, Model(net, _loss(), opt), (net, opt))
     assert graph_pool.reused(parts) is parts and graph_pool.kept() == 0
+
+
+def _scaled_parts(kind: str, scale: float) -> StageParts:
+    """A stage of a user network holding a constant of `kind` (helpers.constant_nets), one
+    start and learning rate for every scale: only the constant differs."""
+    ms.set_seed(1)
+    net = nn.SequentialCell([nn.Dense(N_IN, N_OUT), Scaled(kind, scale)])
+    opt = _momentum(net, 0.1, 0.9)
+    return StageParts(net, Model(net, _loss(), opt), (net, opt))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_value_of_a_constant_a_network_holds_is_a_graph_of_its_own(kind):
+    """A constant is described by value (numpy scalars and arrays by their bytes, a dtype by
+    name, a function by its code and closure, an enum by member); a value of a class that has
+    no such description (a plain object) leaves the parts unshared, never reduced to its type:
+    a stage after another of another value computes what it computes alone."""
+    alone = _trained(_scaled_parts(kind, 0.0))
+    graph_pool.forget_all()
+
+    earlier = graph_pool.reused(_scaled_parts(kind, 1.0))
+    other = _trained(earlier)
+    later = graph_pool.reused(_scaled_parts(kind, 0.0))
+    assert later is not earlier
+    losses, params = _trained(later)
+    assert losses != other[0]  # the two values compute two things
+    assert losses == alone[0]
+    for name, value in params.items():
+        np.testing.assert_array_equal(value, alone[1][name], err_msg=name)
+
+    again = graph_pool.reused(_scaled_parts(kind, 0.0))  # one value: one graph, when described
+    assert (again is later) == (kind != "object")
+
+
+def test_a_value_that_cannot_be_described_is_said_at_debug_level(caplog):
+    caplog.set_level(logging.DEBUG, logger="sporeflow.engine.graph_pool")
+    parts = _scaled_parts("object", 1.0)
+    assert graph_pool.reused(parts) is parts and graph_pool.kept() == 0
+    (record,) = [r for r in caplog.records if r.name == "sporeflow.engine.graph_pool"]
+    assert record.levelno == logging.DEBUG
+    assert "1.held (Scaled)" in record.getMessage()
+    assert "helpers.constant_nets.Settings" in record.getMessage()
+
+
+SCALED = [*TINY, "debug=quick", "model._target_=helpers.constant_nets.ScaledMLP"]
+
+
+def test_jobs_of_a_user_network_with_another_numpy_constant_give_what_each_gives_alone(
+    tmp_path, monkeypatch
+):
+    """The issue's sweep, in one process: `+model.scale=1.0,0.0` over a network holding
+    `np.float32(scale)`; the second job ran the first one's graph (scale 1) and reported its
+    accuracy."""
+    zero, one = [*SCALED, "+model.scale=0.0"], [*SCALED, "+model.scale=1.0"]
+    alone, after, _ = _alone_and_after_another(monkeypatch, tmp_path, zero, one)
+    graph_pool.forget_all()
+    monkeypatch.chdir((tmp_path / "one").mkdir() or tmp_path / "one")
+    with shared_writer_named():
+        scaled = sporeflow.run(one)
+    scores = [k for k in alone.metrics if k.startswith(("val/", "test/"))]
+    assert {"val/acc", "val/loss", "test/loss"} <= set(scores), scores
+    for key in scores:
+        assert after.metrics[key] == alone.metrics[key], key
+    assert scaled.metrics["val/loss"] != alone.metrics["val/loss"]

@@ -26,7 +26,8 @@ graph the store lacks is given an empty file at its index, and a slot is given t
 copy of MindSpore's `compile_dependency.hash` before its first compile: a process that
 compiles a new graph first still loads the known ones after it.
 
-A graph that cannot be described (a function's, or one with a random operator), or whose
+A graph that cannot be described (a function's, one with a random operator, or one holding a
+value that graph_pool.describe cannot describe by value: never reduced to its type), or whose
 weights and constants exceed MAX_ENTRY_BYTES (MindSpore writes them into the entry), is compiled
 with the cache off. The store is bounded (`runtime.compile_cache_max_gb`): after each stored
 entry, the least recently used entries of the whole cache root are deleted until it fits.
@@ -318,17 +319,19 @@ def _small(source: Any) -> bool:
 
 def description(source: Any, args: Any, kwargs: Any, phase: str, rest: tuple = ()) -> str | None:
     """A digest of everything the graph compiled from `source` and these inputs depends on, the
-    same in every process that compiles it; None when it cannot be described: a function (its
-    closure is not described), a random operator, a cell class without a source file."""
+    same in every process that compiles it, every value by value (graph_pool.describe); None
+    (said at debug level) when it cannot be described: a function's graph (`ms.jit`), a random
+    operator, a value graph_pool cannot describe by value, a cell class without a source file."""
     if not isinstance(source, nn.Cell):
         return None
     try:
         cells = graph_pool.cell_key(source)
         sources = sorted({_class_source(type(cell)) for _, cell in source.cells_and_names()})
-    except (graph_pool.Unshared, OSError, TypeError):
+        inputs = [_inputs(args), _inputs(kwargs)]
+    except (graph_pool.Unshared, OSError, TypeError) as ex:
+        log.debug("compile cache: %s not described (%s); compiled without the cache", phase, ex)
         return None
-    kinds = [graph_pool.context_key(), cells, sources, phase.split(".")[0]]
-    kinds += [_inputs(args), _inputs(kwargs), repr(rest)]
+    kinds = [graph_pool.context_key(), cells, sources, phase.split(".")[0], *inputs, repr(rest)]
     return hashlib.sha256(repr(kinds).encode()).hexdigest()
 
 

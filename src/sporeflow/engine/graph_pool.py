@@ -22,9 +22,13 @@ MindSpore's cell tree (a layer in a tuple attribute), and anything when
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import logging
 import re
+import threading
+import types
 from collections import OrderedDict
 from enum import Enum
 from typing import Any
@@ -32,11 +36,17 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 from mindspore import Model, Parameter, Tensor, nn
+from mindspore._c_expression import MetaFuncGraph_, MixedPrecisionType
+from mindspore.common import dtype as mstype
+from mindspore.common.initializer import Initializer
+from mindspore.graph.jit_config import JitConfig
 from mindspore.ops import Primitive
+from mindspore.train.loss_scale_manager import LossScaleManager
 
 from sporeflow.engine.loop import StageParts
 from sporeflow.storage.checkpoints import overwrite
 
+log = logging.getLogger(__name__)
 KEPT = 4  # graphs of this many distinct parts stay compiled (each holds its network's memory)
 _POOL: OrderedDict[str, StageParts] = OrderedDict()
 _NETWORKS: OrderedDict[str, nn.Cell] = OrderedDict()  # one network object per description
@@ -87,9 +97,19 @@ _PARALLEL_KEYS = ("parallel_mode", "device_num", "gradients_mean", "full_batch",
 
 
 class Unshared(Exception):
-    """Parts whose graph a copy of parameter values cannot reset: a random operator keeps a
-    state in its kernel; a cell held outside MindSpore's cell tree (in a tuple attribute)
-    has parameters no walk of the tree finds."""
+    """Parts whose graph is compiled afresh: a value they hold cannot be described by value (two
+    graphs would look alike), or a copy of parameter values cannot reset their graph (a random
+    operator keeps a state in its kernel; a cell held outside MindSpore's cell tree, in a tuple
+    attribute, has parameters no walk of the tree finds)."""
+
+
+def _key_or_none(describer, *args) -> str | None:
+    """`describer(*args)`, or None (said at debug level) for parts that are not shared."""
+    try:
+        return describer(*args)
+    except Unshared as ex:
+        log.debug("graph_pool: not shared, compiled afresh: %s", ex)
+        return None
 
 
 def shared_network(network: nn.Cell, enabled: bool = True) -> nn.Cell:
@@ -97,11 +117,8 @@ def shared_network(network: nn.Cell, enabled: bool = True) -> nn.Cell:
     (or `network` itself, kept for later stages). Train cells of different graphs (stage 1,
     stage 2, an arm with another LR schedule) built around it share its evaluation and export
     graphs, which MindSpore compiles per network object."""
-    if not enabled:
-        return network
-    try:
-        key = _cells_key([network])
-    except Unshared:
+    key = _key_or_none(_cells_key, [network]) if enabled else None
+    if key is None:
         return network
     kept = _kept(_NETWORKS, key, network)
     _SHARED_KEYS[id(kept)] = key
@@ -114,12 +131,10 @@ def eval_cell(network: nn.Cell, loss_fn: nn.Cell, enabled: bool = True) -> nn.Ce
     """`nn.WithEvalCell(network, loss_fn)`, one per network object and loss: every stage that
     evaluates a shared network runs one compiled eval graph."""
     fresh = nn.WithEvalCell(network, loss_fn)
-    if not enabled:
+    cells = _key_or_none(_cells_key, [fresh]) if enabled else None
+    if cells is None:
         return fresh
-    try:
-        key = f"{id(network)}|{_cells_key([fresh])}"  # the cell holds the network: ids stay unique
-    except Unshared:
-        return fresh
+    key = f"{id(network)}|{cells}"  # the cell holds the network: ids stay unique
     kept = _kept(_EVAL_CELLS, key, fresh)
     _SHARED_KEYS[id(kept)] = key
     return kept
@@ -139,11 +154,8 @@ def _kept(pool: OrderedDict, key: str, fresh):
 def reused(parts: StageParts, enabled: bool = True) -> StageParts:
     """The parts to train and evaluate with: an earlier stage's of the same graph, the fresh
     ones' values copied into it, or the fresh parts themselves (then kept for later stages)."""
-    if not enabled:
-        return parts
-    try:
-        key = graph_key(parts.model)
-    except Unshared:
+    key = _key_or_none(graph_key, parts.model) if enabled else None
+    if key is None:
         return parts
     pooled = _kept(_POOL, key, parts)
     if pooled is not parts:
@@ -235,9 +247,9 @@ def _walk(cell: nn.Cell, name: str, digest, tree: frozenset[int], shortcut: bool
     if shortcut and id(cell) in _SHARED_KEYS:
         digest.update(f"{name}|kept|{_SHARED_KEYS[id(cell)]}".encode())
         return
-    _refuse_random(cell)
+    _refuse_random(cell, name)
     digest.update(f"{name}|{type(cell).__module__}.{type(cell).__qualname__}".encode())
-    digest.update(repr(_cell_constants(cell, tree)).encode())
+    digest.update(repr(_cell_constants(cell, name, tree)).encode())
     for child_name, child in cell.name_cells().items():
         _walk(child, f"{name}.{child_name}", digest, tree, shortcut)
 
@@ -248,43 +260,219 @@ def _model_settings(model: Model) -> dict:
     return {k: getattr(model, k, None) for k in _MODEL_SETTINGS}
 
 
-def _cell_constants(cell: nn.Cell, tree: frozenset[int]) -> list:
-    """(attribute, description) of everything a cell holds but its child cells."""
-    return [
-        (attr, describe(value, tree))
-        for attr, value in sorted(vars(cell).items())
-        if attr not in _NOT_COMPILED and not (attr.startswith("_lazy_") and not value)
-    ]
+def _cell_constants(cell: nn.Cell, name: str, tree: frozenset[int]) -> list:
+    """(attribute, description) of everything a cell holds but its child cells; Unshared names
+    the attribute whose value cannot be described."""
+    described = []
+    for attr, value in sorted(vars(cell).items()):
+        if attr in _NOT_COMPILED or (attr.startswith("_lazy_") and not value):
+            continue
+        try:
+            described.append((attr, describe(value, tree)))
+        except Unshared as ex:
+            where = f"{name.lstrip('.') or 'the network'}.{attr}"
+            raise Unshared(f"{where} ({type(cell).__qualname__}) holds {ex}") from None
+    return described
 
 
 def describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) -> Any:
-    """What of `value` a graph can depend on: a Tensor constant by a digest of its bytes, a
-    parameter by name, shape, dtype and whether it is trained; a cell of `tree` (the cells
-    being walked) by its class, any other cell in full."""
-    if isinstance(value, Parameter):
-        return ("param", value.name, tuple(value.shape), str(value.dtype), value.requires_grad)
-    if isinstance(value, Tensor):
-        data = np.ascontiguousarray(value.asnumpy())
-        fingerprint = hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()
-        return ("tensor", data.shape, str(data.dtype), fingerprint)
-    if value is None or isinstance(value, (bool, int, float, str, Enum)):
+    """What of `value` a graph can depend on, by value: a Tensor or numpy constant by its dtype,
+    shape and a digest of its bytes, a parameter by name, shape, dtype and whether it is
+    trained, a cell of `tree` (the cells being walked) by its class, any other cell in full, a
+    function by its code and every value it reads. Raises Unshared for a value it cannot
+    describe so (an object of a class it does not know): two such values would look alike."""
+    if depth > MAX_DEPTH:
+        raise Unshared(f"a value nested deeper than {MAX_DEPTH} levels")
+    if type(value) in _PLAIN:
         return repr(value)
-    if isinstance(value, Primitive):
-        return ("primitive", type(value).__qualname__, describe(dict(value.attrs)))
-    if isinstance(value, nn.Cell):
-        return _held_cell(value, tree)
-    if isinstance(value, (tuple, list)) and depth < 4:
-        return tuple(describe(item, tree, depth + 1) for item in value)
-    if isinstance(value, dict) and depth < 4:
-        return tuple(
-            (str(k), describe(v, tree, depth + 1))
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-        )
-    kind = type(value)
-    return ("object", kind.__module__, kind.__qualname__, getattr(value, "__qualname__", None))
+    for kinds, describer in _DESCRIBERS:
+        if isinstance(value, kinds):
+            return describer(value, tree, depth + 1)
+    raise Unshared(f"a {_qualified(type(value))} (a class whose values cannot be described)")
 
 
-def _held_cell(cell: nn.Cell, tree: frozenset[int]) -> tuple:
+MAX_DEPTH = 12  # nesting of containers and functions a description follows
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, range, type(...)})
+_ARRAY_KINDS = frozenset("biufcSUVmM?")  # numpy dtype kinds whose bytes are their value (no "O")
+
+
+def _qualified(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _parameter(value: Parameter, tree, depth) -> tuple:
+    return ("param", value.name, tuple(value.shape), str(value.dtype), value.requires_grad)
+
+
+def _tensor(value: Tensor, tree, depth) -> tuple:
+    return ("tensor", *_array(value.asnumpy()))
+
+
+def _numpy(value: np.ndarray | np.generic, tree, depth) -> tuple:
+    return ("numpy", *_array(np.asarray(value)))
+
+
+def _array(data: np.ndarray) -> tuple:
+    """dtype, shape and a digest of the bytes (Unshared for an array of Python objects)."""
+    if data.dtype.kind not in _ARRAY_KINDS:
+        raise Unshared(f"a numpy array of dtype {data.dtype}")
+    data = np.ascontiguousarray(data)
+    return (
+        data.shape,
+        str(data.dtype),
+        hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest(),
+    )
+
+
+def _enum(value: Enum, tree, depth) -> tuple:
+    return ("enum", _qualified(type(value)), value.name, describe(value.value, tree, depth))
+
+
+def _member(value: Any, tree, depth) -> tuple:
+    """A member of one of MindSpore's enumerations (a cell's mixed-precision type)."""
+    return ("enum", _qualified(type(value)), value.name)
+
+
+def _dtype(value: Any, tree, depth) -> tuple:
+    return ("dtype", str(value))
+
+
+def _primitive(value: Primitive, tree, depth) -> tuple:
+    return ("primitive", _qualified(type(value)), describe(dict(value.attrs), tree, depth))
+
+
+def _sequence(value: tuple | list, tree, depth) -> tuple:
+    return (_qualified(type(value)), *(describe(item, tree, depth) for item in value))
+
+
+def _mapping(value: dict, tree, depth) -> tuple:
+    items = [(describe(k, tree, depth), describe(v, tree, depth)) for k, v in value.items()]
+    return (_qualified(type(value)), *sorted(items, key=repr))
+
+
+def _set(value: set | frozenset, tree, depth) -> tuple:
+    return (_qualified(type(value)), *sorted((describe(v, tree, depth) for v in value), key=repr))
+
+
+def _slice(value: slice, tree, depth) -> tuple:
+    return ("slice", *(describe(v, tree, depth) for v in (value.start, value.stop, value.step)))
+
+
+def _by_attributes(value: Any, tree, depth) -> tuple:
+    """MindSpore's graph-building objects (GradOperation, HyperMap, a MultitypeFuncGraph and its
+    registered functions, an initializer, a loss scale manager, a jit config): what they do is
+    their class's and their attributes'."""
+    return ("attrs", _qualified(type(value)), describe(vars(value), tree, depth))
+
+
+def _module(value: types.ModuleType, tree, depth) -> tuple:
+    return ("module", value.__name__)
+
+
+def _class(value: type, tree, depth) -> tuple:
+    """A class by name and the digest of its source (a built-in one by name)."""
+    try:
+        source = inspect.getsource(value)
+    except TypeError:  # a class of the interpreter's or of a compiled extension
+        return ("class", _qualified(value))
+    except OSError as ex:
+        raise Unshared(f"class {_qualified(value)} without source ({ex})") from None
+    return (
+        "class",
+        _qualified(value),
+        hashlib.blake2b(source.encode(), digest_size=16).hexdigest(),
+    )
+
+
+_FUNCTIONS = threading.local()  # the functions being described in this thread (recursion)
+
+
+def _function(value: types.FunctionType, tree, depth) -> tuple:
+    """A Python function by its code and every value it reads: defaults, closure, and the
+    module globals its code names (a function calling itself is named, not followed again). A
+    library's function (MindSpore's, numpy's) reads its library's module state, not followed:
+    the context key and, across processes, the cache's version folder cover MindSpore's."""
+    stack = _FUNCTIONS.__dict__.setdefault("stack", set())
+    name = ("function", value.__module__, value.__qualname__, _code_digest(value.__code__))
+    if id(value) in stack:
+        return name
+    if any(_RANDOM_CALLS.search(n) for n in (value.__name__, *_names(value.__code__))):
+        raise Unshared(f"function {value.__qualname__}, which calls a random operation")
+    stack.add(id(value))
+    try:
+        closure = _closure(value)
+        library = str(value.__module__).partition(".")[0] in _LIBRARIES
+        names = [] if library else sorted(_names(value.__code__) & value.__globals__.keys())
+        read = {n: value.__globals__[n] for n in names}
+        reads = (value.__defaults__, value.__kwdefaults__, closure, read)
+        return (*name, describe(reads, tree, depth))
+    finally:
+        stack.discard(id(value))
+
+
+_LIBRARIES = frozenset({"mindspore", "numpy"})
+
+
+def _closure(value: types.FunctionType) -> dict[str, Any]:
+    """A function's closure variables by name; of MindSpore's `jit` wrapper (what
+    `ops.value_and_grad` of a cell returns in graph mode) but `hash_obj`, the time it was made
+    at, which keys MindSpore's own cache and nothing in the graph."""
+    cells = zip(value.__code__.co_freevars, value.__closure__ or (), strict=True)
+    try:
+        closure = {n: cell.cell_contents for n, cell in cells}
+    except ValueError:  # a closure variable not yet assigned
+        raise Unshared(f"function {value.__qualname__} with an unassigned closure") from None
+    if getattr(value, "__wrapped_by_jit__", False):
+        closure.pop("hash_obj", None)
+    return closure
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` and the functions defined in it use."""
+    found = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found |= _names(const)
+    return found
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """A digest of what a code object does: its bytecode, names and constants."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(code.co_code)
+    counts = (code.co_flags, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount)
+    names = (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
+    digest.update(repr((counts, names)).encode())
+    for const in code.co_consts:
+        const_key = _code_digest(const) if isinstance(const, types.CodeType) else describe(const)
+        digest.update(repr(const_key).encode())
+    return digest.hexdigest()
+
+
+def _builtin(value: types.BuiltinFunctionType, tree, depth) -> tuple:
+    """A function of the interpreter or an extension, and what it is bound to (not a module)."""
+    bound = getattr(value, "__self__", None)
+    owner = None if bound is None or isinstance(bound, types.ModuleType) else bound
+    module = getattr(value, "__module__", None) or _qualified(type(bound))
+    return ("builtin", module, value.__qualname__, describe(owner, tree, depth))
+
+
+def _method(value: types.MethodType, tree, depth) -> tuple:
+    return ("method", describe(value.__func__, tree, depth), describe(value.__self__, tree, depth))
+
+
+def _partial(value: functools.partial, tree, depth) -> tuple:
+    return (
+        "partial",
+        *(describe(v, tree, depth) for v in (value.func, value.args, value.keywords)),
+    )
+
+
+def _ufunc(value: np.ufunc, tree, depth) -> tuple:
+    return ("ufunc", value.__name__)
+
+
+def _held_cell(cell: nn.Cell, tree: frozenset[int], depth: int = 0) -> tuple:
     """A cell an attribute holds: one of the tree (nn.SequentialCell keeps its cells in a list
     too) is walked in its own right; one outside it (a tuple attribute) is described in full,
     or Unshared when it holds parameters, which no walk of the tree finds and no copy reaches."""
@@ -295,16 +483,43 @@ def _held_cell(cell: nn.Cell, tree: frozenset[int]) -> tuple:
     return ("cell", _cells_key([cell]))
 
 
-def _refuse_random(cell: nn.Cell) -> None:
+# the describer of each kind of value, in order (a Parameter is a Tensor, an IntEnum an int)
+_DESCRIBERS: tuple[tuple[Any, Any], ...] = (
+    (Parameter, _parameter),
+    (Tensor, _tensor),
+    ((np.ndarray, np.generic), _numpy),
+    (Enum, _enum),
+    (mstype.Type, _dtype),
+    (MixedPrecisionType, _member),
+    (Primitive, _primitive),
+    (nn.Cell, _held_cell),
+    ((MetaFuncGraph_, Initializer, LossScaleManager, JitConfig), _by_attributes),
+    ((tuple, list), _sequence),
+    (dict, _mapping),
+    ((set, frozenset), _set),
+    (slice, _slice),
+    (types.FunctionType, _function),
+    (types.MethodType, _method),
+    (types.BuiltinFunctionType, _builtin),
+    (functools.partial, _partial),
+    (np.ufunc, _ufunc),
+    (types.ModuleType, _module),
+    (type, _class),
+)
+
+
+def _refuse_random(cell: nn.Cell, name: str = "") -> None:
     """Unshared for a cell that holds or calls a random operator (checked by its primitives'
     seeds, and by the names its `construct` calls)."""
     primitives = [v for v in vars(cell).values() if isinstance(v, Primitive)]
     primitives += list(getattr(cell, "_primitives", {}).values())
-    for primitive in primitives:
-        if primitive is not None and _RANDOM_ATTRS & {k.lower() for k in primitive.attrs}:
-            raise Unshared(type(cell).__qualname__)
-    if _calls_random(type(cell)):
-        raise Unshared(type(cell).__qualname__)
+    random = any(
+        primitive is not None and _RANDOM_ATTRS & {k.lower() for k in primitive.attrs}
+        for primitive in primitives
+    )
+    if random or _calls_random(type(cell)):
+        where = name.lstrip(".") or "the network"
+        raise Unshared(f"{where} ({type(cell).__qualname__}) holds or calls a random operator")
 
 
 _SOURCES: dict[type[nn.Cell], bool] = {}

@@ -44,7 +44,13 @@ class Throughput(HookBase):
     """Images per second per epoch, measured between step ends (so graph compilation in the
     first step of a stage is left out), recorded as `train/images_per_sec`; and once, at the
     stage's first step end, `train/seconds_to_first_step` since the process started (start-up:
-    imports, config, data, graph compilation, for the first stage of a process)."""
+    imports, config, data, graph compilation, for the first stage of a process).
+
+    An epoch of one step (a training split of one batch) has no interval between step ends: it
+    is timed from the epoch's start to its step's end instead (its batch's loading included,
+    as between step ends), unless that step is the stage's first (compilation). A stage with
+    no timed step (one epoch of one step) has no rate: `mean` is NaN, which says "unknown",
+    not "no step ran" (the stage's cost counts its steps)."""
 
     def __init__(self, record: EventRecord, batch_size: int):
         super().__init__()
@@ -55,29 +61,39 @@ class Throughput(HookBase):
         self._images = 0
         self._seconds = 0.0
         self._started = False
+        self._epoch_start = 0.0
+        self._lone_seconds = 0.0  # an epoch's first step, from the epoch's start (not compiling)
 
     def before_epoch(self, epoch: int) -> None:
         self._last = None  # time spent in eval/checkpoints between epochs is not training
+        self._epoch_start = time.perf_counter()
 
     def after_step(self, step: int) -> None:
         now = time.perf_counter()
         if not self._started:
             self._started = True
             self.record.put("train/seconds_to_first_step", seconds_since_process_start(), step)
+        elif self._last is None:
+            self._lone_seconds = now - self._epoch_start
         if self._last is not None:
             self._images += self.batch_size
             self._seconds += now - self._last
         self._last = now
 
     def after_epoch(self, epoch: int) -> None:
-        if self._seconds > 0:
-            rate = self._images / self._seconds
+        images, seconds = self._images, self._seconds
+        if seconds <= 0 and self._lone_seconds > 0:  # one step this epoch
+            images, seconds = self.batch_size, self._lone_seconds
+        if seconds > 0:
+            rate = images / seconds
             self.history.append(rate)
             self.record.put("train/images_per_sec", rate, self.record.global_step(self.cb_params))
-        self._images, self._seconds = 0, 0.0
+        self._images, self._seconds, self._lone_seconds = 0, 0.0, 0.0
 
     @property
     def mean(self) -> float:
+        """The mean of the epochs' rates; NaN when no step was timed (none ran, or only the
+        stage's first, compiling one)."""
         return float(np.mean(self.history)) if self.history else float("nan")
 
 

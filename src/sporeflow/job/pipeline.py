@@ -27,6 +27,7 @@ from sporeflow.job.specs import plain_spec
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context
 from sporeflow.stage import fine_tune
+from sporeflow.stage.result import StageResult
 from sporeflow.tracking.tracker import Tracker
 
 
@@ -87,14 +88,25 @@ def run_plain(runner: StageRunner) -> JobResult:
             for k, v in found.items()
             if k in ("acc", "loss")
         )
-        speed = result.images_per_sec  # NaN: no step ran (a resume with no epoch left)
-        trained = f"{speed:.0f} images/s" if math.isfinite(speed) else "nothing left to train"
+        trained = trained_phrase(result)
         print(
             f"[sporeflow] {result.name}: {summary}, {trained} ({result.batching}); weights "
             f"{result.checkpoint}; {runner.tracker.describe(result.run_id)}",
             file=sys.stderr,
         )
     return JobResult(recorded, result.run_id, result.checkpoint)
+
+
+def trained_phrase(result: StageResult) -> str:
+    """What a stage's result line says of its training: from the steps it took here (a resume
+    with no epoch left took none), then its rate, which a stage may not have measured (one
+    epoch of one step: that step compiles the graph) - unknown, not "nothing trained"."""
+    if result.trained_steps <= 0:
+        return "nothing left to train"
+    speed = result.images_per_sec
+    if math.isfinite(speed):
+        return f"{speed:.0f} images/s"
+    return "images/s unknown (its only step compiled the graph)"
 
 
 def run_dim_reduce(runner: StageRunner) -> JobResult:

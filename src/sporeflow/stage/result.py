@@ -26,7 +26,7 @@ class StageResult:
     name: str
     metrics: dict  # the exported weights on the validation split: acc, loss (what choices read)
     checkpoint: Path  # network weights after the stage (EMA if eval_with=ema)
-    images_per_sec: float
+    images_per_sec: float  # NaN: unknown (no step timed apart from the graph's compile)
     history: list = field(default_factory=list)  # [(epoch, {metric: value})]
     batching: str = ""  # workers, per-worker and global batch, optimizer updates
     val_correct: np.ndarray | None = None  # per validation image: right or not (choices pair it)
@@ -36,6 +36,9 @@ class StageResult:
     cost: dict = field(default_factory=dict)  # what it spent, as its run records it (engine.cost)
     test_metrics: dict = field(default_factory=dict)  # the exported weights on the test split
     test_correct: np.ndarray | None = None  # per test image: right or not (reports pair it)
+    # train-cell steps this run of the stage took (not those before its resume): 0 when it
+    # trained nothing here (a resume with no epoch left, an evaluated or reused stage)
+    trained_steps: int = 0
 
     @property
     def files(self) -> Path:

@@ -194,7 +194,7 @@ class Trainer:
         if last_epoch in own.cost.by_epoch:  # its epoch's end put cost/passes at this step
             spent.pop("cost/passes")
         self.writer.metrics({**end.metrics(), **spent}, last_step)
-        speed = own.throughput.mean  # NaN when no step ran: not a measurement
+        speed = own.throughput.mean  # NaN when no step was timed: not a measurement
         self.writer.metrics(
             {"final/images_per_sec": speed} if math.isfinite(speed) else {}, last_step, flush=True
         )
@@ -212,6 +212,7 @@ class Trainer:
             cost=cost.metrics(),
             test_metrics=end.test,
             test_correct=end.test_correct,
+            trained_steps=cost.steps - self.record.steps_before,
         )
 
     def _batching_tags(self) -> dict:

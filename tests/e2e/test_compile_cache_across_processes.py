@@ -15,7 +15,7 @@ import pytest
 from test_mindspore_compile_cache import ONE_GRAPH
 
 from helpers.store import by_stage, runs_of
-from helpers.train import run_train, train_command
+from helpers.train import TESTS, run_train, train_command
 
 pytestmark = pytest.mark.e2e
 
@@ -221,3 +221,52 @@ def test_two_jobs_started_together_both_load_theirs_from_the_cache(tmp_path):
     assert momentum[0] + adam[0] <= momentum[1]  # at most the shared evaluation graphs
     assert together("warm", ("optimizer=adam",), ()) == [(adam[1], adam[1]), (momentum[1],) * 2]
     assert len(list((tmp_path / "cache").glob("*/slot-*"))) == 2
+
+
+CONSTANTS = """
+import sys
+from pathlib import Path
+import numpy as np
+import mindspore as ms
+
+sys.path.insert(0, sys.argv[3])
+ms.set_context(mode=ms.GRAPH_MODE)
+from sporeflow.engine import compile_cache
+from helpers.constant_nets import KINDS, Scaled
+
+compile_cache.use(True, Path(sys.argv[2]))
+x = ms.Tensor(np.array([[3.0, -2.0]], np.float32))
+for kind in KINDS:
+    before = compile_cache.counts()[1]
+    out = Scaled(kind, float(sys.argv[1]))(x).asnumpy().ravel().tolist()
+    print(kind, out, compile_cache.counts()[1] - before)
+"""
+
+
+def test_a_network_holding_another_constant_is_not_handed_the_cached_graph(tmp_path):
+    """Issue 75: a network holding np.float32(1), then in the next process one holding
+    np.float32(0), on one cache folder: the second loaded the first one's graph (its
+    description reduced the constant to its type). Now, for a constant of each kind
+    (helpers.constant_nets), the second process computes what it computes on an empty cache;
+    the first value, run again, loads its own graphs, but a plain object's (never cached)."""
+    script = tmp_path / "constants.py"
+    script.write_text(CONSTANTS)
+
+    def run(scale: str, cache: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, str(script), scale, str(tmp_path / cache), str(TESTS)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.splitlines()
+
+    alone = run("0.0", "empty")
+    first = run("1.0", "cache")
+    assert run("0.0", "cache") == alone
+    again = run("1.0", "cache")
+    assert [line.rsplit(" ", 1)[0] for line in again] == [line.rsplit(" ", 1)[0] for line in first]
+    assert [line.rsplit(" ", 1)[1] for line in again] == [
+        "0" if line.startswith("object") else "1" for line in again
+    ]

@@ -11,8 +11,10 @@ import sys
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import nn
 
+from helpers.constant_nets import KINDS, Scaled
 from helpers.mindspore_setup import graph_mode_on_cpu
 from sporeflow.engine import compile_cache
 
@@ -260,3 +262,20 @@ def test_a_compile_cache_bound_that_is_not_positive_is_refused_before_any_work(t
     assert line.startswith("Config error: runtime.compile_cache_max_gb"), line
     assert "> 0" in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_description_tells_apart_two_values_of_a_constant_a_network_holds(kind):
+    """Every value enters a graph's description by value (graph_pool.describe): a network
+    holding np.float32(0) was described as one holding np.float32(1), and loaded its graph. A
+    value with no description by value (a plain object) leaves the graph uncached."""
+
+    def described(scale):
+        return compile_cache.description(Scaled(kind, scale), _inputs(4, 3), {}, "predict.1")
+
+    if kind == "object":
+        assert described(1.0) is None
+        return
+    one = described(1.0)
+    assert one is not None and described(1.0) == one  # another build of one value
+    assert described(0.0) != one

@@ -3,9 +3,15 @@
 MindSpore keys its in-process graph cache by cell object: every stage builds new cells and a new
 `Model`, so stage 1, the baselines and every sweep job run by Hydra's basic launcher (one
 process) compiled the same train and eval graphs again. Here a stage's freshly built parts are
-described by everything MindSpore folds into a graph - each cell's class, its constants (scalars,
-strings, Tensor values), its primitives' attributes, its parameters' names, shapes and dtypes -
-and by the process's execution and parallel context. When an earlier stage built the same
+described by everything MindSpore folds into a graph - each cell's class, its primitives'
+attributes, its parameters' names, shapes and dtypes, and every other value it holds - and by
+the process's execution and parallel context. A value enters by value, never by its type alone
+(`describe`): a Tensor or numpy constant by dtype, shape and a digest of its bytes, a dtype or
+enum member by name, a function by its code and what it reads (defaults, closure, the globals
+it names), MindSpore's graph-building objects by their attributes. A value that cannot be
+described so (an object of a class this module does not know) leaves the parts unshared:
+compiled afresh, said at debug level, rather than taken for another value of its type (a user
+network's `np.float32(0)` ran the graph of `np.float32(1)`). When an earlier stage built the same
 description, its parts (and their compiled graphs) are used again, with every parameter of the
 fresh parts copied in: weights, BatchNorm statistics, optimizer moments and step, EMA shadows,
 loss scale, stage-2 state and the hyperparameters that are graph inputs (learning rate,
@@ -16,8 +22,9 @@ MindSpore compiles per network object, are compiled once too.
 
 Not pooled: networks with random operators (Dropout and the like keep a random state inside the
 compiled kernel that a copy of parameters cannot reset), cells that keep parameters outside
-MindSpore's cell tree (a layer in a tuple attribute), and anything when
-`runtime.reuse_graphs=false`.
+MindSpore's cell tree (a layer in a tuple attribute), cells holding a value with no description
+by value, and anything when `runtime.reuse_graphs=false`. engine.compile_cache looks graphs up
+on disk by the same description (`cell_key`).
 """
 
 from __future__ import annotations

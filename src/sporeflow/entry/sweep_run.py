@@ -86,6 +86,7 @@ from sporeflow.runtime import heap
 from sporeflow.tracking.journal import (
     DIR_NAME,
     SUFFIX,
+    Op,
     header_of,
     is_key,
     journals_under,
@@ -96,6 +97,7 @@ from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_fi
 from sporeflow.tracking.store import StoreError, store_refusal
 from sporeflow.tracking.sync import Synced, sync_until, writer_alive
 from sporeflow.tracking.tracker import Tracker, start_writer
+from sporeflow.tracking.writer import owner_alive
 
 log = logging.getLogger(__name__)
 _ACTIVE: list[SweepRun] = []  # sweeps started in this process and not ended yet
@@ -323,7 +325,8 @@ class SweepRun(Callback):
             log.warning("the sweep's tracking writer left records: this process applies them")
             self._stop_writer(patient=False)
         timeout = float(self.tracking.get("drain_timeout", 30))
-        left = [r for r in sync_until(self.sweep.sweep_dir, timeout) if r.left]
+        done = sync_until(self.sweep.sweep_dir, timeout, counts=of_the_sweep)
+        left = [r for r in done if r.left]
         return missing_line(self.sweep.sweep_dir, left)
 
     def _end(self, tracker: Tracker, error: BaseException | None, missing: str = "") -> None:
@@ -435,21 +438,35 @@ def own_closed_journals(sweep_dir: Path) -> list[Path]:
     me = this_process()
     found = []
     for journal in sorted((sweep_dir / DIR_NAME).glob(f"*{SUFFIX}")):
-        try:
-            owner = header_of(journal)["owner"]
-            records = read_records(journal)
-        except (OSError, ValueError, KeyError):
-            continue
-        mine = owner["pid"] == me["pid"] and abs(owner["started"] - me["started"]) < 0.01
-        closed = bool(records) and records[-1]["op"] == "close"
+        owner, closed = who_and_closed(journal)
+        mine = owner is not None and owner["pid"] == me["pid"]
+        mine = mine and abs(float(owner["started"]) - me["started"]) < 0.01
         if mine and closed and pending(journal) and not writer_alive(journal):
             found.append(journal)
     return found
 
 
 def records_left(sweep_dir: Path) -> bool:
-    """Whether a journal under the sweep dir has records the store does not have."""
-    return any(pending(j) for j in journals_under(sweep_dir))
+    """Whether a journal of the sweep's (`of_the_sweep`) has records the store does not have."""
+    return any(pending(j) for j in journals_under(sweep_dir) if of_the_sweep(j))
+
+
+def of_the_sweep(journal: Path) -> bool:
+    """Whether the sweep's end waits for the journal's records: not when a live process still
+    writes it (not closed: another process's job of a shared Optuna study's dir, not this
+    sweep's, whose jobs have all returned)."""
+    owner, closed = who_and_closed(journal)
+    return owner is not None and (closed or not owner_alive({"owner": owner}))
+
+
+def who_and_closed(journal: Path) -> tuple[dict | None, bool]:
+    """The journal's owner (None: not a journal it can read) and whether it wrote its close."""
+    try:
+        owner = header_of(journal)["owner"]
+        records = read_records(journal)
+    except (OSError, ValueError, KeyError):
+        return None, False
+    return owner, bool(records) and records[-1]["op"] == Op.close
 
 
 def missing_line(sweep_dir: Path, left: list[Synced]) -> str:

@@ -16,6 +16,7 @@ owner process is alive (the sweep's own, a job run in it) is applied once it is 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,12 +110,18 @@ def sync(root: Path, owners_done: bool = False) -> list[Synced]:
     return list(done.values())
 
 
-def sync_until(root: Path, timeout: float, owners_done: bool = True) -> list[Synced]:
-    """`sync` again each second while records are left (a writer still on them, a store busy
-    or down), for up to `timeout` s; the last pass's results."""
+def sync_until(
+    root: Path,
+    timeout: float,
+    owners_done: bool = True,
+    counts: Callable[[Path], bool] = lambda journal: True,
+) -> list[Synced]:
+    """`sync` again each second while records are left in journals that `counts` (a writer
+    still on them, a store busy or down), for up to `timeout` s; the last pass's results for
+    those journals."""
     deadline = time.monotonic() + timeout
     while True:
-        done = sync(root, owners_done)
+        done = [r for r in sync(root, owners_done) if counts(r.journal)]
         if not any(r.left for r in done) or time.monotonic() > deadline:
             return done
         time.sleep(1.0)

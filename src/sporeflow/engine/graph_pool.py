@@ -80,6 +80,7 @@ _NOT_COMPILED = frozenset(
         "init_params",
         "init_learning_rate",
         "cell_init_args",
+        "_cell_init_args",  # MindSpore 2.10's name: the arguments' repr, addresses and all
         "_compile_phase",  # what MindSpore records when it compiles or runs a cell
         "compile_phase",
         "current_phase",

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Dict, Iterator, List, Optional
 
 from sporeflow.config import objective
 from sporeflow.core.names import StageKind
-from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range
+from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range, Seed
 from sporeflow.core.uris import redacted, store_uri_problem
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -516,8 +516,9 @@ class RunConfig:
     """Sweeps (`-m`)."""
     epochs: Annotated[int, Count] = 10
     """Passes over the training split (stage 1's with boost=dim_reduce)."""
-    seed: int = 1
-    """Seeds MindSpore, numpy, python and dataset shuffling."""
+    seed: Annotated[int, Seed] = 1
+    """Seeds MindSpore, numpy, python and dataset shuffling (0 to 2**32 - 1: numpy's and
+    MindSpore's data sets' seeds are unsigned 32-bit)."""
     mode: Mode = Mode.graph
     """MindSpore's execution mode."""
     device_target: DeviceTarget = DeviceTarget.CPU

@@ -12,9 +12,11 @@ one line per bad key (ConfigError, exit 2).
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -26,7 +28,7 @@ from sporeflow.config.facts import is_dim_reduce
 from sporeflow.config.schema import COMPONENT_GROUPS, RunConfig
 from sporeflow.config.targets import checked_target, hook_place_problem
 from sporeflow.core.errors import ConfigError
-from sporeflow.core.ranges import names_metric, range_of, without_range
+from sporeflow.core.ranges import names_metric, rule_of, without_range
 from sporeflow.nn import schedules
 
 # Arguments sporeflow passes itself when it builds a component; a config must not set them.
@@ -44,8 +46,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as ex:
-        key = getattr(ex, "full_key", "") or "config"
-        raise ConfigError(f"{key}: {ex.msg if hasattr(ex, 'msg') else ex}") from ex
+        raise ConfigError(resolution_problem(ex)) from None
     assert isinstance(resolved, dict)
     resolved.pop("hydra", None)
     plain = OmegaConf.merge(OmegaConf.structured(RunConfig), resolved)
@@ -61,14 +62,63 @@ def validate(cfg: DictConfig) -> DictConfig:
     return plain
 
 
+def resolution_problem(ex: OmegaConfBaseException, overrides: Sequence[str] = ()) -> str:
+    """A value that cannot be resolved, as one line: the key that holds it and what it holds
+    (`tracking.run_name=${model.nme}`), then what is missing - a key of the config (with the
+    closest one), an environment variable (and how to give a default), a resolver. Hydra's own
+    keys (`hydra.run.dir` holds `${resume}`) are named by the command's override that brought
+    the interpolation in, one of `overrides`."""
+    key = getattr(ex, "full_key", "") or "config"
+    node = getattr(ex, "child_node", None)
+    held = node._value() if node is not None else None  # noqa: SLF001 - the value as written
+    said = f"{key}={held}" if isinstance(held, str) and "${" in held else key
+    text = str(getattr(ex, "msg", ex)).split("\n")[0]
+    named = re.findall(r"'([^']+)'", text)
+    brought = [o for o in overrides if "${" in o and any(n in o for n in named)]
+    if key.startswith("hydra.") and brought:
+        said = brought[0]
+    if missing := re.search(r"Interpolation key '([^']+)' not found", text):
+        name = missing.group(1)
+        close = difflib.get_close_matches(name, _dotted_keys(node), n=1, cutoff=0.75)
+        meant = f"; did you mean {close[0]}?" if close else ""
+        return f"{said}: the config has no key {name}{meant}"
+    if unset := re.search(r"Environment variable '([^']+)' not found", text):
+        name = unset.group(1)
+        return (
+            f"{said}: the environment variable {name} is not set; set it, or give a default: "
+            f"${{oc.env:{name},<default>}}"
+        )
+    if unknown := re.search(r"Unsupported interpolation type (\S+)", text):
+        from omegaconf.basecontainer import BaseContainer
+
+        known = ", ".join(sorted(BaseContainer._resolvers))  # noqa: SLF001 - OmegaConf's registry
+        return f"{said}: no resolver named {unknown.group(1)}; registered: {known}"
+    return f"{said}: {text}"
+
+
+def _dotted_keys(node: Any) -> list[str]:
+    """Every key of the config `node` belongs to, as an interpolation names it (`model.name`)."""
+    if node is None:
+        return []
+    found: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                found.append(f"{path}{k}")
+                walk(v, f"{path}{k}.")
+
+    walk(OmegaConf.to_container(node._get_root(), resolve=False), "")  # noqa: SLF001
+    return found
+
+
 def node_problems(node: Any, path: str = "") -> list[str]:
     """Every range and relation problem of a schema dataclass instance and the nodes inside it."""
     found = []
     hints = typing.get_type_hints(type(node), include_extras=True)
     for f in fields(node):
         value = getattr(node, f.name)
-        rule = range_of(hints[f.name])
-        why = rule.problem(value) if rule is not None else None
+        why = rule_of(hints[f.name]).problem(value)
         if why:
             found.append(f"{path}{f.name}={value!r}: {why}")
         if is_dataclass(value):
@@ -152,8 +202,7 @@ def _value_problem(
         return objective.monitor_refusal(key, value, recorded)
     if not _fits(value, hint):
         return f"{key}={value!r}: must be {_kind(hint)} ({takes}: {_kind(hint)})"
-    rule = range_of(hint)
-    why = rule.problem(value) if rule is not None else None
+    why = rule_of(hint).problem(value)
     return f"{key}={value!r}: {why}" if why else None
 
 
@@ -243,8 +292,6 @@ def schedule_problems(node: DictConfig) -> list[str]:
             found.append(
                 f"optimizer.schedule.{key} is not a schedule setting; allowed: {', '.join(allowed)}"
             )
-        elif (rule := range_of(hints.get(key))) is not None and (
-            why := rule.problem(schedule[key])
-        ):
+        elif why := rule_of(hints.get(key)).problem(schedule[key]):
             found.append(f"optimizer.schedule.{key}={schedule[key]!r}: {why}")
     return found

@@ -45,7 +45,7 @@ class EpochSampler(mds.Sampler):
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The stored-row indices this shard reads in `epoch` (0-based)."""
         order = (
-            np.random.RandomState(self.seed + epoch).permutation(self.num_rows)
+            np.random.RandomState((self.seed + epoch) % 2**32).permutation(self.num_rows)
             if self.shuffle
             else np.arange(self.num_rows)
         )

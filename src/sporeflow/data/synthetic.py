@@ -21,7 +21,7 @@ class Synthetic(ImageDataset):
         channels: Annotated[int, Count] = 3,
         num_samples: Annotated[int, Count] = 512,
         test_samples: Annotated[int, Count] = 128,
-        data_seed: int = 0,
+        data_seed: Annotated[int, NonNegative] = 0,
         mean: float = 0.5,
         std: float = 0.25,
         num_parallel_workers: Annotated[int, Count] = 1,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import math
 
+from sporeflow.engine.shapes import zero_forward
+
 log = logging.getLogger(__name__)
 
 
@@ -33,9 +35,6 @@ def _weight_of(cell):
 
 def forward_macs(network, image_shape: tuple[int, ...]) -> int:
     """Multiply-accumulates of one forward pass over one image of `image_shape` (C, H, W)."""
-    import mindspore as ms
-    import numpy as np
-
     counted: list[int] = []
 
     def hook(cell, _inputs, output):
@@ -51,11 +50,8 @@ def forward_macs(network, image_shape: tuple[int, ...]) -> int:
         for _, cell in network.cells_and_names()
         if _weight_of(cell) is not None
     ]
-    mode = ms.get_context("mode")
     try:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        network.set_train(False)
-        network(ms.Tensor(np.zeros((1, *image_shape), np.float32)))
+        zero_forward(network, image_shape)
     except Exception as ex:  # noqa: BLE001 - any failure falls back to the documented bound
         log.warning(
             "forward MACs: the network did not run on a %s image (%s): counted as one "
@@ -65,7 +61,6 @@ def forward_macs(network, image_shape: tuple[int, ...]) -> int:
         )
         return weight_count(network)
     finally:
-        ms.set_context(mode=mode)
         for handle in handles:
             handle.remove()
     return sum(counted) if counted else weight_count(network)

@@ -73,7 +73,7 @@ def run_context() -> RunContext:
     return RunContext(
         run_dir=Path(hc.runtime.output_dir).resolve(),
         launch_dir=Path(hc.runtime.cwd).resolve(),
-        overrides=list(hc.overrides.task),
+        overrides=typed_overrides(hc),
         hydra_dir=Path(hc.runtime.output_dir, hc.output_subdir).resolve()
         if hc.output_subdir
         else None,
@@ -83,6 +83,15 @@ def run_context() -> RunContext:
         sweep=SweepJob.from_environ() if in_sweep else None,
         trial=TrialLink.from_environ() if in_sweep else None,
     )
+
+
+def typed_overrides(hc) -> list[str]:
+    """The command's overrides as typed: an override that holds an interpolation
+    (`tracking.run_name=${model.name}`) is not resolved here - resolving it named no key when it
+    failed, and changed what the run's `overrides` tag and resume hint repeat when it did not."""
+    from omegaconf import OmegaConf
+
+    return [str(o) for o in OmegaConf.to_container(hc.overrides.task, resolve=False)]
 
 
 def entry_script(hc) -> Path:

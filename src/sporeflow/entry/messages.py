@@ -12,7 +12,7 @@ from typing import TextIO
 
 from sporeflow.config.schema import COMPONENT_GROUPS, EVAL_KEYS, allowed_keys
 from sporeflow.config.unused import override_key
-from sporeflow.config.validation import component_settings
+from sporeflow.config.validation import component_settings, resolution_problem
 from sporeflow.core.errors import ConfigError, DataError
 
 
@@ -151,7 +151,15 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
     """A config error as one line: the key (or group option) and what is allowed."""
     if isinstance(ex, (ConfigError, DataError)) and ex.__cause__ is None:
         return str(ex)  # sporeflow's own: already one line per bad key
+    from hydra.errors import OverrideParseException
+    from omegaconf.errors import InterpolationResolutionError
+
     cause = ex.__cause__ if ex.__cause__ is not None else ex
+    argv = sys.argv if argv is None else argv
+    if isinstance(cause, InterpolationResolutionError):
+        return resolution_problem(cause, [a for a in argv[1:] if "=" in a])
+    if isinstance(cause, OverrideParseException):
+        return unreadable_override(cause.override, cause.message)
     text = str(ex).split("\nConfig search path:")[0].strip()
     full_key = str(getattr(cause, "full_key", None) or getattr(ex, "full_key", None) or "")
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
@@ -161,9 +169,7 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
         return f"{group}={option}: no such option; available: {', '.join(options) or 'none'}"
     if full_key and re.search(r"Key '[^']+' (is )?not in", str(cause)):
         parent = full_key.rpartition(".")[0]
-        allowed = allowed_keys(parent) or _component_keys(
-            parent, sys.argv if argv is None else argv
-        )
+        allowed = allowed_keys(parent) or _component_keys(parent, argv)
         where = parent or "the top level"
         if parent in COMPONENT_GROUPS and full_key.rpartition(".")[2] in allowed:
             return (
@@ -187,10 +193,46 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
         key, values = override.split("=", 1)
         return (
             f"{override}: several values run a sweep, which needs -m "
-            f"({sweep_command(sys.argv if argv is None else argv)}); a list is {key}=[{values}]"
+            f"({sweep_command(argv)}); a list is {key}=[{values}]"
         )
     first = next((line for line in text.splitlines() if line.strip()), text)
     return " ".join(first.split())
+
+
+# what Hydra's override grammar takes in a value left unquoted, besides letters and digits
+_UNQUOTED = "_-+./$%*@?|\\:"
+
+
+def unreadable_override(override: str, message: str) -> str:
+    """An override Hydra's grammar cannot read (its message names an ANTLR exception and a
+    caret), said in words: the override, what stopped the reading and how to write it."""
+    lexer = re.match(r"LexerNoViableAltException: .*\n( *)\^", message)
+    key, equals, value = override.partition("=")
+    if lexer:
+        at = len(lexer.group(1)) - len("LexerNoViableAltException: ")
+        char = override[at] if 0 <= at < len(override) else override[-1:]
+        if not equals or at < len(key):
+            return (
+                f"{override}: {char!r} cannot be part of a key; a key is names joined by dots "
+                "(dataset.image_size), written key=value"
+            )
+        if char in "'\"":
+            return f"{override}: the quote {char} is never closed; write {key}='<value>'"
+        null = " (null is written null)" if value == "~" else ""
+        return (
+            f"{override}: Hydra's override grammar does not take {char!r} in a value left "
+            f"unquoted{null}; quote the value, {key}='{value}' (in a shell: \"{key}='{value}'\"), "
+            f"or keep to letters, digits and {_UNQUOTED}"
+        )
+    if not equals or "missing EQUAL" in message:
+        return f"{override}: an override is key=value (+key=value adds a key, ~key deletes one)"
+    found = re.search(r"(?:extraneous|no viable alternative at) input '([^']*)'", message)
+    where = f" at {found.group(1)!r}" if found else ""
+    return (
+        f"{override}: Hydra's override grammar cannot read this value{where}: close every "
+        f"bracket ([a,b], {{k: v}}), keep '=', '(' and ')' for sweeps and functions, or quote "
+        f"the value: {key}='{value}'"
+    )
 
 
 def sweep_command(argv: list[str]) -> str:

@@ -15,6 +15,7 @@ from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.dim_reduce.pca import Layout
 from sporeflow.engine import compile_cache
+from sporeflow.job.network_input import check_network_input
 from sporeflow.job.plan import JobPlan
 from sporeflow.job.runs import record_problems
 from sporeflow.runtime.mindspore_context import device_problem, refuse_compile_cache
@@ -41,6 +42,7 @@ def check_inputs(plan: JobPlan) -> None:
     data = build_dataset(cfg)
     data.check()
     check_batch(plan, data.num_rows("train"))
+    check_network_input(plan, data)
     check_resume(plan)
     check_fine_tune(plan)
     if plan.dim_reduce and plan.run.boost.pca_mat_path:

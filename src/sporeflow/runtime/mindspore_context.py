@@ -107,11 +107,18 @@ def set_cpu_threads(threads: int) -> None:
     _CPU_THREADS.append(threads)
 
 
+def take_device(target: DeviceTarget) -> None:
+    """MindSpore's device, before its first kernel runs (MindSpore refuses `set_device` after
+    one; the same device again is a no-op): preflight's forward pass takes it, init_context
+    takes it again."""
+    ms.set_device(target.value)
+
+
 def init_context(cfg: DictConfig) -> Worker:
     """Set mode and device (the non-deprecated `ms.set_device`), seed every RNG a run uses, and,
     for a parallel job running under msrun, join the cluster and set MindSpore's parallel context."""
     ms.set_context(mode=_MODES[cfg.mode])
-    ms.set_device(cfg.device_target.value)
+    take_device(cfg.device_target)
     if cfg.runtime.threads and cfg.device_target is DeviceTarget.CPU:
         set_cpu_threads(cfg.runtime.threads)
     seed_everything(cfg.seed)

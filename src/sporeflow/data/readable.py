@@ -8,7 +8,9 @@ the user's cache folder, keyed on what a user cannot put back: the file's inode,
 modification time AND change time (st_ctime_ns, which `touch -d` and `os.utime` set to now), so
 a file rewritten in place with its size and mtime restored is judged again, and no unchecked
 file reaches the decoder. The next job over the same folder decodes only what changed
-(figures: BENCHMARKS.md, "Image checks").
+(figures: BENCHMARKS.md, "Image checks"). A cache folder that cannot be written, or a record
+that cannot be saved (a full disk), turns the record off for the run in one warning line: every
+image is judged, none remembered (issue 77).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sporeflow.data.image_files import inspect_image
-from sporeflow.storage.cache import user_cache_dir
-from sporeflow.storage.files import write_text_atomic
+from sporeflow.storage.cache import usable_cache_dir
+from sporeflow.storage.files import DiskFullError, write_text_atomic
 
 log = logging.getLogger(__name__)
 SAY_AT = 2000  # files to check before a line says the job is checking them
+OFF = "every image is judged again by each job"  # what a job does without the record
 Verdict = tuple[str, int] | None  # (format, shorter side) of an image; None: left out
 
 
@@ -33,7 +36,7 @@ def checked_files(folder: Path, files: Sequence[Path]) -> list[Verdict]:
     them by the record; DataError naming the first damaged one (the others judged so far are
     remembered all the same)."""
     record = _record_path(folder)
-    known = _read(record)
+    known = _read(record) if record is not None else {}
     stamps = {str(f): _stamp(f) for f in files}
     verdicts = {
         name: _verdict(entry[len(stamp) :])
@@ -48,9 +51,17 @@ def checked_files(folder: Path, files: Sequence[Path]) -> list[Verdict]:
             verdicts[str(file)] = inspect_image(file)
     finally:
         kept = {n: [*stamps[n], *_entry(v)] for n, v in verdicts.items()}
-        if kept != known:  # judged so far, even when one is damaged
-            write_text_atomic(record, json.dumps(kept))
+        if record is not None and kept != known:  # judged so far, even when one is damaged
+            _keep(record, kept)
     return [verdicts[str(f)] for f in files]
+
+
+def _keep(record: Path, kept: dict[str, list]) -> None:
+    """The record saved; a disk that cannot take it costs the next job the checks, said once."""
+    try:
+        write_text_atomic(record, json.dumps(kept))
+    except (OSError, DiskFullError) as ex:
+        log.warning("image checks: cannot save %s (%s): %s", record, ex, OFF)
 
 
 def _stamp(file: Path) -> list[int]:
@@ -70,9 +81,13 @@ def _verdict(entry: list) -> Verdict:
     return str(entry[0]), int(entry[1])
 
 
-def _record_path(folder: Path) -> Path:
+def _record_path(folder: Path) -> Path | None:
+    """The folder's record in the user cache; None when the cache cannot be written (said)."""
+    cache = usable_cache_dir("image-checks", off=OFF)
+    if cache is None:
+        return None
     digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
-    return user_cache_dir("image-checks") / f"{digest}.json"
+    return cache / f"{digest}.json"
 
 
 def _read(record: Path) -> dict[str, list]:

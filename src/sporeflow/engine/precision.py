@@ -7,13 +7,23 @@ load into a float32 network and back.
 
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
+from pathlib import Path
 
 import mindspore as ms
 from mindspore import dtype as mstype
 from mindspore import nn
 
-from sporeflow.storage.cache import user_cache_dir
+from sporeflow.storage.cache import usable_cache_dir
+
+
+@functools.cache
+def _temp_scratch() -> Path:
+    """A folder of this process's own for MindSpore's rewrite when the user cache cannot be
+    written (it is read again at every compile, so it lives as long as the process)."""
+    return Path(tempfile.mkdtemp(prefix="sporeflow-amp-"))
 
 
 def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) -> nn.Cell:
@@ -23,8 +33,8 @@ def apply_amp(network: nn.Cell, level: str, keep_batchnorm_fp32: bool = True) ->
     # MindSpore's rewrite writes the rewritten network's source to ./rewritten_network/, imports
     # it and reads it again at graph compile: keep it in a cache dir, not the launch directory
     here = os.getcwd()
-    scratch = user_cache_dir("amp")
-    os.chdir(scratch)
+    scratch = usable_cache_dir("amp", off="the rewritten network goes to a temp folder")
+    os.chdir(scratch or _temp_scratch())
     try:
         wrapped = ms.amp.auto_mixed_precision(network, level)
     finally:

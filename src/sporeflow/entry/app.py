@@ -10,6 +10,7 @@ left behind), 1 for a failed run, 128 + the signal for an interrupted one.
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -337,6 +339,30 @@ def refuse_resume_in_sweep(args: list[str]) -> None:
             )
 
 
+WRITE_ERRORS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
+
+
+def hydra_folder_refusal(ex: OSError, multirun: bool) -> ConfigError | None:
+    """Hydra could not make or write the run dir (a sweep's dir) before sporeflow's task ran: a
+    read-only or full launch folder gave a 47-line traceback ending in `OSError: [Errno 30]
+    Read-only file system: 'outputs'` (issue 77). One line naming the folder instead (exit 2);
+    None for an error of the task's own (a frame of sporeflow below run_cli), left as it was."""
+    if ex.errno not in WRITE_ERRORS:
+        return None
+    here = Path(__file__).resolve().parents[1]  # src/sporeflow
+    frames = traceback.extract_tb(ex.__traceback__)
+    ours = {"run_cli", "_run_ending_sweeps"}
+    if any(Path(f.filename).resolve().is_relative_to(here) and f.name not in ours for f in frames):
+        return None
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    where = Path(ex.filename).absolute() if ex.filename else Path.cwd()
+    return ConfigError(
+        f"{key}: cannot write {where} ({ex.strerror}): Hydra makes the run's folder there "
+        f"(by default under the launch folder {Path.cwd()}); launch from a folder you can "
+        f"write, or give {key}=<a writable folder>"
+    )
+
+
 def run_cli(hydra_main: Callable[[], object]) -> None:
     """Run a @hydra.main function; exit 2 on a config error, 1 on a failed run."""
     telemetry.off_unless_chosen()
@@ -359,6 +385,12 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
         if user_wants_traceback:
             raise
         print(messages.refusal(ex, sys.argv), file=sys.stderr)
+        sys.exit(2)
+    except OSError as ex:
+        refused = hydra_folder_refusal(ex, multirun)
+        if refused is None or user_wants_traceback:
+            raise
+        print(messages.refusal(refused, sys.argv), file=sys.stderr)
         sys.exit(2)
     except SporeflowError as ex:
         if user_wants_traceback:

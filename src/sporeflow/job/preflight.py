@@ -1,18 +1,22 @@
 """Every input a user can get wrong, checked before any work: the data files, a batch larger
-than the training split, `resume=`, the compile cache's folder, the run to fine-tune from
-(`train.init_from`, `train.freeze`), and a given PCA basis. Each failure names the key or
-file and what is allowed (ConfigError or DataError: exit 2), raised before a dataset is read
-for training, an MLflow run is created or a checkpoint is written."""
+than the training split, `resume=` (and the store's state of the run it continues), the places
+the job writes (its run dir and a sqlite store: writable, with room), the compile cache's
+folder, the run to fine-tune from (`train.init_from`, `train.freeze`), and a given PCA basis.
+Each failure names the key or file and what is allowed (ConfigError or DataError: exit 2),
+raised before a dataset is read for training, an MLflow run is created or a checkpoint is
+written."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 
 from sporeflow.config.components import build_dataset, build_model
 from sporeflow.core.errors import CheckpointError, ConfigError
+from sporeflow.core.uris import redacted
 from sporeflow.dim_reduce.pca import Layout
 from sporeflow.engine import compile_cache
 from sporeflow.job.network_input import check_network_input
@@ -24,13 +28,21 @@ from sporeflow.storage.checkpoints import (
     checkpoint_dir,
     newest_complete_checkpoint,
 )
-from sporeflow.tracking.store import experiment_refusal, resolve_uri, store_refusal
+from sporeflow.storage.files import free_bytes, unwritable
+from sporeflow.storage.run_marker import RUN_MARKER, read_run_marker
+from sporeflow.tracking.store import (
+    experiment_refusal,
+    resolve_uri,
+    run_refusal,
+    sqlite_refusal,
+    store_refusal,
+)
 from sporeflow.tracking.store_reads import StoreReads
 
 
 def check_inputs(plan: JobPlan) -> None:
-    """Every check, in the order a user fixes things: the device, the store, the data, what
-    the job continues or starts from, a given basis. (`resume=` naming no run dir, or one of
+    """Every check, in the order a user fixes things: the device, the store, the places the job
+    writes, the data, what the job continues or starts from, a given basis. (`resume=` naming no run dir, or one of
     the other kind of job, was refused when the plan was made: job.plan.)"""
     cfg = plan.cfg
     problem = device_problem(plan.run.device_target)
@@ -39,11 +51,13 @@ def check_inputs(plan: JobPlan) -> None:
     refuse_compile_cache()
     check_compile_cache(plan.run.runtime)
     check_store(plan)
+    check_places(plan)
     data = build_dataset(cfg)
     data.check()
     check_batch(plan, data.num_rows("train"))
     check_network_input(plan, data)
     check_resume(plan)
+    check_resumed_runs(plan)
     check_fine_tune(plan)
     if plan.dim_reduce and plan.run.boost.pca_mat_path:
         check_basis(plan)
@@ -172,3 +186,64 @@ def check_basis(plan: JobPlan) -> None:
         raise ConfigError(
             f"{key}: shape {tuple(shape)}; this network and boost.n_component={want[0]} need {want}"
         )
+
+
+# Free space a run dir needs before a job starts: its first records (the journal's header,
+# params and tags take ~20 KB, an epoch of metrics a few KB more) and a small network's
+# checkpoint. A disk that fills later still ends the run with one line (storage.files).
+RECORDS_ROOM = 256 * 1024
+
+
+def check_places(plan: JobPlan) -> None:
+    """Every place the job writes, tried before work (issue 77): its run dir (checkpoints and
+    the tracking journal, with room for the run's first records) and a sqlite store (its file,
+    folder and the default store's artifact folder). A read-only store was found by the writer
+    after the training, its cause only in writer.log; a full disk ended in chained tracebacks."""
+    key = "hydra.sweep.dir" if plan.ctx.sweep is not None else "hydra.run.dir"
+    for run_dir in dict.fromkeys((plan.ctx.run_dir, plan.home)):
+        problem = unwritable(run_dir)
+        if problem:
+            raise ConfigError(
+                f"{key}: {run_dir} cannot be written ({problem}); give {key}=<a writable folder>"
+            )
+        free = free_bytes(run_dir)
+        if free < RECORDS_ROOM:
+            raise ConfigError(
+                f"{key}: {run_dir} has {free / 1024:.0f} KB free on its device; a run needs at "
+                f"least {RECORDS_ROOM // 1024} KB there for its tracking records and "
+                f"checkpoints: free space there, or give {key}=<a folder on a larger disk>"
+            )
+    tracking = plan.run.tracking
+    if not tracking.enabled:
+        return
+    uri = resolve_uri(tracking.uri, plan.ctx.launch_dir)
+    refusal = sqlite_refusal(uri, plan.ctx.launch_dir)
+    if refusal:
+        raise ConfigError(f"{_store_named(tracking.uri, uri)}: {refusal}")
+
+
+def _store_named(configured: str | None, uri: str) -> str:
+    """The store as what chose it: the key, the variable, or the default (the launch folder's)."""
+    if configured:
+        return f"tracking.uri={redacted(uri)}"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"MLFLOW_TRACKING_URI={redacted(uri)}"
+    return f"the default store {redacted(uri)} (the launch folder's; tracking.uri sets another)"
+
+
+def check_resumed_runs(plan: JobPlan) -> None:
+    """The MLflow runs `resume=` continues (every marker in the run dir: a plain run's, a
+    pipeline's parent and stages) are not deleted in the store: MLflow takes no record for a
+    deleted run, so the resumed training's records waited in the journal for a run that never
+    came (issue 77). Refused naming the restore command."""
+    if plan.resume is None or not plan.run.tracking.enabled:
+        return
+    uri = resolve_uri(plan.run.tracking.uri, plan.ctx.launch_dir)
+    for marker in sorted(plan.resume.node0_dir.rglob(RUN_MARKER)):
+        ref = read_run_marker(marker.parent).get("mlflow_run_id")
+        refusal = run_refusal(uri, str(ref)) if ref else None
+        if refusal:
+            raise ConfigError(
+                f"resume={plan.run.resume}: {refusal} to continue it, or start a new run "
+                "without resume="
+            )

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +25,52 @@ class DiskFullError(SporeflowError):
     """The device ran out of space mid-write; the message names the file and the free space."""
 
 
-def _no_space(ex: BaseException) -> bool:
+def no_space(ex: BaseException) -> bool:
+    """Whether `ex` says the device is full (an OSError's errno, or a library's message)."""
     return getattr(ex, "errno", None) == errno.ENOSPC or "No space left on device" in str(ex)
+
+
+def disk_full(path: str | os.PathLike, size_hint: int | None = None) -> DiskFullError:
+    """The one line a full device gives, naming the file that could not be written, the free
+    space and (given `size_hint`, bytes) about how much it needs."""
+    path = Path(path)
+    free = shutil.disk_usage(_existing(path.parent)).free / 2**20
+    need = f", about {size_hint / 2**20:.1f} MB needed" if size_hint else ""
+    return DiskFullError(
+        f"no space left writing {path}: {free:.1f} MB free on its device{need}; files "
+        "written before are intact. Free space there, or give hydra.run.dir on a larger disk"
+    )
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest folder that exists (what a check of a folder not made yet reads)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the device that holds `path` (or would: its nearest existing folder)."""
+    return shutil.disk_usage(_existing(Path(path).absolute())).free
+
+
+def unwritable(path: str | os.PathLike) -> str | None:
+    """Why this process cannot write the file or folder `path` (the system's words: "Read-only
+    file system", "Permission denied"), None when it can. Tried, never read from the modes: root
+    ignores a file's modes, and a read-only mount refuses root too. A file is opened for writing
+    and left unchanged, and its folder, where a writer keeps its temp and journal files (sqlite's
+    rollback journal), is tried too; a folder (or, not made yet, its nearest existing parent)
+    gets a temp file that is gone at once."""
+    path = Path(path).absolute()
+    try:
+        if path.is_file():
+            open(path, "r+b").close()  # opened to be refused, never written
+            path = path.parent
+        with tempfile.TemporaryFile(dir=_existing(path)):
+            pass
+    except OSError as ex:
+        return ex.strerror or str(ex)
+    return None
 
 
 @contextmanager
@@ -40,15 +85,10 @@ def atomic_path(path: str | os.PathLike, size_hint: int | None = None) -> Iterat
         yield tmp
         os.replace(tmp, path)
     except Exception as ex:
-        if not _no_space(ex):
+        if not no_space(ex):
             raise
         tmp.unlink(missing_ok=True)
-        free = shutil.disk_usage(path.parent).free / 2**20
-        need = f", about {size_hint / 2**20:.1f} MB needed" if size_hint else ""
-        raise DiskFullError(
-            f"no space left writing {path}: {free:.1f} MB free on its device{need}; files "
-            "written before are intact. Free space there, or give hydra.run.dir on a larger disk"
-        ) from None
+        raise disk_full(path, size_hint) from None
     finally:
         tmp.unlink(missing_ok=True)
 

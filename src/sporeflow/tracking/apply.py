@@ -25,7 +25,13 @@ from sporeflow.tracking.journal import (
     is_key,
     read_records,
 )
-from sporeflow.tracking.store import Rejected, Store, StoreError, process_tags
+from sporeflow.tracking.store import (
+    Rejected,
+    Store,
+    StoreError,
+    deleted_run_line,
+    process_tags,
+)
 from sporeflow.tracking.system_metrics import SystemMetrics
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,11 @@ ENDED_TAGS = (FAILURE_TAG, CLOSED_TAG)  # why a run ended: cleared by a resume
 
 class NotYet(StoreError):
     """A record names a run another journal creates, and the store does not have it yet."""
+
+
+class RunDeleted(StoreError):
+    """A record names a run the store holds as deleted: no waiting brings it back, its
+    restore does (the message names the command)."""
 
 
 def _groups(records: list[dict]) -> Iterator[list[dict]]:
@@ -105,9 +116,20 @@ class Applier:
         if ref not in self.state.runs:
             found = self.store.find_by_key(ref)
             if found is None:
+                self._refuse_deleted(ref)
                 raise NotYet(f"run {ref} is not in the store yet (another journal creates it)")
             self.state.runs[ref] = found
         return self.state.runs[ref]
+
+    def _refuse_deleted(self, key: str) -> None:
+        """RunDeleted when the run of `key` is in the store, deleted (issue 77: `sync` waited
+        for it as for a run another journal had yet to create)."""
+        deleted = self.store.deleted_by_key(key)
+        if deleted is not None:
+            raise RunDeleted(
+                f"{deleted_run_line(self.store.uri, key, deleted)}; then send its records: "
+                f"sporeflow sync {self.journal.parent.parent}"
+            )
 
     def _value(self, value: Any) -> str:
         if isinstance(value, dict) and "$run" in value:

@@ -23,6 +23,7 @@ appends JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from sporeflow.storage.files import write_text_atomic
+from sporeflow.storage.files import DiskFullError, disk_full, no_space, write_text_atomic
 from sporeflow.storage.locks import exclusive
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         self.seq = 0
+        self._full: DiskFullError | None = None  # the device filled: nothing more is written
         self._write({"seq": 0, "op": Op.header.value, **header})
 
     @classmethod
@@ -125,8 +127,19 @@ class Journal:
         return cls(Path(owner_dir) / DIR_NAME / f"{stamp}-{os.getpid()}{SUFFIX}", header)
 
     def _write(self, record: dict) -> None:
-        self._file.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
-        self._file.flush()  # in the OS now: survives the death of this process
+        """One whole line, flushed to the OS. A full device is one DiskFullError naming the
+        journal (no traceback), and every later append raises it again without writing: a line
+        after a torn one would be glued to it."""
+        if self._full is not None:
+            raise self._full
+        try:
+            self._file.write(json.dumps(record, default=str, separators=(",", ":")) + "\n")
+            self._file.flush()  # in the OS now: survives the death of this process
+        except OSError as ex:
+            if not no_space(ex):
+                raise
+            self._full = disk_full(self.path)
+            raise self._full from None
 
     def append(self, op: Op, **fields: Any) -> int:
         self.seq += 1
@@ -135,13 +148,18 @@ class Journal:
 
     def sync(self) -> None:
         """Durable on disk (fsync): what is appended so far survives a power cut."""
-        if not self._file.closed:
+        if not self._file.closed and self._full is None:
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.sync()
-            self._file.close()
+        if self._file.closed:
+            return
+        if self._full is not None:  # what the full device did not take stays unwritten
+            with contextlib.suppress(OSError):
+                self._file.close()
+            return
+        self.sync()
+        self._file.close()
 
 
 def read_records(path: Path, after: int = -1) -> list[dict]:

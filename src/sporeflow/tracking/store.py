@@ -35,6 +35,7 @@ from sporeflow.core.uris import (
     sqlite_uri,
     store_uri_problem,
 )
+from sporeflow.storage.files import unwritable
 from sporeflow.storage.locks import exclusive
 from sporeflow.tracking.sqlite_store import create_sqlite_store
 
@@ -215,47 +216,106 @@ def experiment_refusal(uri: str, name: str) -> str | None:
     )
 
 
+def deleted_run_line(uri: str, ref: str, run_id: str) -> str:
+    """What a deleted run says wherever it stops a command (a resume before work, `sporeflow
+    sync`, the writer's problem line), each adding what to do after: MLflow keeps a deleted run
+    and takes no record for it until it is restored."""
+    named = f"run {ref}" if ref == run_id else f"run {ref} (MLflow run {run_id})"
+    return (
+        f"{named} was deleted in the MLflow store {redacted(uri)}; restore it "
+        f"(MLFLOW_TRACKING_URI={redacted(uri)} mlflow runs restore --run-id {run_id}, or "
+        "MlflowClient().restore_run)"
+    )
+
+
+def run_refusal(uri: str, ref: str) -> str | None:
+    """Why the run named `ref` (an MLflow id, or the journal key its writer tagged it with)
+    cannot take records: it was deleted (deleted_run_line). None when it is active, not in the
+    store (yet), or the store cannot be read now. A sqlite file or database is read directly;
+    a server is not asked (its writer says it)."""
+    found = _sql_state(uri, RUN_STATE_SQL, {"ref": ref, "tag": RUN_KEY_TAG})
+    if found is None or found[1] != "deleted":
+        return None
+    return deleted_run_line(uri, ref, found[0])
+
+
 def _experiment_state(uri: str, name: str) -> tuple[str, str] | None:
     """(id, lifecycle stage) of experiment `name`, read the cheapest way the store allows: a
     sqlite file with sqlite3 (no MLflow import: a plain job's trainer never imports it), a
     database with SQLAlchemy, a server with one REST call. None if not found or not readable."""
-    db = sqlite_file(uri)
-    if db is not None:
-        return _sqlite_experiment_state(db, name)
-    if is_database(uri):
-        return _database_experiment_state(uri, name)
-    if uri.startswith(("http://", "https://")) and not server_problem(uri):
-        return _server_experiment_state(uri, name)
-    return None
+    if uri.startswith(("http://", "https://")):
+        return None if server_problem(uri) else _server_experiment_state(uri, name)
+    return _sql_state(uri, EXPERIMENT_STATE_SQL, {"name": name})
 
 
 EXPERIMENT_STATE_SQL = "SELECT experiment_id, lifecycle_stage FROM experiments WHERE name = :name"
+RUN_STATE_SQL = (  # a run by id, or by the journal key its writer tagged it with
+    "SELECT run_uuid, lifecycle_stage FROM runs WHERE run_uuid = :ref UNION ALL "
+    "SELECT runs.run_uuid, runs.lifecycle_stage FROM runs JOIN tags "
+    "ON tags.run_uuid = runs.run_uuid WHERE tags.key = :tag AND tags.value = :ref"
+)
 
 
-def _sqlite_experiment_state(db: Path, name: str) -> tuple[str, str] | None:
+def _sql_state(uri: str, sql: str, values: dict[str, str]) -> tuple[str, str] | None:
+    """The first row (two columns) of `sql` on a sqlite file or database store; None when
+    there is none, the store is neither, or it cannot be read now."""
+    db = sqlite_file(uri)
+    if db is not None:
+        return _sqlite_row(db, sql, values)
+    if is_database(uri):
+        return _database_row(uri, sql, values)
+    return None
+
+
+def _sqlite_row(db: Path, sql: str, values: dict[str, str]) -> tuple[str, str] | None:
     import sqlite3
 
     if not db.is_file():
         return None
     try:
         with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-            row = con.execute(EXPERIMENT_STATE_SQL, {"name": name}).fetchone()
+            row = con.execute(sql, values).fetchone()
     except sqlite3.Error:
         return None  # not an MLflow store yet, or busy: the writer's own checks apply
     return (str(row[0]), str(row[1])) if row else None
 
 
-def _database_experiment_state(uri: str, name: str) -> tuple[str, str] | None:
+def _database_row(uri: str, sql: str, values: dict[str, str]) -> tuple[str, str] | None:
     import sqlalchemy
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
         with engine.connect() as con:
-            row = con.execute(sqlalchemy.text(EXPERIMENT_STATE_SQL), {"name": name}).fetchone()
+            row = con.execute(sqlalchemy.text(sql), values).fetchone()
     except (SQLAlchemyError, ModuleNotFoundError, ValueError):
         return None
     return (str(row[0]), str(row[1])) if row else None
+
+
+def sqlite_refusal(uri: str, launch_dir: Path) -> str | None:
+    """Why a sqlite store cannot take this job's records, in words that follow
+    `<key>=<uri>: `: its file (or its folder: sqlite writes its rollback journal beside it, a
+    new store is made there) or the default store's artifact folder cannot be written. None
+    when it can, or the store is not a sqlite file. MLflow would open a read-only file and fail
+    at its first write, in the writer, after the training."""
+    db = sqlite_file(uri)
+    if db is None:
+        return None
+    places = [db]
+    artifacts = default_artifact_root(uri, launch_dir)
+    if artifacts is not None:
+        places.append(artifacts)
+    for place in places:
+        problem = unwritable(place)
+        if problem:
+            what = "" if place == db else "its artifact folder "
+            return (
+                f"{what}{place} cannot be written ({problem}), so none of this job's records "
+                "could be kept: give a store it can write (tracking.uri=sqlite:///<a writable "
+                "folder>/mlflow.db) or tracking.enabled=false"
+            )
+    return None
 
 
 def _server_experiment_state(uri: str, name: str, timeout: float = 5.0) -> tuple[str, str] | None:
@@ -497,6 +557,24 @@ class Store:
     def find_by_key(self, key: str) -> str | None:
         """The MLflow id of the run a journal created under `key` (None if not there yet)."""
         found = self.search_runs(f"tags.`{RUN_KEY_TAG}` = '{key}'", max_results=1)
+        return found[0].info.run_id if found else None
+
+    def deleted_by_key(self, key: str) -> str | None:
+        """The MLflow id of a deleted run the journal created under `key` (None: none is):
+        why a run the store does not show will never appear by waiting."""
+        from mlflow.entities import ViewType
+
+        if not self.connect(create=False):
+            return None
+        found = self.call(
+            "search_runs",
+            lambda: self._client.search_runs(
+                [self.experiment_id],
+                f"tags.`{RUN_KEY_TAG}` = '{key}'",
+                run_view_type=ViewType.DELETED_ONLY,
+                max_results=1,
+            ),
+        )
         return found[0].info.run_id if found else None
 
     # -- writes (the journal's writer) -------------------------------------------------------

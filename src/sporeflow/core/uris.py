@@ -24,6 +24,15 @@ def redacted(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
+def without_login(uri: str) -> str:
+    """https://user:secret@host:5000/x -> https://host:5000/x: an address to open or link to,
+    its login left to where MLflow reads it (MLFLOW_TRACKING_USERNAME/_PASSWORD)."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def redact_text(text: str) -> str:
     """Every URI password in a text replaced by *** (what MLflow records of a config)."""
     return _CREDENTIALS.sub(r"\1:***@", text)

@@ -28,24 +28,38 @@ from sporeflow.config.schema import TrackingConfig
 from sporeflow.core import console, signals, telemetry
 from sporeflow.core.names import FRONT_TAG, STAGE_TAG, SWEEP_RUN_ID_TAG
 from sporeflow.core.processes import start_group, stop_group
-from sporeflow.core.uris import redacted
+from sporeflow.core.uris import redacted, without_login
 from sporeflow.entry import study_dashboard, team_server
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment_name  # the schema's default, written once there
-STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)"
+URI_ENV = "MLFLOW_TRACKING_URI"  # where a store URI with a password is given (not argv)
+STORE_HELP = (
+    f"MLflow store (default: ${URI_ENV} or sqlite:///./mlflow.db); without a password: "
+    f"PGPASSWORD or ~/.pgpass hold a database's, MLFLOW_TRACKING_USERNAME/_PASSWORD a "
+    f"server's login, or give the whole URI in ${URI_ENV}"
+)
 
 
 def _open_experiment(args: argparse.Namespace):
-    """(uri, MlflowClient, experiment) of --uri/--experiment, or None after saying what is missing."""
+    """(uri, MlflowClient, experiment) of --uri/--experiment, or None after one line saying why
+    not: a password on --uri (`ps` shows it: it is read from the environment, as `sporeflow
+    server` reads it), a store that does not answer within seconds (MLflow would retry for
+    minutes), no such experiment. The URI is shown without its password."""
     from mlflow.tracking import MlflowClient
 
     from sporeflow.tracking.store import resolve_uri
 
     uri = resolve_uri(args.uri, Path.cwd())
+    try:
+        team_server.refuse_password_on_argv("--uri", args.uri, URI_ENV)
+        team_server.refuse_unreachable("--uri" if args.uri else URI_ENV, uri)
+    except team_server.Refusal as ex:
+        print(ex, file=sys.stderr)
+        return None
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(args.experiment)
     if exp is None:
-        print(f"no experiment {args.experiment!r} in {uri}", file=sys.stderr)
+        print(f"no experiment {args.experiment!r} in {redacted(uri)}", file=sys.stderr)
         return None
     return uri, client, exp
 
@@ -133,7 +147,9 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
 def ui(args: argparse.Namespace) -> int:
     """Serve the store with `mlflow server` on 127.0.0.1 and print links into its ML view; the
     sweep's Optuna study, if it has one, in optuna-dashboard beside it (entry/study_dashboard.py:
-    read-only, loopback only, a child process that ends with this one)."""
+    read-only, loopback only, a child process that ends with this one). A tracking server
+    (http(s)://) serves its own UI: the links open it, no MLflow server is started. The store
+    is probed first (`_open_experiment`): no password from argv, one line if it does not answer."""
     from sporeflow.report.sweep_report import sweep_run
     from sporeflow.tracking.store_reads import StoreReads
 
@@ -141,12 +157,13 @@ def ui(args: argparse.Namespace) -> int:
     if opened is None:
         return 2
     uri, client, exp = opened
-    base = f"http://127.0.0.1:{args.port}"
+    remote = uri.startswith(("http://", "https://"))  # a tracking server serves its own UI
+    base = without_login(uri).rstrip("/") if remote else f"http://127.0.0.1:{args.port}"
     reads = StoreReads.at(uri, args.experiment)
     sweep = sweep_run(reads, args.sweep)
     links = [f"{label:12s} {link}" for label, link in _ui_links(base, client, exp, reads, sweep)]
     front_line = _front_line(reads, sweep)
-    taken = None if args.links_only else port_taken(args.port)
+    taken = None if args.links_only or remote else port_taken(args.port)
     if taken:
         print(f"--port {args.port}: {taken}; give another --port", file=sys.stderr)
         return 2
@@ -164,9 +181,12 @@ def ui(args: argparse.Namespace) -> int:
         if front_line:  # below the links, not among them: stdout stays `<label> <link>` lines
             print(front_line, file=sys.stderr, flush=True)
 
-    if args.links_only:
+    if args.links_only or (remote and dashboard is None):
         show()
         return 0
+    if remote:  # only the study's dashboard is served here
+        show()
+        return _serve(dashboard.command, dashboard.env)
     server = [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1"]
     server += ["--port", str(args.port), "--workers", "1"]  # one user's browser on this machine
     server += ["--uvicorn-opts", "--no-access-log"]  # not a console line per request

@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sporeflow.core.uris import database_problem, is_database, redacted, sqlite_uri
+from sporeflow.core.uris import (
+    database_problem,
+    is_database,
+    redacted,
+    sqlite_uri,
+    without_login,
+)
 from sporeflow.entry.team_auth import TRAINER_ROLE
 
 ADMIN = "admin"
@@ -72,15 +78,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def refuse_password_on_argv(key: str, uri: str | None, whole_uri_env: str) -> None:
+    """Refusal when `uri`, given as option `key`, holds a password: `ps` shows every process's
+    arguments to every user of the machine. The line says where the password goes instead,
+    as `sporeflow server` and MLflow read it: a database's from PGPASSWORD or ~/.pgpass (or
+    the whole URI in the environment variable `whole_uri_env`), a server's login from
+    MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD."""
+    if not uri or urlsplit(uri).password is None:
+        return
+    if uri.startswith(("http://", "https://")):
+        instead = (
+            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)"
+        )
+    else:
+        instead = f"set PGPASSWORD (or ~/.pgpass), or give the whole URI in {whole_uri_env}"
+    raise Refusal(
+        f"{key} {redacted(uri)}: a password on the command line is visible to every user of "
+        f"this machine (ps); leave it out and {instead}"
+    )
+
+
 def database_uri(args: argparse.Namespace) -> str:
     """The store's database: --db without a password (PGPASSWORD or ~/.pgpass hold it) or the
     whole URI in MLFLOW_BACKEND_STORE_URI. A password on --db is refused: `ps` shows it."""
-    if args.db and urlsplit(args.db).password is not None:
-        raise Refusal(
-            f"--db {redacted(args.db)}: a password on the command line is visible to every "
-            f"user of this machine (ps); leave it out and set PGPASSWORD (or ~/.pgpass), or "
-            f"give the whole URI in {DB_ENV}"
-        )
+    refuse_password_on_argv("--db", args.db, DB_ENV)
     uri = args.db or os.environ.get(DB_ENV, "")
     key = "--db" if args.db else DB_ENV
     if not uri:
@@ -89,10 +110,35 @@ def database_uri(args: argparse.Namespace) -> str:
         raise Refusal(
             f"{key} {redacted(uri)}: not a database URI; give postgresql://user@host:port/db"
         )
-    problem = database_problem(uri)
-    if problem:
-        raise Refusal(f"{key}={redacted(uri)}: cannot connect: {problem}")
+    refuse_unreachable(key, uri)
     return uri
+
+
+def refuse_unreachable(key: str, uri: str) -> None:
+    """Refusal, within seconds, when the store at `uri` (named by `key`) does not answer: a
+    database that does not connect or take the credentials, a tracking server that does not
+    answer its health check or refuses this machine's login. MLflow's own clients retry for
+    minutes first, without a word (SQLAlchemy over 60 s, HTTP seven times with back-off).
+    A sqlite file is not probed: it is made on first use."""
+    if is_database(uri):
+        problem = database_problem(uri)
+        if problem:
+            raise Refusal(f"{key}={redacted(uri)}: cannot connect: {problem}")
+        return
+    if not uri.startswith(("http://", "https://")):
+        return
+    from sporeflow.tracking.store import login_problem, server_problem
+
+    plain = without_login(uri)  # MLflow takes a login from MLFLOW_TRACKING_USERNAME/_PASSWORD
+    problem = server_problem(plain, timeout=5.0)
+    if problem:
+        raise Refusal(
+            f"{key}={redacted(uri)}: the tracking server does not answer ({problem}); start it, "
+            "or give the address it serves at"
+        )
+    refused = None if urlsplit(uri).password else login_problem(plain)
+    if refused:
+        raise Refusal(f"{key}={redacted(uri)}: {refused}")
 
 
 def admin_password(args: argparse.Namespace) -> str | None:

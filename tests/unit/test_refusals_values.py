@@ -45,6 +45,10 @@ CASES = {
         ["optimizer.schedule.name=cosine", "+optimizer.schedule.lr_end=inf"],
         "optimizer.schedule.lr_end=inf: must be a finite number >= 0",
     ),
+    "a component's float without a range of its own": (
+        [*TINY, "+dataset.mean=inf"],
+        "dataset.mean=inf: must be a finite number",
+    ),
     "a negative seed (MindSpore's set_seed refused it)": (["seed=-5"], f"seed=-5: {SEEDS}"),
     "a seed above numpy's and MindSpore's data sets' 2**32 - 1": (
         ["seed=4294967296"],
@@ -77,7 +81,10 @@ CASES = {
         "written null); quote the value, seed='~' (in a shell: \"seed='~'\"), or keep to "
         "letters, digits and _-+./$%*@?|\\:",
     ),
-    "a quote never closed": (["seed='1"], "seed='1: the quote ' is never closed; write seed='<value>'"),
+    "a quote never closed": (
+        ["seed='1"],
+        "seed='1: the quote ' is never closed; write seed='<value>'",
+    ),
     "a bracket never closed": (
         ["seed=[1,2"],
         "seed=[1,2: Hydra's override grammar cannot read this value at '[1,2': close every "
@@ -122,6 +129,31 @@ def test_a_value_mindspore_refuses_is_refused_before_any_work(tmp_path, monkeypa
     monkeypatch.delenv("SPOREFLOW_UNSET_77", raising=False)
     args, line = CASES[case]
     assert refused(args, tmp_path) == [line]
+    assert list(tmp_path.iterdir()) == [], "MindSpore's analyze_fail.ir, or another file, was left"
+
+
+# the commands whose refusals docs/troubleshooting.md quotes: the line each prints is on the page
+QUOTED = [
+    ["optimizer.lr=inf"],
+    [*TINY, "+dataset.mean=inf"],
+    ["seed=-5"],
+    ["dataset.image_size=3"],
+    ["seed=~"],
+    ["seed='1"],
+    ["seed"],
+    ["tracking.run_name=${model.nme}"],
+    ["tracking.run_name=${model.num_clases}"],
+    ["tracking.run_name=${oc.env:UNSET}"],
+]
+
+
+@pytest.mark.parametrize("args", QUOTED, ids=lambda a: a[-1])
+def test_the_troubleshooting_page_quotes_the_line_each_prints(tmp_path, monkeypatch, args):
+    from helpers.pages import documented
+
+    monkeypatch.delenv("UNSET", raising=False)
+    (line,) = refused(args, tmp_path)
+    assert documented(f"Config error: {line}", "troubleshooting.md"), line
 
 
 def test_an_interpolation_hydra_resolves_for_its_own_keys_is_named_by_its_override(
@@ -139,6 +171,23 @@ def test_an_interpolation_hydra_resolves_for_its_own_keys_is_named_by_its_overri
         "SPOREFLOW_UNSET_77 is not set"
     ), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_override_that_holds_an_interpolation_is_recorded_as_typed(tmp_path, monkeypatch):
+    """The run's `overrides` tag repeats the command as typed: the interpolation was resolved
+    (`tracking.run_name=r-16`) when sporeflow read Hydra's list of overrides."""
+    from mlflow.tracking import MlflowClient
+
+    from helpers.inprocess import train_cli
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    typed = "tracking.run_name=r-${model.hidden}"
+    code, err = train_cli([*TINY, "epochs=1", "tracking.log_model=false", typed], tmp_path)
+    assert code == 0, err[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("sporeflow").experiment_id])
+    assert run.info.run_name == "r-16"
+    assert run.data.tags["overrides"].endswith(typed), run.data.tags["overrides"]
 
 
 def test_every_range_is_of_finite_numbers_unless_it_says_otherwise():

@@ -8,6 +8,8 @@ set first (it refuses `set_device` after a kernel ran)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 
@@ -40,11 +42,28 @@ def zero_forward(network, image_shape: Sequence[int]) -> tuple[int, ...]:
         return tuple(out.asnumpy().shape)
 
 
+@contextlib.contextmanager
+def native_stderr_quiet() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the block: MindSpore's C++ half logs an op's failed
+    shape inference there (`[CRITICAL] ... InferShape`) besides raising it, and a refusal is
+    the one line the user reads. Python's own writes wait (sys.stderr flushed before)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def input_problem(network, image_shape: Sequence[int]) -> str | None:
     """Why the network does not take images of `image_shape` (the first line of MindSpore's
     message); None when it does."""
     try:
-        zero_forward(network, image_shape)
+        with native_stderr_quiet():
+            zero_forward(network, image_shape)
     except (ValueError, TypeError, RuntimeError) as ex:
         return next((line.strip() for line in str(ex).splitlines() if line.strip()), repr(ex))
     return None

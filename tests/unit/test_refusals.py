@@ -531,3 +531,89 @@ def test_mlflow_s_limits_are_the_ones_checked_before_work():
     assert store.MAX_PARAM_LENGTH == validation.MAX_PARAM_VAL_LENGTH
     assert store.MAX_TAG_LENGTH == validation.MAX_TAG_VAL_LENGTH
     assert store.MAX_RUN_NAME_LENGTH == SqlRun.__table__.c.name.type.length
+
+
+OPTUNA, RACE = "hparams_search=dim_reduce_optuna", "hparams_search=dim_reduce_race"
+
+# A sweep is checked whole before its first job (entry.sweep_check, issue 77): each case's line
+# names the key, the point (every one of its overrides) and what is allowed; no sweep dir, no
+# MLflow store, no Optuna study exists after it.
+SWEEP_CASES = {
+    "a typo in a swept key": (
+        ["boost=dim_reduce", "boost.gama=0.8,0.9"],
+        [
+            "boost.gama: no such key; did you mean boost.gamma?",
+            "[sweep point 1 of 2: boost.gama=0.8]",
+        ],
+    ),
+    "a swept value outside its range after a good one": (
+        ["boost.rho=0.4,1.5"],
+        ["boost.rho=1.5: must be in (0, 1) [sweep point 2 of 2: boost.rho=1.5]"],
+    ),
+    "a swept value of the wrong type says the range too": (
+        ["boost.rho=0.4,0.7x"],
+        ["boost.rho='0.7x': must be float in (0, 1) [sweep point 2 of 2: boost.rho=0.7x]"],
+    ),
+    "a swept group option that does not exist": (
+        ["model=mlp,nope"],
+        ["model=nope: no such option; available: lenet5, mlp", "[sweep point 2 of 2: model=nope]"],
+    ),
+    "a test objective": (
+        ["sweep.objective=test/acc", "optimizer.lr=0.01,0.02"],
+        ["sweep.objective='test/acc': a choice is scored on the validation split", "use 'val/acc'"],
+    ),
+    "a test objective in capitals": (["sweep.objective=Test/acc"], ["allowed: auto, val/acc"]),
+    "a final/test objective": (["sweep.objective=final/test/acc"], ["allowed: auto, val/acc"]),
+    "a test objective second in a list": (
+        ["sweep.objective=[val/acc,test/acc]"],
+        ["the second objective is a cost (cost/passes)"],
+    ),
+    "a test objective of an Optuna study": (
+        [OPTUNA, "sweep.objective=test/acc"],
+        ["sweep.objective='test/acc'", "[search bound 1 of 5: boost.rho=0.3 boost.gamma=0.5"],
+    ),
+    "a test objective of a race": (
+        [RACE, "sweep.objective=test/acc"],
+        [
+            "sweep.objective='test/acc'",
+            "[sweep point 1 of 10: boost.rho=0.4 boost.sigma=0.2 seed=1]",
+        ],
+    ),
+    "a search range whose end is outside the key's range": (
+        [OPTUNA, "boost.rho=interval(0.5,1.2)"],
+        ["boost.rho=1.2: must be in (0, 1) [search bound 5 of 5:"],
+    ),
+    "a seed of an Optuna study outside the seeds' range": (
+        [
+            "hydra/sweeper=sporeflow_optuna",
+            "boost.rho=choice(0.5,0.6)",
+            "hydra.sweeper.seeds=[1,-3]",
+        ],
+        ["seed=-3: must be in [0, 4294967295] [search bound 2 of 3: boost.rho=0.5 seed=-3]"],
+    ),
+    "a race's point outside its key's range": (
+        [RACE, "boost.sigma=0.2,1.4"],
+        ["boost.sigma=1.4: must be in (0, 1) [sweep point 6 of 10: boost.sigma=1.4 boost.rho=0.4"],
+    ),
+    "a sampler argument that names a function": (
+        [OPTUNA, "+hydra.sweeper.sampler.gamma=os.system"],
+        ["hydra.sweeper.sampler.gamma='os.system': optuna.samplers.TPESampler takes", "null"],
+    ),
+    "a batch larger than the training split at one point": (
+        ["dataset.batch_size=32,100000"],
+        ["dataset.batch_size=100000: larger than the training split", "point 2 of 2"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SWEEP_CASES))
+def test_a_sweep_is_refused_whole_before_its_first_job(tmp_path, case):
+    """Each case made a sweep dir and a FAILED parent run (or spent an Optuna trial, or ran its
+    good job first) before it was refused; now: one line and nothing made."""
+    args, expected = SWEEP_CASES[case]
+    (body,) = refused(["-m", *args], tmp_path)
+    for text in expected:
+        assert text in body, body
+    assert body.endswith("; no job was started") or "hydra.sweeper." in body, body
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == [], f"a refused sweep left {made} (a sweep dir, a store, a study)"

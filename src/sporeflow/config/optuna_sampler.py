@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -245,6 +246,11 @@ def _check_arguments(name: str, node: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{KEY}.{key}: {PREFIX}{name} takes no argument {key!r}; it takes {names}"
             )
+    for key, value in node.items():
+        if key in signature.parameters:
+            problem = argument_problem(name, key, value, signature.parameters[key].annotation)
+            if problem:
+                raise ConfigError(problem)
     missing = [
         p.name
         for p in signature.parameters.values()
@@ -257,6 +263,82 @@ def _check_arguments(name: str, node: Mapping[str, Any]) -> None:
             f"{KEY}: {PREFIX}{name} needs {', '.join(missing)}, which a config cannot give "
             f"(an object); allowed are {allowed()}"
         )
+
+
+# what a config's value can be, by the words of an annotation: anything else is an object
+_DATA_KINDS = {
+    "None": "null",
+    "bool": "true or false",
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "dict": "a mapping",
+    "Mapping": "a mapping",
+    "list": "a list",
+    "tuple": "a list",
+    "Sequence": "a list",
+    "Any": "any value",
+}
+
+
+def argument_problem(name: str, key: str, value: Any, annotation: Any) -> str | None:
+    """Why `value` cannot be the argument `key` of optuna.samplers.<name>, read from its
+    annotation's text (Optuna's are strings: `Callable[[int], int] | None`): a function or an
+    object (`gamma=os.system` was a string its first draw called); None when it fits or the
+    argument has no annotation."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    if annotation is inspect.Parameter.empty or not text:
+        return None
+    kinds = [a for a in map(_data_kind, _alternatives(text)) if a is not None]
+    if any(_fits(value, kind) for kind in kinds):
+        return None
+    allowed = " or ".join(dict.fromkeys(_DATA_KINDS[k] for k in kinds)) or (
+        "nothing a config can give (leave it unset)"
+    )
+    return (
+        f"{KEY}.{key}={value!r}: {PREFIX}{name} takes {text} there, and a sampler's arguments "
+        f"are data (never a name to import or call); allowed: {allowed}"
+    )
+
+
+def _alternatives(text: str) -> list[str]:
+    """`a | b[c | d] | e` -> [a, b[c | d], e] (the top level's alternatives)."""
+    found, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char == "[") - (char == "]")
+        if char == "|" and depth == 0:
+            found.append(text[start:i].strip())
+            start = i + 1
+    return [*found, text[start:].strip()]
+
+
+def _data_kind(alternative: str) -> str | None:
+    """The alternative's outer kind (a key of _DATA_KINDS) when every word of it is data
+    (`dict[str, Any]`, `Sequence[Sequence[float]]`); None for a function or an object."""
+    words = re.findall(r"[A-Za-z_][\w.]*", alternative)
+    if not words or any(w.split(".")[-1] not in _DATA_KINDS for w in words):
+        return None
+    return words[0].split(".")[-1]
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == "Any":
+        return True
+    if kind == "None" or value is None:
+        return kind == "None" and value is None
+    if kind in ("int", "float") and isinstance(value, bool):
+        return False
+    types: dict[str, Any] = {
+        "bool": bool,
+        "int": int,
+        "float": (int, float),
+        "str": str,
+        "dict": Mapping,
+        "Mapping": Mapping,
+    }
+    if kind in types:
+        return isinstance(value, types[kind])
+    return isinstance(value, Sequence) and not isinstance(value, str)
 
 
 def _has_target(value: Any) -> bool:

@@ -18,7 +18,16 @@ from typing import Annotated, Any, Dict, Iterator, List, Optional
 
 from sporeflow.config import objective
 from sporeflow.core.names import StageKind
-from sporeflow.core.ranges import Count, Decay, NonNegative, OpenUnit, Positive, Range, Seed
+from sporeflow.core.ranges import (
+    Count,
+    Decay,
+    NonNegative,
+    OpenUnit,
+    Positive,
+    Range,
+    Seed,
+    range_of,
+)
 from sporeflow.core.uris import redacted, store_uri_problem
 
 SCHEMA_NAME = "sporeflow_schema"
@@ -620,6 +629,20 @@ def allowed_keys(path: str) -> list[str]:
             return []
         node = hints[part]
     return [f.name for f in fields(node)] if is_dataclass(node) else []
+
+
+def range_at(path: str) -> str:
+    """The range the schema gives the key at a dotted path (`boost.rho`: "in (0, 1)"); "" where
+    it gives none (no such key, a component's key, a key without a range)."""
+    node: Any = RunConfig
+    hint: Any = None
+    for part in [p for p in path.split(".") if p]:
+        hints = typing.get_type_hints(node, include_extras=True) if is_dataclass(node) else {}
+        if part not in hints:
+            return ""
+        hint = node = hints[part]
+    found = range_of(hint)
+    return str(found) if found is not None else ""
 
 
 class Split(Enum):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from sporeflow.config.schema import COMPONENT_GROUPS, EVAL_KEYS, allowed_keys
+from sporeflow.config.schema import COMPONENT_GROUPS, EVAL_KEYS, allowed_keys, range_at
 from sporeflow.config.unused import override_key
 from sporeflow.config.validation import component_settings, resolution_problem
 from sporeflow.core.errors import ConfigError, DataError
@@ -183,7 +183,10 @@ def describe(ex: BaseException, argv: list[str] | None = None) -> str:
         )
     converted = re.search(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", str(cause))
     if full_key and converted:
-        return f"{full_key}={converted.group(1)!r}: must be {converted.group(2).lower()}"
+        within = range_at(full_key)  # `boost.rho=0.7x`: what a number there must be, too
+        return f"{full_key}={converted.group(1)!r}: must be {converted.group(2).lower()}" + (
+            f" {within}" if within else ""
+        )
     enum = re.search(r"Invalid value '(.*)', expected one of \[(.*)\]", str(cause))
     if full_key and enum:
         return f"{full_key}={enum.group(1)!r}: allowed: {enum.group(2)}"

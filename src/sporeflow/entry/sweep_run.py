@@ -64,6 +64,7 @@ from sporeflow.core.names import (
 )
 from sporeflow.core.processes import this_process
 from sporeflow.core.signals import Interrupted, raise_if_received
+from sporeflow.entry.sweep_check import SweepRefused, check_sweep, left_behind
 from sporeflow.entry.sweep_jobs import (
     job_outcome,
     read_outcomes,
@@ -129,6 +130,7 @@ class SweepRun(Callback):
         )
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        refuse_unless_whole(config)
         if not config.tracking.enabled or not self._sweeper_accepts(config):
             return
         self.launch_dir = Path(config.hydra.runtime.cwd or Path.cwd())
@@ -410,9 +412,23 @@ def _on_a_cluster(config: DictConfig) -> bool:
     return "slurm" in str(config.hydra.launcher.get("_target_", ""))
 
 
+def refuse_unless_whole(config: DictConfig) -> None:
+    """The whole sweep checked before anything of it exists (entry.sweep_check); a refusal
+    raised past Hydra's callback runner (SweepRefused: `end_unfinished` raises its ConfigError)."""
+    try:
+        check_sweep(config)
+    except ConfigError as ex:
+        left_behind(config)
+        raise SweepRefused(ex) from None
+
+
 def end_unfinished(error: BaseException | None) -> None:
     """End every sweep of this process that Hydra did not end (a job raised, or Ctrl-C); exit 1
-    after a sweep that ended without every job's records (its line is said)."""
+    after a sweep that ended without every job's records (its line is said). A sweep refused
+    before its start (SweepRefused) raises the ConfigError it carries: the entry's exit 2 and
+    its one line (run_cli), the Python API's ConfigError."""
+    if isinstance(error, SweepRefused):
+        raise error.error from None
     for sweep in list(_ACTIVE):
         sweep.end(error)
     if _UNDECIDED and error is None:

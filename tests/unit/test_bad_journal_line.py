@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from sporeflow.entry.cli import main as cli_main
@@ -43,14 +44,19 @@ print(journal.path)
 """
 
 
-def unsent_journal_with_a_bad_line(root: Path, bad: bytes = b"not json") -> Path:
-    """A 25-record journal its (finished) process left unsent, its record seq 12 (line 13)
-    replaced by `bad` (`%d`: the seq), as a stray `echo` or a disk error would leave it."""
+def unsent_journal(root: Path) -> Path:
+    """A 25-record journal in `root`/run that its (finished) process left unsent."""
     child = subprocess.run(
         [sys.executable, "-c", WRITE_A_JOURNAL, str(root)], capture_output=True, text=True
     )
     assert child.returncode == 0, child.stderr
-    journal = Path(child.stdout.strip())
+    return Path(child.stdout.strip())
+
+
+def unsent_journal_with_a_bad_line(root: Path, bad: bytes = b"not json") -> Path:
+    """A 25-record journal its (finished) process left unsent, its record seq 12 (line 13)
+    replaced by `bad` (`%d`: the seq), as a stray `echo` or a disk error would leave it."""
+    journal = unsent_journal(root)
     lines = journal.read_bytes().split(b"\n")
     assert len(lines) == 1 + RECORDS + 1 and b'"seq":%d,' % BAD_SEQ in lines[BAD_LINE - 1]
     lines[BAD_LINE - 1] = bad % BAD_SEQ if b"%d" in bad else bad
@@ -193,3 +199,46 @@ def test_a_bad_line_appended_to_a_running_job_s_journal_costs_that_line_only(tmp
         if "set aside in" in line
     ]
     assert len(said) == 1 and f"{tracker.journal}: line 8 " in said[0] and str(aside) in said[0]
+
+
+@pytest.mark.parametrize(
+    ("line_1", "why"),
+    [
+        (b"not json", "not JSON"),
+        (b'{"seq":0,"op":"metrics","run":"x","t":1,"points":[]}', "JSON, but not a header"),
+    ],
+)
+def test_a_journal_without_its_header_is_named_and_every_other_journal_synced(
+    tmp_path, capsys, line_1, why
+):
+    """issue 77 item 5: one journal's line 1 unreadable made `sporeflow sync` print a
+    ValueError traceback (exit 1) and send nothing of the other journals. Now that journal is
+    named in one line (which file, why, its records unsent, where they stay) and the others
+    are applied; exit 1 as records are left."""
+    good = unsent_journal(tmp_path)
+    bad = unsent_journal(tmp_path)  # another process: a journal of its own
+    assert good != bad
+    lines = bad.read_bytes().split(b"\n")
+    bad.write_bytes(b"\n".join([line_1, *lines[1:]]))
+    kept = bad.read_bytes()
+    empty = bad.with_name("00000000-000000-1.jsonl")  # a journal a process was starting
+    empty.touch()
+    code = cli_main(["sync", str(tmp_path / "run")])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 1, out
+    where = {Path(line.split(":", 1)[0]).name: line for line in out}
+    assert where.keys() == {good.name, bad.name, empty.name}, out
+    assert where[good.name].endswith(f": sent {RECORDS} records, 0 left")
+    said = where[bad.name]
+    assert said.startswith(f"{bad.relative_to(tmp_path / 'run')}: not sent: its line 1 is {why}")
+    assert f"its {RECORDS} records cannot be sent" in said and f"stay as they are in {bad}" in said
+    assert "its 0 records cannot be sent" in where[empty.name]
+    assert "missing (empty file)" in where[empty.name]
+    assert bad.read_bytes() == kept and not sibling(bad, ASIDE).exists()  # left as it was
+    status, steps = steps_stored(f"sqlite:///{tmp_path}/mlflow.db")  # the good journal's run
+    assert status == "FINISHED" and steps == list(range(1, 23))
+
+    empty.unlink()  # only the bad journal is left unsent: still exit 1; with it gone, 0
+    assert cli_main(["sync", str(tmp_path / "run")]) == 1
+    bad.unlink()
+    assert cli_main(["sync", str(tmp_path / "run")]) == 0

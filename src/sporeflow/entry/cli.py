@@ -374,6 +374,10 @@ def sync(args: argparse.Namespace) -> int:
         if done.busy:
             print(f"{where}: its writer is still running ({done.left} records to go); left to it")
             continue
+        if done.no_header:
+            print(_no_header_line(where, done))
+            code = 1 if done.left else code
+            continue
         ended = (
             f"; ended {len(done.ended)} runs KILLED (their process is gone)" if done.ended else ""
         )
@@ -383,6 +387,16 @@ def sync(args: argparse.Namespace) -> int:
             code = 1
         print(line)
     return code
+
+
+def _no_header_line(where: Path, done: Any) -> str:
+    """`sync`'s line for a journal whose line 1 is not its header: none of its records can
+    be sent (the header names their store, experiment and owner); it stays as it is."""
+    return (
+        f"{where}: not sent: its line 1 is {done.no_header}, not the header naming the store "
+        f"its records go to, so its {done.left} records cannot be sent; they stay as they are in "
+        f"{done.journal} (sync sends them once line 1 is its header again)"
+    )
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:

@@ -284,16 +284,29 @@ def set_aside(journal: Path, number: int, line: str | bytes, why: str) -> None:
         )
 
 
+class NoHeader(ValueError):
+    """A journal whose line 1 is not its header: none of its records can be applied (the
+    header names their store, experiment and owner), so it is refused whole, never set aside.
+    `why` says what line 1 is instead."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"{path} is not a sporeflow tracking journal: its line 1 is {why}")
+        self.path, self.why = Path(path), why
+
+
 def header_of(path: Path) -> dict:
-    """The journal's header (its first line only: a sweep's writer reads every job's)."""
+    """The journal's header (its first line only: a sweep's writer reads every job's);
+    NoHeader when line 1 is not one."""
     with open(path, "rb") as f:
         line = f.readline()
+    if not line.endswith(b"\n"):
+        raise NoHeader(path, "unfinished (no end of line)" if line else "missing (empty file)")
     try:
-        first = json.loads(line) if line.endswith(b"\n") else None
+        first = json.loads(line)
     except (ValueError, RecursionError):
-        first = None  # no journal can be applied without its header: said below, not set aside
+        raise NoHeader(path, "not JSON") from None
     if not isinstance(first, dict) or first.get("op") != Op.header:
-        raise ValueError(f"{path} is not a sporeflow tracking journal (no header line)")
+        raise NoHeader(path, 'JSON, but not a header record ({"seq": 0, "op": "header", ...})')
     return first
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sporeflow.core.processes import is_alive
 from sporeflow.tracking.apply import Applier, NotYet
-from sporeflow.tracking.journal import journals_under, read_records, sibling
+from sporeflow.tracking.journal import NoHeader, journals_under, read_records, sibling
 from sporeflow.tracking.shared_writer import alive as shared_alive
 from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.writer import gone_reason, owner_alive
@@ -37,6 +37,7 @@ class Synced:
     busy: bool = False  # its own writer (or owner) is alive: left alone
     error: str = ""
     waits: bool = False  # it names a run another journal under the same root creates
+    no_header: str = ""  # what its line 1 is instead of the header: none of it can be sent
 
 
 WRITERS = ("sporeflow.tracking.writer", "sporeflow.tracking.sweep_writer")  # their -m names
@@ -58,8 +59,13 @@ def writer_alive(journal: Path) -> bool:
 
 
 def sync_journal(journal: Path, owners_done: bool = False) -> Synced:
-    """Apply one journal unless a writer or its owner is on it (the module docstring)."""
-    applier = Applier(journal)
+    """Apply one journal unless a writer or its owner is on it (the module docstring). One
+    whose line 1 is not its header is left as it is, its records counted as left: the header
+    names their store and owner (the other journals are applied all the same)."""
+    try:
+        applier = Applier(journal)
+    except NoHeader as ex:
+        return Synced(journal, left=lines_after_header(journal), no_header=ex.why)
     result = Synced(journal)
     followed = writer_alive(journal) or shared_alive(applier.header.get("writer", "own"))
     writing = owner_alive(applier.header) and not (owners_done and applier.owner_closed())
@@ -78,6 +84,14 @@ def sync_journal(journal: Path, owners_done: bool = False) -> Synced:
     result.sent = sum(r["seq"] <= applier.state.seq for r in read_records(journal, before))
     result.left = len(applier.pending())
     return result
+
+
+def lines_after_header(journal: Path) -> int:
+    """The whole, non-empty lines after line 1: the records of a journal whose header cannot
+    be read (counted, not parsed: a line is set aside only when its journal is applied)."""
+    with open(journal, "rb") as f:
+        f.readline()
+        return sum(1 for line in f if line.endswith(b"\n") and line.strip())
 
 
 def _owner(header: dict) -> dict:

@@ -301,7 +301,6 @@ def describe(value: Any, tree: frozenset[int] = frozenset(), depth: int = 0) -> 
 
 MAX_DEPTH = 12  # nesting of containers and functions a description follows
 _PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, range, type(...)})
-_ARRAY_KINDS = frozenset("biufcSUVmM?")  # numpy dtype kinds whose bytes are their value (no "O")
 
 
 def _qualified(kind: type) -> str:
@@ -322,7 +321,7 @@ def _numpy(value: np.ndarray | np.generic, tree, depth) -> tuple:
 
 def _array(data: np.ndarray) -> tuple:
     """dtype, shape and a digest of the bytes (Unshared for an array of Python objects)."""
-    if data.dtype.kind not in _ARRAY_KINDS:
+    if data.dtype.hasobject:  # its bytes are addresses
         raise Unshared(f"a numpy array of dtype {data.dtype}")
     data = np.ascontiguousarray(data)
     return (

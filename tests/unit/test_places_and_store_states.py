@@ -109,25 +109,39 @@ def test_resume_of_a_deleted_run_is_refused_naming_the_restore(tmp_path):
     assert not (tmp_path / "again").exists()
 
 
+def left_behind(owner_dir, uri: str, records) -> None:
+    """A journal in `owner_dir` holding `records` (op, fields), left by a process that is gone."""
+    from sporeflow.core.processes import this_process
+    from sporeflow.tracking.journal import Journal
+
+    owner = {**this_process(), "started": 0.0}  # a process that is gone
+    header = {"uri": uri, "experiment": "sporeflow", "artifact_root": None, "owner": owner}
+    journal = Journal.create(owner_dir, {**header, "drain_timeout": 1, "writer": "own"})
+    for op, fields in records:
+        journal.append(op, **fields)
+    journal.close()
+
+
 def test_sync_of_a_deleted_run_names_the_restore_and_sends_after_it(tmp_path):
     """Records of a deleted run (a journal its owner left: a resume journalled before the run
     was deleted): `sporeflow sync` said "is not in the store yet (another journal creates
     it)"; now the same line as resume=, and once restored it sends them all."""
     from mlflow.tracking import MlflowClient
 
-    from sporeflow.core.processes import this_process
     from sporeflow.storage.run_marker import read_run_marker
-    from sporeflow.tracking.journal import Journal, Op
+    from sporeflow.tracking.journal import Op
 
     run_id, uri = _deleted_run(tmp_path)
     key = read_run_marker(tmp_path / "run")["mlflow_run_id"]
-    owner = {**this_process(), "started": 0.0}  # a process that is gone
-    header = {"uri": uri, "experiment": "sporeflow", "artifact_root": None, "owner": owner}
-    journal = Journal.create(tmp_path / "left", {**header, "drain_timeout": 1, "writer": "own"})
-    journal.append(Op.resume, run=key, process=owner)
-    journal.append(Op.metrics, run=key, points=[["late/acc", 0.5, 1, 7]])
-    journal.append(Op.end, run=key, status="FINISHED")
-    journal.close()
+    left_behind(
+        tmp_path / "left",
+        uri,
+        [
+            (Op.resume, {"run": key, "process": {}}),
+            (Op.metrics, {"run": key, "points": [["late/acc", 0.5, 1, 7]]}),
+            (Op.end, {"run": key, "status": "FINISHED"}),
+        ],
+    )
 
     done = sporeflow_here(tmp_path, "sync", str(tmp_path / "left"))
     assert done.returncode == 1, done.stderr
@@ -142,3 +156,38 @@ def test_sync_of_a_deleted_run_names_the_restore_and_sends_after_it(tmp_path):
     assert done.returncode == 0 and "sent 3 records, 0 left" in done.stdout, done.stdout
     history = MlflowClient(tracking_uri=uri).get_metric_history(run_id, "late/acc")
     assert [(m.step, m.value) for m in history] == [(7, 0.5)]
+
+
+def test_sync_into_a_deleted_experiment_names_the_restore_and_sends_after_it(tmp_path):
+    """Records journalled before their experiment was deleted: `sync` had the store refuse the
+    run's creation (counted, never sent again) and then waited for the run "another journal
+    creates"; now every record waits, one line names the restore, and after it all are sent."""
+    from mlflow.tracking import MlflowClient
+
+    from sporeflow.tracking.journal import Op, new_run_key
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("sporeflow")
+    client.delete_experiment(experiment_id)
+    key = new_run_key()
+    left_behind(
+        tmp_path / "left",
+        uri,
+        [
+            (Op.create_run, {"run": key, "name": "late", "tags": {}}),
+            (Op.metrics, {"run": key, "points": [["late/acc", 0.5, 1, 7]]}),
+        ],
+    )
+    done = sporeflow_here(tmp_path, "sync", str(tmp_path / "left"))
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stdout.rstrip("\n").split("\n")
+    assert "sent 0 records, 2 left" in line, line
+    assert f"experiment {experiment_id} was deleted in the MLflow store {uri}" in line
+    assert f"mlflow experiments restore --experiment-id {experiment_id})" in line
+
+    client.restore_experiment(experiment_id)
+    done = sporeflow_here(tmp_path, "sync", str(tmp_path / "left"))
+    assert done.returncode == 0 and "sent 2 records, 0 left" in done.stdout, done.stdout
+    (run,) = client.search_runs([experiment_id])
+    assert run.data.metrics == {"late/acc": 0.5}

@@ -208,11 +208,17 @@ def experiment_refusal(uri: str, name: str) -> str | None:
     found = _experiment_state(uri, name)
     if found is None or found[1] != "deleted":
         return None
-    experiment_id = found[0]
+    return f"{deleted_experiment_line(uri, found[0])} or choose another tracking.experiment_name"
+
+
+def deleted_experiment_line(uri: str, experiment_id: str) -> str:
+    """What a deleted experiment says wherever it stops a command (a job before work, the
+    writer, `sporeflow sync`: records journalled before it was deleted wait for its restore,
+    not refused one by one)."""
     return (
         f"experiment {experiment_id} was deleted in the MLflow store {redacted(uri)}; "
         f"restore it (MLFLOW_TRACKING_URI={redacted(uri)} mlflow experiments restore "
-        f"--experiment-id {experiment_id}) or choose another tracking.experiment_name"
+        f"--experiment-id {experiment_id})"
     )
 
 
@@ -465,21 +471,21 @@ class Store:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
 
-        def open_store() -> tuple[Any, str | None]:
+        def open_store() -> tuple[Any, str | None, str]:
+            """(client, experiment id, its lifecycle stage)."""
             from mlflow.tracking import MlflowClient
 
             client = MlflowClient(tracking_uri=self.uri)
             found = client.get_experiment_by_name(self.experiment_name)
             if found is not None:
-                return client, found.experiment_id
+                return client, found.experiment_id, found.lifecycle_stage
             if not create:
-                return client, None
+                return client, None, ""
             location = None
             if self.artifact_root is not None:
                 location = (self.artifact_root / self.experiment_name).as_uri()
-            return client, client.create_experiment(
-                self.experiment_name, artifact_location=location
-            )
+            made = client.create_experiment(self.experiment_name, artifact_location=location)
+            return client, made, "active"
 
         for chatty in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow tables..."
             logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -487,7 +493,9 @@ class Store:
         with store_lock(self.uri):
             if db is not None and not db.exists():
                 self.call("create the store", partial(create_sqlite_store, db))
-            client, experiment_id = self.call("connect", open_store)
+            client, experiment_id, stage = self.call("connect", open_store)
+        if create and stage == "deleted":  # a write: MLflow refuses runs in it, every one
+            raise StoreError(deleted_experiment_line(self.uri, str(experiment_id)))
         if experiment_id is None:
             return False
         self._client, self.experiment_id = client, experiment_id

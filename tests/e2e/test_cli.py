@@ -186,3 +186,60 @@ def test_ui_serves_the_store_and_sigterm_stops_every_process_it_started(tmp_path
     finally:
         if ui.poll() is None:
             ui.kill()
+
+
+def test_ui_on_a_tracking_server_links_into_it_and_starts_no_server(tmp_path):
+    """issue 77 item 5: `sporeflow ui --uri http://...` started `mlflow server` over the http
+    store, which cannot hold one (a traceback: "unsupported URI ... for model registry data
+    storage", exit 1). A tracking server serves its own UI: the links open it, nothing is
+    started; with it stopped, one line within seconds (MLflow's client retried for minutes)."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from helpers.servers import free_port, stop, wait_until_healthy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(Path(SPOREFLOW).parent / "mlflow"), "server", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--workers", "1"]
+        + ["--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+        env=user_env({"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until_healthy(url, server)
+        experiment = MlflowClient(url).create_experiment("sporeflow")
+        ui = subprocess.run(
+            [SPOREFLOW, "ui", "--uri", url, "--port", str(free_port())],
+            cwd=tmp_path,
+            env=user_env({"MLFLOW_TRACKING_URI": ""}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ui.returncode == 0, ui.stderr[-3000:]
+        assert ui.stdout.split() == [
+            "experiment",
+            f"{url}/#/experiments/{experiment}/runs?workflowType=machine_learning",
+        ], ui.stdout
+        assert "Traceback" not in ui.stderr, ui.stderr[-3000:]
+    finally:
+        stop(server)
+    start = time.monotonic()
+    gone = subprocess.run(
+        [SPOREFLOW, "ui", "--uri", url],
+        cwd=tmp_path,
+        env=user_env({"MLFLOW_TRACKING_URI": ""}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    took = time.monotonic() - start
+    assert gone.returncode == 2 and not gone.stdout, gone.stdout
+    (line,) = gone.stderr.strip().splitlines()
+    assert line.startswith(f"--uri={url}: the tracking server does not answer"), line
+    assert took < 30, took

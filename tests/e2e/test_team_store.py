@@ -265,6 +265,42 @@ def test_a_server_beyond_loopback_or_a_password_on_its_command_line_is_refused(p
         assert why in line and "team-secret" not in line, line
 
 
+def test_ui_reads_a_database_password_as_the_server_does_and_never_shows_it(postgres, tmp_path):
+    """issue 77 item 5: `sporeflow ui --uri postgresql://user:password@...` took the password
+    from its command line (`ps` shows it) where `sporeflow server --db` refuses it. Now it is
+    refused in one line, and taken from PGPASSWORD (or the whole URI in MLFLOW_TRACKING_URI),
+    as the server takes it: the links are printed and no line shows the password; a wrong one
+    is one line within seconds."""
+    uri = postgres.new_database("ui_login")
+    experiment = MlflowClient(uri).create_experiment("sporeflow")
+    link = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
+    plain = {**user_env(), "MLFLOW_TRACKING_URI": ""}
+    without = uri.replace(f":{DB_PASSWORD}@", "@")
+    wrong = uri.replace(DB_PASSWORD, "not-the-password")
+    for argv, env, code, said in (
+        (["--uri", uri], plain, 2, "a password on the command line"),
+        (["--uri", without], {**plain, "PGPASSWORD": DB_PASSWORD}, 0, "dashboard:"),
+        ([], {**plain, "MLFLOW_TRACKING_URI": uri}, 0, "dashboard:"),
+        ([], {**plain, "MLFLOW_TRACKING_URI": wrong}, 2, "password authentication failed"),
+    ):
+        start = time.monotonic()
+        proc = subprocess.run(
+            [SPORECLI, "ui", "--links-only", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        took = time.monotonic() - start
+        assert proc.returncode == code, proc.stderr[-2000:]
+        assert proc.stdout.split() == (["experiment", link] if code == 0 else []), proc.stdout
+        (line,) = proc.stderr.strip().splitlines()
+        assert said in line, line
+        assert DB_PASSWORD not in proc.stderr and "not-the-password" not in proc.stderr, line
+        assert took < 60, (argv, took)
+
+
 @pytest.mark.slow
 def test_eight_concurrent_jobs_against_the_server_lose_nothing(team_server, tmp_path):
     """8 joblib jobs at once: every run FINISHED, each with the same param keys and every

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.machine import unavailable
-from helpers.train import run_train
+from helpers.train import multirun, run_train
 from sporeflow.launch.msrun import override
 
 pytestmark = pytest.mark.e2e
@@ -51,16 +51,22 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     return line
 
 
-def test_a_read_only_launch_folder_is_one_line_naming_it(tmp_path):
-    """Hydra makes outputs/ in the launch folder before sporeflow runs: a read-only one gave a
-    47-line traceback ending `OSError: [Errno 30] Read-only file system: 'outputs'`."""
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_a_read_only_launch_folder_is_one_line_naming_it(tmp_path, sweep):
+    """Hydra makes outputs/ (multirun/) in the launch folder before sporeflow runs: a read-only
+    one gave a 47-line traceback ending `OSError: [Errno 30] Read-only file system: 'outputs'`
+    (a sweep: Hydra's warning about the sweep's callback first)."""
     with tmpfs(tmp_path / "launch", read_only=True) as launch:
-        line = one_line(run_train(QUICK, launch, run_dir=None))
+        if sweep:
+            done = multirun(launch, "model=mlp", "model.hidden=8", "epochs=1,2")
+        else:
+            done = run_train(QUICK, launch, run_dir=None)
+        key, folder = ("hydra.sweep.dir", "multirun") if sweep else ("hydra.run.dir", "outputs")
+        line = one_line(done)
         assert line.startswith(
-            f"Config error: hydra.run.dir: cannot write {launch / 'outputs'} (Read-only file "
-            "system)"
+            f"Config error: {key}: cannot write {launch / folder} (Read-only file system)"
         ), line
-        assert "give hydra.run.dir=<a writable folder>" in line
+        assert f"give {key}=<a writable folder>" in line
 
 
 @pytest.mark.parametrize("chosen", ["tracking.uri", "MLFLOW_TRACKING_URI", "default"])

@@ -35,6 +35,7 @@ from sporeflow.job.job_result import JobResult
 from sporeflow.job.plan import JobPlan, plan_job
 from sporeflow.launch import msrun, slurm
 from sporeflow.runtime import cpu_isa, mindspore_log
+from sporeflow.storage.files import unwritable
 from sporeflow.storage.run_marker import read_run_marker, resume_off
 from sporeflow.storage.rundir import CLAIM_FILE, claim_run_dir
 
@@ -354,13 +355,31 @@ def hydra_folder_refusal(ex: OSError, multirun: bool) -> ConfigError | None:
     ours = {"run_cli", "_run_ending_sweeps"}
     if any(Path(f.filename).resolve().is_relative_to(here) and f.name not in ours for f in frames):
         return None
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     where = Path(ex.filename).absolute() if ex.filename else Path.cwd()
+    return _unwritable_folder(
+        "hydra.sweep.dir" if multirun else "hydra.run.dir", where, ex.strerror
+    )
+
+
+def _unwritable_folder(key: str, where: Path, why: str) -> ConfigError:
     return ConfigError(
-        f"{key}: cannot write {where} ({ex.strerror}): Hydra makes the run's folder there "
+        f"{key}: cannot write {where} ({why}): Hydra makes the run's folder there "
         f"(by default under the launch folder {Path.cwd()}); launch from a folder you can "
         f"write, or give {key}=<a writable folder>"
     )
+
+
+def refuse_unwritable_sweep_folder(args: list[str]) -> None:
+    """A sweep folder that cannot be written (hydra.sweep.dir as typed, else conf/train.yaml's
+    `multirun/` under the launch folder), refused before Hydra: the sweep's callback fails
+    first there, and Hydra prints its warning about that before its own OSError."""
+    given = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("hydra.sweep.dir=")]
+    if given and "${" in given[-1]:
+        return  # an interpolation: Hydra's to resolve (and the OSError it meets is caught)
+    folder = Path.cwd() / (Path(given[-1].strip("'\"")).expanduser() if given else "multirun")
+    problem = unwritable(folder)
+    if problem:
+        raise _unwritable_folder("hydra.sweep.dir", folder, problem)
 
 
 def run_cli(hydra_main: Callable[[], object]) -> None:
@@ -376,6 +395,7 @@ def run_cli(hydra_main: Callable[[], object]) -> None:
     try:
         if multirun:
             refuse_resume_in_sweep(sys.argv[1:])
+            refuse_unwritable_sweep_folder(sys.argv[1:])
         _run_ending_sweeps(hydra_main)
     except signals.Interrupted as ex:
         _interrupted(ex, multirun)

@@ -5,9 +5,16 @@ later process loads is tests/e2e/test_compile_cache_across_processes.py."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
+import logging
+import os
+import stat
 import sys
+import threading
+import time
+import tracemalloc
 
 import mindspore as ms
 import numpy as np
@@ -117,14 +124,13 @@ def test_a_damaged_or_foreign_entry_is_compiled_again(tmp_path):
     assert _stored(later)["c"] == b"graph c"
 
     meta = slot.store / "c" / compile_cache.ENTRY  # a file name that is a path
+    recorded = json.loads(meta.read_text())
     meta.write_text(
         json.dumps(
             {
                 "graph": "c",
-                "files": {
-                    f"../../x_{name}": digest
-                    for name, digest in json.loads(meta.read_text())["files"].items()
-                },
+                "files": {f"../../x_{name}": digest for name, digest in recorded["files"].items()},
+                "sizes": {f"../../x_{name}": size for name, size in recorded["sizes"].items()},
             }
         )
     )
@@ -174,6 +180,166 @@ def test_a_process_that_stores_a_graph_another_stored_meanwhile_keeps_the_first(
     compile_cache._after(two, 0, "a")
     assert _stored(one) == {"a": b"graph a"}
     assert [p.name for p in one.store.iterdir() if p.name.startswith(".")] == []
+
+
+def _data_file(slot: compile_cache.Slot, graph: str):
+    """The one graph file of `graph`'s store entry (named by its SHA-256)."""
+    (found,) = (p for p in (slot.store / graph).iterdir() if p.name != compile_cache.ENTRY)
+    return found
+
+
+def _compiled_in_time(slot: compile_cache.Slot, graph: str, data: bytes, fifo) -> bytes | None:
+    """`_compiled`, failing when it still waits after 10 s (then a writer opens `fifo` and
+    leaves, so the waiting read ends and the test process is not left with it)."""
+    done: dict[str, bytes | None] = {}
+    worker = threading.Thread(target=lambda: done.update(loaded=_compiled(slot, graph, data)))
+    worker.daemon = True
+    worker.start()
+    worker.join(10)
+    try:
+        assert not worker.is_alive(), "the compile waits for a writer of a FIFO in the store"
+    finally:
+        if worker.is_alive():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(10)
+    return done["loaded"]
+
+
+def test_an_entry_file_that_is_a_fifo_is_compiled_again_without_waiting(tmp_path, caplog):
+    """A FIFO where an entry's graph file was: reading it waited for a writer forever (the job
+    hung with no line); it is no regular file, so the entry is foreign: deleted, the graph
+    compiled and stored again, said at info level."""
+    slot = _slot(tmp_path)
+    _compiled(slot, "a", b"graph a")
+    fifo = _data_file(slot, "a")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    later = _slot(tmp_path, "slot-1")
+    with caplog.at_level(logging.INFO, logger=compile_cache.__name__):
+        assert _compiled_in_time(later, "a", b"graph a", fifo) is None
+    assert f"entry a is {fifo.name} is not a regular file; compiling the graph again" in caplog.text
+    assert _stored(later) == {"a": b"graph a"}
+    assert stat.S_ISREG(_data_file(later, "a").lstat().st_mode)
+
+
+def test_an_entry_file_that_links_out_of_the_cache_is_not_followed(tmp_path):
+    """A link in an entry, even to a file with the recorded bytes, is not the cache's file."""
+    slot = _slot(tmp_path / "cache")
+    _compiled(slot, "a", b"graph a")
+    outside = tmp_path / "elsewhere"
+    outside.write_bytes(b"graph a")
+    link = _data_file(slot, "a")
+    link.unlink()
+    link.symlink_to(outside)
+    later = _slot(tmp_path / "cache", "slot-1")
+    assert _compiled(later, "a", b"graph a") is None  # compiled again, not loaded
+    assert not _data_file(later, "a").is_symlink() and outside.read_bytes() == b"graph a"
+
+
+@contextlib.contextmanager
+def _peak():
+    """The most memory Python allocated in the block (a list that holds it after the block)."""
+    found: list[int] = []
+    tracemalloc.start()
+    try:
+        yield found
+        found.append(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("recorded", ["the size stored", "the size found"])
+def test_an_oversized_entry_file_is_refused_before_it_is_read(tmp_path, recorded):
+    """A graph file grown to 3 GB (sparse: no disk taken) was read whole before its digest was
+    checked (peak RSS 3.7 GB); its size is checked against the entry's record and
+    MAX_FILE_BYTES first, and nothing of it is read."""
+    slot = _slot(tmp_path)
+    _compiled(slot, "a", b"graph a")
+    with _data_file(slot, "a").open("r+b") as grown:
+        grown.truncate(3 * 2**30)
+    if recorded == "the size found":  # an entry.json that records the 3 GB too
+        meta = slot.store / "a" / compile_cache.ENTRY
+        written = json.loads(meta.read_text())
+        written["sizes"] = dict.fromkeys(written["files"], 3 * 2**30)
+        meta.write_text(json.dumps(written))
+    later = _slot(tmp_path, "slot-1")
+    with _peak() as peak:
+        assert _compiled(later, "a", b"graph a") is None
+    assert peak[0] < 4 * 2**20, f"{peak[0]} bytes allocated to check an entry"
+    assert _stored(later) == {"a": b"graph a"}
+
+
+def test_a_large_entry_is_stored_and_loaded_in_bounded_memory(tmp_path):
+    """A 48 MB graph file is copied and hashed in CHUNKs, into the store and out of it: it was
+    read whole each way."""
+    data = np.random.default_rng(0).bytes(48 * 2**20)
+    slot, later = _slot(tmp_path), _slot(tmp_path, "slot-1")
+    compile_cache._before(slot, 0, "a")
+    (slot.graphs / "compile_cache_0.mindir").write_bytes(data)  # what MindSpore compiled
+    with _peak() as stored:
+        compile_cache._after(slot, 0, "a")
+    with _peak() as loaded:
+        compile_cache._before(later, 0, "a")
+    assert (later.graphs / "compile_cache_0.mindir").read_bytes() == data
+    assert max(stored + loaded) < 4 * 2**20, f"{stored + loaded} bytes: a whole copy was read"
+
+
+def _leftover(store, name: str, age: float, size: int = 5000):
+    """A folder of `size` bytes in `store`, left alone for `age` seconds."""
+    folder = store / name
+    folder.mkdir()
+    (folder / ("0" * 64)).write_bytes(b"x" * size)
+    os.utime(folder, (time.time() - age, time.time() - age))
+    return folder
+
+
+def test_leftovers_count_against_the_bound_and_go_once_nobody_holds_them(tmp_path):
+    """What a killed job left of an entry it was storing (`.partial-*`) or deleting
+    (`.deleted-*`) was neither counted against runtime.compile_cache_max_gb nor removed: it
+    counts, and goes once no process holds it (a process holds one while it writes or deletes
+    it) and it has been left alone for a minute (one just made may not be held yet)."""
+    slot = _slot(tmp_path)
+    _compiled(slot, "a", b"a" * 1000)
+    entry_bytes = sum(p.stat().st_size for p in (slot.store / "a").iterdir())
+    dead = [
+        _leftover(slot.store, ".partial-x1y2", age=7200),
+        _leftover(slot.store, f".deleted-b-{os.getpid()}-1", age=120),
+    ]
+    fresh = _leftover(slot.store, ".partial-just-made", age=0)
+    held = _leftover(slot.store, ".deleted-c-1-2", age=7200)
+    lock = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        compile_cache._bound(tmp_path, entry_bytes + 2 * 5000)  # a, fresh and held: it fits
+        assert [p.exists() for p in dead] == [False, False]
+        assert fresh.exists() and held.exists() and sorted(_stored(slot)) == ["a"]
+        compile_cache._bound(tmp_path, entry_bytes + 2 * 5000 - 1)  # the leftovers count
+        assert _stored(slot) == {} and fresh.exists() and held.exists()
+    finally:
+        os.close(lock)
+    compile_cache._bound(tmp_path, 10**9)  # no longer held
+    assert not held.exists() and fresh.exists()
+    assert sorted(p.name for p in slot.store.iterdir()) == [".partial-just-made"]
+
+
+def test_a_store_in_progress_is_held_until_its_entry_is_in_place(tmp_path, monkeypatch):
+    """A job storing an entry holds its `.partial-*` folder: another job pruning meanwhile
+    counts it and leaves it, however long the store takes."""
+    slot = _slot(tmp_path)
+    seen: list[bool] = []
+    copied = compile_cache._copied
+
+    def slow_copy(source, out, size):
+        (partial,) = slot.store.glob(".partial-*")
+        os.utime(partial, (1e9, 1e9))  # as if left alone for years
+        compile_cache._bound(tmp_path, 10**9)
+        seen.append(partial.exists())
+        return copied(source, out, size)
+
+    monkeypatch.setattr(compile_cache, "_copied", slow_copy)
+    _compiled(slot, "a", b"graph a")
+    monkeypatch.undo()
+    assert seen == [True] and _stored(slot) == {"a": b"graph a"}
 
 
 def test_a_cached_compile_leaves_the_processes_streams_alone(tmp_path, monkeypatch):

@@ -11,12 +11,15 @@ dtypes; the phase kind, jit config and parallel context), and
 
 - after MindSpore compiled and wrote a graph, its files are stored under the description's
   digest in the folder's content store (`graphs/<digest>/`: the files named by their SHA-256,
-  and `entry.json` with the description digest and each file's name pattern and SHA-256);
-- before a compile, when the store holds an entry for this description, its files are read,
-  checked against their SHA-256 and the entry's description, and written at the names MindSpore
+  and `entry.json` with the description digest and each file's name pattern, SHA-256 and size);
+- before a compile, when the store holds an entry for this description, its files are copied,
+  checked against the entry's description, their sizes and SHA-256, to the names MindSpore
   looks for at this process's next compile index: a graph any earlier job compiled loads, in
   whatever order and slot. A damaged or foreign entry is deleted from the store, and the graph
-  compiled and stored again.
+  compiled and stored again. The cache reads only what it may: a regular file (never a link,
+  a FIFO whose read would wait forever, a device), only when it has the size its entry
+  recorded (at most MAX_FILE_BYTES; an entry without sizes is foreign), in CHUNKs whatever its
+  size.
 
 MindSpore stops reading its cache for the rest of a process at the first index whose file is
 missing (a flag it keeps per process; a missing dependency-hash file does the same), but not at
@@ -31,6 +34,9 @@ value that graph_pool.describe cannot describe by value: never reduced to its ty
 weights and constants exceed MAX_ENTRY_BYTES (MindSpore writes them into the entry), is compiled
 with the cache off. The store is bounded (`runtime.compile_cache_max_gb`): after each stored
 entry, the least recently used entries of the whole cache root are deleted until it fits.
+What a killed process leaves of an entry it was storing (`.partial-*`) or deleting
+(`.deleted-*`) counts against the bound, and is removed once no process holds its lock (each
+is flock-ed while in use) and it has been left alone for LEFTOVER_IDLE_S.
 
 The cache folder is `<root>/<mindspore version, device, sporeflow source digest>/`: MindSpore
 fixes a process's folder at its first compile and numbers entries per process, so each process
@@ -53,13 +59,15 @@ import logging
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
@@ -73,9 +81,15 @@ MAX_ENTRY_BYTES = 256 * 2**20  # a graph whose weights and constants are larger 
 KEEP_VERSIONS = 3  # version folders kept in a cache root (the one in use among them)
 SLOTS = 8  # processes that can cache at once in one folder (a sweep's workers, a job's ranks)
 STORE = "graphs"  # the content store in a version folder: <digest>/ per graph
-ENTRY = "entry.json"  # in an entry's folder: the graph's digest, its files' names and SHA-256
+ENTRY = "entry.json"  # in an entry's folder: the graph's digest, its files' names, SHA-256, sizes
 DEPENDENCY_HASH = "compile_dependency.hash"  # MindSpore's hash of the entry script's imports
 DEFAULT_MAX_GB = 10.0  # runtime.compile_cache_max_gb's default
+MAX_FILE_BYTES = 2 * MAX_ENTRY_BYTES  # no file of a kept graph is larger (its weights and graph)
+MAX_SMALL_BYTES = 2**20  # entry.json and compile_dependency.hash: a few hundred bytes each
+CHUNK = 2**20  # what a file is read and hashed by: a memory bound whatever its size
+LEFTOVER_IDLE_S = 60.0  # a leftover nobody holds, unchanged this long, is removed
+LEFTOVER_STALE_S = 3600.0  # and one whose lock cannot be tested, once unchanged this long
+LEFTOVERS = (".partial-", ".deleted-")  # an entry being stored, an entry being deleted
 log = logging.getLogger(__name__)
 
 
@@ -206,8 +220,9 @@ def _prune(root: Path, keep: Path | None) -> None:
 
 
 def _held(lock: Path) -> bool:
-    """Whether a process holds `lock` (an flock test that takes and releases it when free)."""
-    fd = os.open(lock, os.O_RDWR)
+    """Whether a process holds `lock` (a slot's lock file, a leftover folder: an flock test that
+    takes and releases it when free; OSError when it cannot be tested)."""
+    fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -249,7 +264,8 @@ def _source_digest() -> str:
 
 @functools.cache
 def _file_digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """A cell class's source file's SHA-256 (a regular file, read in CHUNKs: `_copied`)."""
+    return _copied(Path(path).resolve(), None, None)[0]
 
 
 def _install() -> None:
@@ -291,7 +307,7 @@ def _recorded(slot: Slot, index: int, graph: str | None) -> None:
     process."""
     try:
         _after(slot, index, graph)
-    except OSError as ex:
+    except (OSError, ValueError) as ex:  # ValueError: a file of the slot `_copied` refuses
         log.warning("compile cache: %s; entry %d not recorded", ex, index)
 
 
@@ -366,15 +382,11 @@ def _before(slot: Slot, index: int, graph: str) -> None:
         path.unlink(missing_ok=True)
     _dependency_hash_in(slot)
     entry = slot.store / graph
-    files = _checked_entry(entry, graph)
-    if files is None:
-        files = {f"compile_cache_{index}.mindir": b""}
-    else:
-        files = {pattern.format(index=index): data for pattern, data in files.items()}
+    if _offered(entry, graph, slot.graphs, index):
         slot.placed[index] = entry
         _touch(entry)
-    for name, data in files.items():
-        _write_atomically(slot.graphs / name, data)
+    else:
+        _write_atomically(slot.graphs / f"compile_cache_{index}.mindir", b"")
     slot.offered[index] = _mtimes(_entry_files(slot.graphs, index))
 
 
@@ -397,71 +409,183 @@ def _after(slot: Slot, index: int, graph: str | None) -> None:
     _bound(slot.root, slot.max_bytes)
 
 
-def _checked_entry(entry: Path, graph: str) -> dict[str, bytes] | None:
-    """The store entry `entry`'s files (name pattern -> bytes) when it was written for `graph`
-    and every file still has its SHA-256; None when there is none, and a damaged or foreign
-    entry is deleted."""
+def _offered(entry: Path, graph: str, graphs: Path, index: int) -> bool:
+    """Copy the store entry `entry`'s files to their names at compile `index` in `graphs` when
+    it was written for `graph` and every file is still the one it recorded (`_copied`: a
+    regular file of its recorded size, then its SHA-256); False when there is none, and a
+    damaged or foreign entry is deleted (said at info level) so the graph is compiled again."""
+    copies: list[tuple[Path, Path]] = []  # (checked copy, the name MindSpore looks for)
     try:
-        meta = json.loads((entry / ENTRY).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        meta = None
-    files: dict[str, bytes] = {}
-    try:
-        if not isinstance(meta, dict) or meta.get("graph") != graph:
-            raise ValueError("foreign")
-        for pattern, digest in dict(meta["files"]).items():
-            if not _NAME.fullmatch(pattern) or not re.fullmatch("[0-9a-f]{64}", str(digest)):
-                raise ValueError("foreign")  # a name that is not MindSpore's, a path
-            data = (entry / digest).read_bytes()
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise ValueError("damaged")
-            files[pattern] = data
-    except FileNotFoundError:  # pruned while being read
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as ex:
+        for pattern, (digest, size) in _entry_meta(entry, graph).items():
+            final = graphs / pattern.format(index=index)
+            copies.append((_checked_copy(entry / digest, final, size, digest), final))
+    except FileNotFoundError:  # none, or pruned while being read
+        _discard(copies)
+        return False
+    except (OSError, ValueError) as ex:
+        _discard(copies)
         log.info("compile cache: entry %s is %s; compiling the graph again", entry.name, ex)
         _delete(entry)
-        return None
-    return files or None
+        return False
+    for copy, final in copies:
+        os.replace(copy, final)
+    return bool(copies)
+
+
+def _discard(copies: list[tuple[Path, Path]]) -> None:
+    for copy, _ in copies:
+        copy.unlink(missing_ok=True)
+
+
+def _entry_meta(entry: Path, graph: str) -> dict[str, tuple[str, int]]:
+    """File name pattern -> (SHA-256, size) that store entry `entry` records, once it is a
+    folder (not a link) written for `graph` naming MindSpore's files (no path) by digest and
+    size (an entry without sizes, an older sporeflow's, is foreign). FileNotFoundError when
+    there is none; ValueError saying what is wrong otherwise."""
+    if not stat.S_ISDIR(os.lstat(entry).st_mode):
+        raise ValueError("not a folder")
+    try:
+        meta = json.loads(_read_small(entry / ENTRY))
+    except FileNotFoundError:
+        raise
+    except ValueError as ex:
+        raise ValueError(f"unreadable ({ex})") from None
+    if not isinstance(meta, dict) or meta.get("graph") != graph:
+        raise ValueError("foreign")
+    files, sizes = meta.get("files"), meta.get("sizes")
+    if not isinstance(files, dict) or not isinstance(sizes, dict):
+        raise ValueError("foreign (no file sizes recorded)")
+    found = {}
+    for pattern, digest in files.items():
+        size = sizes.get(pattern)
+        if not _NAME.fullmatch(pattern) or not re.fullmatch("[0-9a-f]{64}", str(digest)):
+            raise ValueError("foreign")  # a name that is not MindSpore's, a path
+        if type(size) is not int or not 0 <= size <= MAX_FILE_BYTES:
+            raise ValueError(f"foreign (size {size!r} recorded for {pattern})")
+        found[pattern] = (str(digest), size)
+    return found
+
+
+def _checked_copy(source: Path, final: Path, size: int, digest: str) -> Path:
+    """A copy of `source` beside `final`, under a hidden name, once it has `size` bytes and
+    SHA-256 `digest`; ValueError (the copy removed) otherwise."""
+    fd, copy = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if _copied(source, out, size)[0] != digest:
+                raise ValueError("damaged")
+    except BaseException:
+        Path(copy).unlink(missing_ok=True)
+        raise
+    return Path(copy)
+
+
+@contextmanager
+def _opened(path: Path, most: int) -> Iterator[tuple[BinaryIO, int]]:
+    """`path` open for reading, and its size, when it is a regular file of at most `most`
+    bytes: never a link (out of the cache), a FIFO (whose read waits for a writer forever) or
+    a device (that never ends), and never a file larger than the caller can take; ValueError
+    saying which, before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if found.st_size > most:
+            raise ValueError(f"{path.name} has {found.st_size} bytes, more than {most}")
+        yield file, found.st_size
+
+
+def _read_small(path: Path) -> bytes:
+    """A small file of the store (entry.json, MindSpore's dependency hash), read as `_opened`
+    allows, at most MAX_SMALL_BYTES."""
+    with _opened(path, MAX_SMALL_BYTES) as (file, size):
+        return file.read(size)
+
+
+def _copied(source: Path, out: BinaryIO | None, size: int | None) -> tuple[str, int]:
+    """Copy `source` to `out` (None: only read it) in CHUNKs, and return its SHA-256 and size:
+    only a regular file (`_opened`) of `size` bytes (None: any size up to MAX_FILE_BYTES); a
+    file of another size is refused (ValueError) before it is read, and one that changes size
+    while read too. Memory stays at one CHUNK whatever the file."""
+    with _opened(source, MAX_FILE_BYTES if size is None else size) as (file, found):
+        if size is not None and found != size:
+            raise ValueError(f"{source.name} has {found} bytes, {size} recorded")
+        digest, done = hashlib.sha256(), 0
+        while done < found and (chunk := file.read(min(CHUNK, found - done))):
+            digest.update(chunk)
+            if out is not None:
+                out.write(chunk)
+            done += len(chunk)
+        if done != found or file.read(1):
+            raise ValueError(f"{source.name} changed size while read")
+    return digest.hexdigest(), found
 
 
 def _store(slot: Slot, index: int, graph: str, files: list[Path]) -> None:
-    """Store `files` (MindSpore's entry at `index`) under `graph`: a finished folder renamed
-    into place, so a concurrent reader sees all of it or nothing; another process's entry for
-    the same graph that got there first is kept."""
+    """Store `files` (MindSpore's entry at `index`) under `graph` with each file's SHA-256 and
+    size: a finished folder renamed into place, so a concurrent reader sees all of it or
+    nothing; another process's entry for the same graph that got there first is kept. The
+    folder is locked while it is written (`_locked`), so no pruner takes it for a leftover."""
     slot.store.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=slot.store))
-    try:
-        meta: dict[str, Any] = {"graph": graph, "files": {}}
-        for path in files:
-            data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            (partial / digest).write_bytes(data)
-            pattern = _INDEX.sub(r"\1_{index}", path.name.replace("{", "{{").replace("}", "}}"))
-            meta["files"][pattern] = digest
-        (partial / ENTRY).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    partial = Path(tempfile.mkdtemp(prefix=LEFTOVERS[0], dir=slot.store))
+    with _locked(partial):
         try:
-            os.rename(partial, slot.store / graph)
-        except OSError:  # already stored by a process that compiled it at the same time
-            return
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+            meta: dict[str, Any] = {"graph": graph, "files": {}, "sizes": {}}
+            for path in files:
+                fd, copy = tempfile.mkstemp(prefix=".copy-", dir=partial)
+                with os.fdopen(fd, "wb") as out:
+                    digest, size = _copied(path, out, None)
+                os.replace(copy, partial / digest)
+                pattern = _INDEX.sub(r"\1_{index}", path.name.replace("{", "{{").replace("}", "}}"))
+                meta["files"][pattern] = digest
+                meta["sizes"][pattern] = size
+            (partial / ENTRY).write_text(json.dumps(meta, indent=1, sort_keys=True))
+            with suppress(OSError):  # already stored by a process that compiled it meanwhile
+                os.rename(partial, slot.store / graph)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 _INDEX = re.compile(r"(compile_cache|group)_\d+(?!\d)")
 _NAME = re.compile(r"[\w.-]*(compile_cache|group)_\{index\}[\w.-]*")  # a file name, no path
 
 
-def _delete(entry: Path) -> None:
-    """Remove a store entry: renamed out of the way first, so no reader sees part of it."""
-    gone = entry.with_name(f".deleted-{entry.name}-{os.getpid()}-{id(entry)}")
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """`folder` (an entry being stored or deleted) flock-ed by this process for the block: one
+    a process that died inside leaves is held by nobody, which `_bound` counts and removes,
+    and one a live process holds only counts. OSError when another process holds it or it is
+    gone; on a file system without flock the block runs unlocked (`_nobodys` then goes by
+    age)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise
+        except OSError as ex:
+            log.debug("compile cache: %s not locked (%s)", folder, ex)
+        held, there = os.fstat(fd), os.lstat(folder)
+        if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+            raise FileNotFoundError(f"{folder} was replaced")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _delete(entry: Path) -> None:
+    """Remove a store entry: renamed out of the way first, and held while it is removed
+    (`_locked`), so no reader sees part of it. A store name that is not a folder (a link, a
+    file) is unlinked."""
+    if not entry.is_dir() or entry.is_symlink():
+        with suppress(OSError):
+            entry.unlink()
+        return
+    gone = entry.with_name(f"{LEFTOVERS[1]}{entry.name}-{os.getpid()}-{id(entry)}")
+    with suppress(OSError), _locked(entry):  # OSError: being deleted, or deleted, by another
         os.rename(entry, gone)
-    except OSError:
-        return  # already deleted by another process
-    shutil.rmtree(gone, ignore_errors=True)
+        shutil.rmtree(gone, ignore_errors=True)
 
 
 def _touch(entry: Path) -> None:
@@ -473,8 +597,10 @@ def _touch(entry: Path) -> None:
 
 
 def _bound(root: Path, max_bytes: int) -> None:
-    """Delete the least recently used entries of every store under `root` until their files
-    take at most `max_bytes`; one process at a time (another already pruning: skipped)."""
+    """Delete the least recently used entries of every store under `root` until their files,
+    with the leftovers of stores and deletions (`.partial-*`, `.deleted-*`), take at most
+    `max_bytes`; a leftover nobody holds is removed first (`_nobodys`). One process at a time
+    (another already pruning: skipped)."""
     fd = os.open(root / ".prune.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -482,16 +608,21 @@ def _bound(root: Path, max_bytes: int) -> None:
         os.close(fd)
         return
     try:
-        entries = []
+        entries, total = [], 0
         for entry in root.glob(f"*/{STORE}/*"):
-            if entry.name.startswith("."):
-                continue
             try:
-                size = sum(p.stat().st_size for p in entry.iterdir())
-                entries.append((entry.stat().st_mtime_ns, size, entry))
+                found = os.lstat(entry)
+                size = _size(entry, found)
             except OSError:
                 continue
-        total = sum(size for _, size, _ in entries)
+            if entry.name.startswith(LEFTOVERS):
+                if _nobodys(entry, found.st_mtime):
+                    _remove(entry)
+                else:
+                    total += size
+            elif stat.S_ISDIR(found.st_mode) and not entry.name.startswith("."):
+                entries.append((found.st_mtime_ns, size, entry))
+                total += size
         for _, size, entry in sorted(entries, key=lambda e: (e[0], str(e[2]))):
             if total <= max_bytes:
                 break
@@ -501,13 +632,48 @@ def _bound(root: Path, max_bytes: int) -> None:
         os.close(fd)
 
 
+def _size(path: Path, found: os.stat_result) -> int:
+    """The bytes of `path`'s files (a store entry or leftover: a flat folder), links not
+    followed; a file's own size."""
+    if not stat.S_ISDIR(found.st_mode):
+        return found.st_size
+    with os.scandir(path) as files:
+        return sum(f.stat(follow_symlinks=False).st_size for f in files)
+
+
+def _nobodys(leftover: Path, mtime: float) -> bool:
+    """Whether `leftover` is no live process's: nobody holds its lock (`_locked`) and it has
+    not changed for LEFTOVER_IDLE_S (the instant between its making and its locking), or -
+    where its lock cannot be tested (not a folder, a file system without flock) - for
+    LEFTOVER_STALE_S."""
+    idle = time.time() - mtime
+    if idle < LEFTOVER_IDLE_S:
+        return False
+    try:
+        return not _held(leftover)
+    except OSError:
+        return idle >= LEFTOVER_STALE_S
+
+
+def _remove(leftover: Path) -> None:
+    if leftover.is_dir() and not leftover.is_symlink():
+        shutil.rmtree(leftover, ignore_errors=True)
+    else:
+        with suppress(OSError):
+            leftover.unlink()
+
+
 def _dependency_hash_in(slot: Slot) -> None:
     """The store's copy of MindSpore's hash of the entry script's imports, in the slot before
-    its first compile: without it MindSpore reads none of the process's entries."""
+    its first compile: without it MindSpore reads none of the process's entries. (A copy that
+    is not a small regular file is not offered; `_dependency_hash_out` replaces it.)"""
     if not (slot.graphs / DEPENDENCY_HASH).exists():
         try:
-            data = (slot.store / DEPENDENCY_HASH).read_bytes()
+            data = _read_small(slot.store / DEPENDENCY_HASH)
         except FileNotFoundError:
+            return
+        except ValueError as ex:
+            log.info("compile cache: %s; not offered", ex)
             return
         _write_atomically(slot.graphs / DEPENDENCY_HASH, data)
 
@@ -515,13 +681,13 @@ def _dependency_hash_in(slot: Slot) -> None:
 def _dependency_hash_out(slot: Slot) -> None:
     """Keep in the store the hash MindSpore wrote in the slot (when the store has another)."""
     try:
-        data = (slot.graphs / DEPENDENCY_HASH).read_bytes()
-    except FileNotFoundError:
+        data = _read_small(slot.graphs / DEPENDENCY_HASH)
+    except (FileNotFoundError, ValueError):
         return
     try:
-        if (slot.store / DEPENDENCY_HASH).read_bytes() == data:
+        if _read_small(slot.store / DEPENDENCY_HASH) == data:
             return
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         pass
     _write_atomically(slot.store / DEPENDENCY_HASH, data)
 

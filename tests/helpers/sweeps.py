@@ -46,7 +46,9 @@ def run_sweep(
     from sporeflow.job.plan import plan_job
 
     callback = SweepRun()
-    start = composed(launch, [*base, *jobs[0]], sweep_task, sweep_dir=sweep_dir)
+    # Hydra's task overrides are the whole command line: the base is part of every point the
+    # callback checks before the first job (entry.sweep_check)
+    start = composed(launch, [*base, *jobs[0]], [*base, *sweep_task], sweep_dir=sweep_dir)
     callback.on_multirun_start(start)
     callback.handed = []
     for number, overrides in enumerate(jobs):

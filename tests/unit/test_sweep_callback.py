@@ -155,7 +155,9 @@ def test_a_failed_job_fails_the_sweep_and_is_named_on_its_parent(tmp_path, monke
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     too_few = ["dataset.num_samples=16", "+dataset.drop_remainder=true"]  # no whole batch of 32
     jobs = [["epochs=1"], ["epochs=1", *too_few]]
-    callback = run_sweep(tmp_path, jobs, ["epochs=1", "dataset.num_samples=128,16"])
+    # the sweep's check refuses a point it can see fail before work (dataset.num_samples=16:
+    # entry.sweep_check); here job 1 fails as a job does on what only its run finds
+    callback = run_sweep(tmp_path, jobs, ["epochs=1", "dataset.num_samples=128,129"])
     parent = next(r for r in runs_of(tmp_path) if r.info.run_id == callback.run_id)
     assert parent.info.status == "FAILED"
     assert parent.data.tags["sporeflow.failure"].startswith("job 1: DataError: the training split")

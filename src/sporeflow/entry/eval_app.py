@@ -28,7 +28,7 @@ from sporeflow.job.eval_run import (
     loaded_network,
     model_class_names,
 )
-from sporeflow.job.preflight import check_compile_cache
+from sporeflow.job.preflight import check_compile_cache, check_writes
 from sporeflow.job.runs import base_name, guarded, record_config
 from sporeflow.runtime.heap import long_lived_objects_frozen
 from sporeflow.runtime.mindspore_context import init_context, refuse_compile_cache
@@ -60,6 +60,7 @@ def run_eval(cfg: DictConfig) -> float:
         labelled_by_model(dataset, names).check((split,))  # a folder unknown to it: refused
         refuse_compile_cache()
         check_compile_cache(plain.runtime)
+        check_writes("hydra.run.dir", [ctx.run_dir], plain.tracking, ctx.launch_dir)
         init_context(plain)
         network = loaded_network(plain, source)
     except messages.usage_errors():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -200,7 +201,13 @@ def check_places(plan: JobPlan) -> None:
     folder and the default store's artifact folder). A read-only store was found by the writer
     after the training, its cause only in writer.log; a full disk ended in chained tracebacks."""
     key = "hydra.sweep.dir" if plan.ctx.sweep is not None else "hydra.run.dir"
-    for run_dir in dict.fromkeys((plan.ctx.run_dir, plan.home)):
+    check_writes(key, (plan.ctx.run_dir, plan.home), plan.run.tracking, plan.ctx.launch_dir)
+
+
+def check_writes(key: str, run_dirs: Iterable[Path], tracking, launch_dir: Path) -> None:
+    """check_places for any command that writes a run dir (train.py's jobs, eval.py): each of
+    `run_dirs` (named by `key`) writable with RECORDS_ROOM free, the store (`tracking`) too."""
+    for run_dir in dict.fromkeys(run_dirs):
         problem = unwritable(run_dir)
         if problem:
             raise ConfigError(
@@ -213,11 +220,10 @@ def check_places(plan: JobPlan) -> None:
                 f"least {RECORDS_ROOM // 1024} KB there for its tracking records and "
                 f"checkpoints: free space there, or give {key}=<a folder on a larger disk>"
             )
-    tracking = plan.run.tracking
     if not tracking.enabled:
         return
-    uri = resolve_uri(tracking.uri, plan.ctx.launch_dir)
-    refusal = sqlite_refusal(uri, plan.ctx.launch_dir)
+    uri = resolve_uri(tracking.uri, launch_dir)
+    refusal = sqlite_refusal(uri, launch_dir)
     if refusal:
         raise ConfigError(f"{_store_named(tracking.uri, uri)}: {refusal}")
 

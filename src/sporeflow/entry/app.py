@@ -369,10 +369,25 @@ def _unwritable_folder(key: str, where: Path, why: str) -> ConfigError:
     )
 
 
+# Hydra's flags that print and exit: no folder is made
+WRITES_NOTHING = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+}
+
+
 def refuse_unwritable_sweep_folder(args: list[str]) -> None:
     """A sweep folder that cannot be written (hydra.sweep.dir as typed, else conf/train.yaml's
     `multirun/` under the launch folder), refused before Hydra: the sweep's callback fails
     first there, and Hydra prints its warning about that before its own OSError."""
+    if WRITES_NOTHING & set(args):
+        return
     given = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("hydra.sweep.dir=")]
     if given and "${" in given[-1]:
         return  # an interpolation: Hydra's to resolve (and the OSError it meets is caught)

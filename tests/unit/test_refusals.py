@@ -617,3 +617,17 @@ def test_a_sweep_is_refused_whole_before_its_first_job(tmp_path, case):
     assert body.endswith("; no job was started") or "hydra.sweeper." in body, body
     made = sorted(p.name for p in tmp_path.iterdir())
     assert made == [], f"a refused sweep left {made} (a sweep dir, a store, a study)"
+
+
+def test_the_python_api_refuses_a_sweep_whole_as_the_command_does(tmp_path, monkeypatch):
+    """`sporeflow.sweep` runs Hydra's multirun in this process: the same check, the same line
+    as a ConfigError, nothing made (its good first point is not run either)."""
+    from sporeflow.core.errors import ConfigError
+    from sporeflow.entry.python_api import sweep
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"boost.rho=1.5: must be in \(0, 1\) \[sweep point 2 of 2"
+    ):
+        sweep([*TINY, "boost.rho=0.4,1.5"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

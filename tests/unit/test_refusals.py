@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import sys
 
 import numpy as np
 import pytest
+import yaml
 
 from helpers.formats import write_idx, write_jpeg_tree
 from helpers.inprocess import TINY, train_cli
@@ -265,6 +267,18 @@ CASES = {
             "+model.command=true",
         ],
         ["model._target_=os.system: not a model", "a function annotated to return one"],
+    ),
+    "a model target in a module of Python's own that runs when imported": (
+        ["model._target_=this.LeNet5"],
+        [
+            "model._target_=this.LeNet5: 'this' is a module of Python's standard library "
+            "(nothing imported)",
+            "allowed: a class or function of an installed package or of your own modules",
+        ],
+    ),
+    "a model target in a package's __main__ (a script)": (
+        ["model._target_=pip.__main__.Net"],
+        ["model._target_=pip.__main__.Net: pip.__main__ is a script", "(nothing imported)"],
     ),
     "an optimizer target that is a network": (
         ["optimizer._target_=sporeflow.models.mlp.MLP"],
@@ -617,6 +631,42 @@ def test_a_sweep_is_refused_whole_before_its_first_job(tmp_path, case):
     assert body.endswith("; no job was started") or "hydra.sweeper." in body, body
     made = sorted(p.name for p in tmp_path.iterdir())
     assert made == [], f"a refused sweep left {made} (a sweep dir, a store, a study)"
+
+
+@pytest.mark.parametrize(
+    ("app", "key"), [("train", "model"), ("eval", "model"), ("eval", "callbacks.hooks[0]")]
+)
+def test_a_target_is_checked_by_name_before_its_module_is_imported(tmp_path, capsys, app, key):
+    """`_target_: this.LeNet5` - on the command line, or in a run dir's stored
+    `.hydra/config.yaml` that eval.py source=<run dir> reads - imported `this` (the Zen of
+    Python printed) before the check refused it; now it is refused by name: one line naming the
+    key (and the stored file), `this` never imported."""
+    sys.modules.pop("this", None)
+    if app == "train":
+        code, err = train_cli(["model._target_=this.LeNet5"], tmp_path)
+        file = None
+    else:
+        run_dir = tmp_path / "outputs" / "stored"
+        file = run_dir / ".hydra" / "config.yaml"
+        file.parent.mkdir(parents=True)
+        stored = {"model": {"_target_": "sporeflow.models.lenet.LeNet5", "num_classes": 10}}
+        if key == "model":
+            stored["model"]["_target_"] = "this.LeNet5"
+        else:
+            stored["callbacks"] = {"hooks": [{"_target_": "this.Hook"}]}
+        file.write_text(yaml.safe_dump(stored))
+        weights = run_dir / "checkpoints" / "final.ckpt"  # never read: the config is refused
+        weights.parent.mkdir()
+        weights.write_bytes(b"weights")
+        code, err = train_cli([f"source={run_dir}"], tmp_path, app="eval")
+    assert "this" not in sys.modules, "the module was imported"
+    assert "Beautiful is better than ugly" not in capsys.readouterr().out
+    assert code == 2, err[-3000:]
+    (line,) = err.strip().splitlines()
+    target = "this.LeNet5" if key == "model" else "this.Hook"
+    where = "" if file is None else f" in {file}"
+    assert f"{key}._target_={target}{where}: 'this' is a module of Python's standard" in line
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_python_api_refuses_a_sweep_whole_as_the_command_does(tmp_path, monkeypatch):

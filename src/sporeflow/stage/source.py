@@ -7,7 +7,8 @@ version (`models:/<name>/<version>`, `models:/<name>@<alias>`: the run that made
 the run dir it lies in, and none outside one: eval.py then takes the network and data from its
 command line). A run dir of a dim-reduce pipeline stands for its stage 2 (the network the
 pipeline made). The config is the run's own, as Hydra kept it (`.hydra/config.yaml`): the
-network, data and transforms the weights were trained with.
+network, data and transforms the weights were trained with; its `_target_`s are checked as
+names before anything is imported for them (config.targets).
 
 A run whose dir is not on this disk (another machine's, or one cleaned up) is fetched from the
 store's artifacts into `<cwd>/.sporeflow/runs/<run id>/` (StoreReads.fetched: every file's SHA-256 must
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from sporeflow.config.targets import stored_config_problem
 from sporeflow.core.errors import CheckpointError, ConfigError
 from sporeflow.core.names import RUN_DIR_TAG, StageKind
 from sporeflow.storage.checkpoints import final_weights, is_checkpoint, load_checkpoint_file
@@ -84,8 +86,7 @@ def _from_checkpoint(name: str, path: Path) -> Source:
     except CheckpointError as ex:
         raise ConfigError(f"{name}: {ex}") from None
     run_dir = next((p for p in path.parents[:4] if (p / HYDRA_CONFIG).is_file()), None)
-    config = OmegaConf.load(run_dir / HYDRA_CONFIG) if run_dir else None
-    assert config is None or isinstance(config, DictConfig)
+    config = stored_config(name, run_dir / HYDRA_CONFIG) if run_dir else None
     return Source(name, path, config, None)
 
 
@@ -113,8 +114,7 @@ def _fetched(name: str, run, reads: StoreReads) -> Source:
     if not config_file.is_file() and not reads.download(run_id, ["config"], folder):
         raise ConfigError(f"{name}: run {run_id} logged no {LOGGED_CONFIG} in {reads.uri}")
     weights = final_weights(folder)
-    config = OmegaConf.load(config_file)
-    assert isinstance(config, DictConfig)
+    config = stored_config(name, config_file)
     differs = _differs_from_params(config, run.data.params)
     if differs:
         raise ConfigError(
@@ -137,12 +137,25 @@ def _differs_from_params(config: DictConfig, params: dict[str, str]) -> str | No
     return None
 
 
+def stored_config(name: str, file: Path) -> DictConfig:
+    """The stored config `file` of source `name`, once every `_target_` in it names a module
+    that may be imported (config.targets.stored_config_problem: decided before anything is
+    imported for it, so a run dir's config naming `this.LeNet5` runs nothing); ConfigError
+    naming the source, the key and the file."""
+    config = OmegaConf.load(file)
+    if not isinstance(config, DictConfig):
+        raise ConfigError(f"{name}: {file} is not a config (a mapping of keys)")
+    problem = stored_config_problem(OmegaConf.to_container(config, resolve=False), file)
+    if problem:
+        raise ConfigError(f"{name}: {problem}")
+    return config
+
+
 def _from_dir(name: str, path: Path, run_id: str | None) -> Source:
     run_dir = next((p for p in (path, path.parent) if (p / HYDRA_CONFIG).is_file()), None)
     if run_dir is None:
         raise ConfigError(f"{name}: {path} holds no {HYDRA_CONFIG} (not a run dir)")
-    config = OmegaConf.load(run_dir / HYDRA_CONFIG)
-    assert isinstance(config, DictConfig)
+    config = stored_config(name, run_dir / HYDRA_CONFIG)
     stage_dir = path
     if path == run_dir and OmegaConf.select(config, "boost.name") == "dim_reduce":
         stage_dir = run_dir / StageKind.stage2  # the network the pipeline made

@@ -11,7 +11,8 @@ What is checked, by sweeper:
   the other keys at their first value (`edge_points`): a search's points are drawn later, but
   every value a range can give lies between its ends;
 - `hydra/sweeper=sporeflow_race`: its settings and every point of its grid;
-- with seeds (Optuna's `hydra.sweeper.seeds`, a race's rounds) the first point runs each seed.
+- with seeds (Optuna's `hydra.sweeper.seeds`, a race's rounds) the first point runs each seed;
+- first of all the tracking store: a database that does not connect (tracking.store_refusal).
 Any other sweeper's points are its own: the command line's fixed values are still checked.
 
 A point is composed by the sweep's own config loader (Hydra's `load_sweep_config`, as the
@@ -61,6 +62,11 @@ class SweepRefused(BaseException):
 def check_sweep(config: DictConfig) -> None:
     """The whole sweep `config` (what Hydra hands on_multirun_start) checked before its first
     job; ConfigError with one line for the first problem."""
+    from sporeflow.tracking.store import store_refusal
+
+    problem = store_refusal(config.tracking.uri) if config.tracking.enabled else None
+    if problem:  # a database that does not connect: every job would refuse it
+        raise ConfigError(problem)
     arguments = [str(a) for a in OmegaConf.to_container(config.hydra.overrides.task)]
     points, kind = sweep_points(config, arguments)
     Points(config, points, kind).check()
@@ -113,16 +119,13 @@ def edge_points(distributions: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def edges(distribution: Any) -> list[Any]:
-    """A distribution's choices, or the two ends of its range (the last step of a stepped
-    float range, which excludes its end as Hydra's range does)."""
+    """A distribution's choices, or the two ends of its range: both are values Optuna may
+    draw (its `high` is included; a stepped range's is the last step it reaches)."""
     import optuna.distributions as d
 
     if isinstance(distribution, d.CategoricalDistribution):
         return list(distribution.choices)
     low, high = distribution.low, distribution.high
-    if isinstance(distribution, d.FloatDistribution) and distribution.step is not None:
-        count = round((high - low) / distribution.step)
-        high = low + (count - 1) * distribution.step
     return [low] if high == low else [low, high]
 
 

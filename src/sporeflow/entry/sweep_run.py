@@ -51,8 +51,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from sporeflow.config import objective, optuna_sampler, race, search_space
-from sporeflow.config.facts import is_dim_reduce, sweep_directions
+from sporeflow.config import objective, search_space
+from sporeflow.config.facts import is_dim_reduce
 from sporeflow.core.context import TRIAL_LINK_ENV, SweepJob
 from sporeflow.core.errors import ConfigError
 from sporeflow.core.names import (
@@ -95,7 +95,7 @@ from sporeflow.tracking.journal import (
     read_records,
 )
 from sporeflow.tracking.shared_writer import WRITER_ENV, SharedWriter, writer_file
-from sporeflow.tracking.store import StoreError, store_refusal
+from sporeflow.tracking.store import StoreError
 from sporeflow.tracking.sync import Synced, sync_until, writer_alive
 from sporeflow.tracking.tracker import Tracker, start_writer
 from sporeflow.tracking.writer import owner_alive
@@ -186,26 +186,9 @@ class SweepRun(Callback):
 
     @staticmethod
     def _sweeper_accepts(config: DictConfig) -> bool:
-        """False for a database store that does not connect, or Optuna or race sweeper settings
-        the sweeper will refuse: no parent run then; the sweeper or the first job refuses them (exit
-        2, one line: Hydra turns a callback's exception into a warning)."""
-        try:
-            if store_refusal(config.tracking.uri):  # each job refuses it (exit 2)
-                return False
-            target = config.hydra.sweeper.get("_target_")
-            sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
-            task = OmegaConf.to_container(config.hydra.overrides.task)
-            if target == search_space.OPTUNA_SWEEPER:
-                roots = optuna_sampler.project_roots(
-                    Path(config.hydra.runtime.cwd or Path.cwd()),
-                    OmegaConf.to_container(config.hydra.runtime.config_sources),
-                )
-                search_space.checked(sweeper, task, roots)
-                sweep_directions(config, sweeper.get("direction"))  # a list fits the objective
-            elif target == race.RACE_SWEEPER:
-                race.checked(sweeper, task)
-        except ConfigError:
-            return False
+        """False for SLURM settings the launcher refuses: no parent run then; the launcher
+        refuses them (exit 2, one line). The store, the sweeper's own settings and every point
+        were checked before (refuse_unless_whole)."""
         return not _slurm_refused(config)
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:

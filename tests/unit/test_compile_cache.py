@@ -217,12 +217,12 @@ def test_an_entry_file_that_is_a_fifo_is_compiled_again_without_waiting(tmp_path
     later = _slot(tmp_path, "slot-1")
     with caplog.at_level(logging.INFO, logger=compile_cache.__name__):
         assert _compiled_in_time(later, "a", b"graph a", fifo) is None
-    assert f"entry a is {fifo.name} is not a regular file; compiling the graph again" in caplog.text
+    assert f"entry a not used (file {fifo.name} is not a regular file); compiling" in caplog.text
     assert _stored(later) == {"a": b"graph a"}
     assert stat.S_ISREG(_data_file(later, "a").lstat().st_mode)
 
 
-def test_an_entry_file_that_links_out_of_the_cache_is_not_followed(tmp_path):
+def test_an_entry_file_that_links_out_of_the_cache_is_not_followed(tmp_path, caplog):
     """A link in an entry, even to a file with the recorded bytes, is not the cache's file."""
     slot = _slot(tmp_path / "cache")
     _compiled(slot, "a", b"graph a")
@@ -232,7 +232,9 @@ def test_an_entry_file_that_links_out_of_the_cache_is_not_followed(tmp_path):
     link.unlink()
     link.symlink_to(outside)
     later = _slot(tmp_path / "cache", "slot-1")
-    assert _compiled(later, "a", b"graph a") is None  # compiled again, not loaded
+    with caplog.at_level(logging.INFO, logger=compile_cache.__name__):
+        assert _compiled(later, "a", b"graph a") is None  # compiled again, not loaded
+    assert f"entry a not used (file {link.name} is a link)" in caplog.text
     assert not _data_file(later, "a").is_symlink() and outside.read_bytes() == b"graph a"
 
 

@@ -50,6 +50,7 @@ deleted by a rename first, so a reader sees a whole entry or none. Version folde
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import functools
 import hashlib
@@ -424,7 +425,7 @@ def _offered(entry: Path, graph: str, graphs: Path, index: int) -> bool:
         return False
     except (OSError, ValueError) as ex:
         _discard(copies)
-        log.info("compile cache: entry %s is %s; compiling the graph again", entry.name, ex)
+        log.info("compile cache: entry %s not used (%s); compiling the graph again", entry.name, ex)
         _delete(entry)
         return False
     for copy, final in copies:
@@ -486,13 +487,18 @@ def _opened(path: Path, most: int) -> Iterator[tuple[BinaryIO, int]]:
     bytes: never a link (out of the cache), a FIFO (whose read waits for a writer forever) or
     a device (that never ends), and never a file larger than the caller can take; ValueError
     saying which, before a byte is read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as ex:
+        if ex.errno == errno.ELOOP:
+            raise ValueError(f"file {path.name} is a link") from None
+        raise
     with os.fdopen(fd, "rb") as file:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
+            raise ValueError(f"file {path.name} is not a regular file")
         if found.st_size > most:
-            raise ValueError(f"{path.name} has {found.st_size} bytes, more than {most}")
+            raise ValueError(f"file {path.name} has {found.st_size} bytes, more than {most}")
         yield file, found.st_size
 
 
@@ -510,7 +516,7 @@ def _copied(source: Path, out: BinaryIO | None, size: int | None) -> tuple[str, 
     while read too. Memory stays at one CHUNK whatever the file."""
     with _opened(source, MAX_FILE_BYTES if size is None else size) as (file, found):
         if size is not None and found != size:
-            raise ValueError(f"{source.name} has {found} bytes, {size} recorded")
+            raise ValueError(f"file {source.name} has {found} bytes, {size} recorded")
         digest, done = hashlib.sha256(), 0
         while done < found and (chunk := file.read(min(CHUNK, found - done))):
             digest.update(chunk)
@@ -518,7 +524,7 @@ def _copied(source: Path, out: BinaryIO | None, size: int | None) -> tuple[str, 
                 out.write(chunk)
             done += len(chunk)
         if done != found or file.read(1):
-            raise ValueError(f"{source.name} changed size while read")
+            raise ValueError(f"file {source.name} changed size while read")
     return digest.hexdigest(), found
 
 

@@ -384,6 +384,7 @@ QUOTED = [
     ["optimizer.lr=-0.1"],
     ["tracking.uri=mlflow.db"],
     ["model._target_=builtins.open"],
+    ["model._target_=this.LeNet5"],
 ]
 
 

@@ -2,6 +2,7 @@
 
 sporeflow compare [--uri URI] [--experiment NAME] [--last N] [--seeds [--plot PNG]]
                   [--sweep ID|DIR|latest] [--format text|csv|markdown]
+sporeflow compare RUN_A RUN_B [--uri URI] [--experiment NAME]
 sporeflow ui [--uri URI] [--experiment NAME] [--port P] [--sweep ID|latest] [--links-only]
              [--dashboard-port P] [--dashboard-host 127.0.0.1]
 sporeflow server --db postgresql://... --artifacts DIR [--host H] [--port P] [--auth] [-- MLFLOW ARGS]
@@ -40,13 +41,11 @@ STORE_HELP = (
 )
 
 
-def _open_experiment(args: argparse.Namespace):
-    """(uri, MlflowClient, experiment) of --uri/--experiment, or None after one line saying why
-    not: a password on --uri (`ps` shows it: it is read from the environment, as `sporeflow
-    server` reads it), a store that does not answer within seconds (MLflow would retry for
-    minutes), no such experiment. The URI is shown without its password."""
-    from mlflow.tracking import MlflowClient
-
+def _checked_uri(args: argparse.Namespace) -> str | None:
+    """The store --uri names (else $MLFLOW_TRACKING_URI, else ./mlflow.db), or None after one
+    line saying why not: a password on --uri (`ps` shows it: it is read from the environment,
+    as `sporeflow server` reads it), a store that does not answer within seconds (MLflow would
+    retry for minutes). The URI is shown without its password."""
     from sporeflow.tracking.store import resolve_uri
 
     uri = resolve_uri(args.uri, Path.cwd())
@@ -55,6 +54,17 @@ def _open_experiment(args: argparse.Namespace):
         team_server.refuse_unreachable("--uri" if args.uri else URI_ENV, uri)
     except team_server.Refusal as ex:
         print(ex, file=sys.stderr)
+        return None
+    return uri
+
+
+def _open_experiment(args: argparse.Namespace):
+    """(uri, MlflowClient, experiment) of --uri/--experiment, or None after one line saying why
+    not: the store refused (`_checked_uri`), no such experiment."""
+    from mlflow.tracking import MlflowClient
+
+    uri = _checked_uri(args)
+    if uri is None:
         return None
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(args.experiment)
@@ -67,9 +77,12 @@ def _open_experiment(args: argparse.Namespace):
 def compare(args: argparse.Namespace) -> int:
     """One row per dim_reduce pipeline: each stage's accuracy, the gain with its 95% interval and
     McNemar p-value; with --seeds, one row per configuration: mean +- sd over its seeds; with
-    --sweep, one row per job of that sweep (plain runs too)."""
+    --sweep, one row per job of that sweep (plain runs too); with two runs, those two
+    (`compare_runs`)."""
     from sporeflow.report import pipeline_table as table
 
+    if args.runs:
+        return compare_runs(args)
     opened = _open_experiment(args)
     if opened is None:
         return 2
@@ -86,7 +99,7 @@ def compare(args: argparse.Namespace) -> int:
         print("(no boost=dim_reduce pipelines yet)", file=sys.stderr)
         return 0
     if not args.seeds:
-        print("\n".join(table.pipelines_table(runs)))
+        print("\n".join([*table.pipelines_table(runs), *table.answer_lines(runs)]))
         return 0
     groups = table.seed_groups(runs)
     if args.plot:
@@ -96,6 +109,43 @@ def compare(args: argparse.Namespace) -> int:
             print(f"plot: {args.plot}", file=sys.stderr)
     print("\n".join(table.seeds_table(groups)))
     return 0
+
+
+def compare_runs(args: argparse.Namespace) -> int:
+    """RUN_A against RUN_B on the test images both were tested on (report.run_pair: the paired
+    table, cost side by side, the config keys that differ); one line and exit 2 for two runs
+    of other test images, a run that is not there, or options of the other modes."""
+    if len(args.runs) != 2 or args.sweep or args.seeds or args.plot:
+        print(
+            f"compare {' '.join(args.runs)}: give two runs (RUN_A RUN_B: run dirs, run ids or "
+            "models:/ URIs), without --sweep, --seeds or --plot",
+            file=sys.stderr,
+        )
+        return 2
+    uri = _checked_uri(args)
+    if uri is None:
+        return 2
+    _mindspore_log_off_console()
+    from sporeflow.core.errors import ConfigError
+    from sporeflow.job.run_sides import compared
+    from sporeflow.tracking.store_reads import StoreReads
+
+    try:
+        pair = compared(*args.runs, StoreReads.at(uri, args.experiment))
+    except ConfigError as ex:
+        print(f"sporeflow compare: {ex}", file=sys.stderr)
+        return 2
+    print("\n".join(pair.lines()))
+    return 0
+
+
+def _mindspore_log_off_console() -> None:
+    """MindSpore's own lines to the temp folder's log, off the console (a tool without a run
+    dir reading runs' weights and files)."""
+    from sporeflow.runtime import mindspore_log
+
+    mindspore_log.apply("run_dir", Path(tempfile.gettempdir()) / "sporeflow-predict")
+    mindspore_log.load()
 
 
 def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
@@ -120,19 +170,25 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
     if args.format == "text":
         print(
             f"sweep {run.data.tags.get('mlflow.runName', '')} ({run.info.run_id}, {run.info.status}): "
-            f"{len(found.jobs)} jobs, best first by {found.key}",
+            f"{len(found.jobs)} jobs, the leader's first, then by {found.key}",
             file=sys.stderr,
         )
-    if args.format == "text" and found.decision is not None:  # one row per point, jobs below
-        print(report.render(*found.decision.rows(found.key)))
+    decision, leader = found.decision, found.leader
+    if args.format == "text" and decision is not None and leader is not None:
+        print(report.render(*decision.rows(found.key, leader.point)))  # one row per point
     print(report.render(header, rows, args.format), end="")
-    if args.format == "text" and found.decision is not None:
+    if args.format == "text" and decision is not None and leader is not None:
         on_test = report.selected_on_test(found.jobs)
-        # the verdict the sweep ended with, same store; then the chosen point on the test images
-        print(found.decision.line(found.key, "test" if on_test else "validation"))
-        tested = report.reported(reads, found.jobs, found.decision.best, found.key)
-        if tested is not None:
-            print(report.reported_line(found.decision.best, tested, on_test))
+        # the verdict and the leader the sweep ended with, same store and rule; then the
+        # leader on the test images and its one-line answer
+        print(decision.line(found.key, "test" if on_test else "validation"))
+        print(leader.line())
+        if leader.point is not None:
+            tested = report.reported(reads, found.jobs, leader.point, found.key)
+            if tested is not None:
+                print(report.reported_line(leader.point, tested, on_test))
+        if found.answer:
+            print(found.answer)
     if args.format == "text" and found.cost:  # a sweep of [accuracy, cost]: its front last
         if found.front is None:
             print(
@@ -140,7 +196,8 @@ def compare_sweep(client, exp, uri: str, args: argparse.Namespace) -> int:
             )
         else:
             print(report.render(*found.front.rows(found.key)))
-            print("\n".join([*found.front.beaten_lines(), found.front.line(found.key)]))
+            lines = [*found.front.beaten_lines(), found.front.line(found.key)]
+            print("\n".join([*lines, found.front_leader()]))
     return 0
 
 
@@ -405,7 +462,20 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_parser(sub) -> None:
-    p = sub.add_parser("compare", help="stage accuracies and gain of every dim_reduce pipeline")
+    p = sub.add_parser(
+        "compare",
+        help="stage accuracies and gain of every dim_reduce pipeline, a sweep's jobs, or two "
+        "runs on their test images",
+    )
+    p.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="two runs (RUN_A RUN_B: run or stage dirs, MLflow run ids, models:/ URIs, as "
+        "eval.py source= takes them): A against B on the test images both were tested on "
+        "(McNemar p, the difference with its 95%% interval), cost side by side, the config "
+        "keys that differ",
+    )
     _store_args(p)
     p.add_argument("--last", type=int, default=20, help="how many pipelines, newest first")
     p.add_argument(
@@ -517,11 +587,7 @@ def _add_user_parser() -> argparse.ArgumentParser:
 
 def predict(args: argparse.Namespace) -> int:
     """A run's final weights on a folder of images or a .npy batch -> one CSV row per image."""
-    from sporeflow.runtime import mindspore_log
-
-    # no run dir: MindSpore's own lines go to the temp folder's, off the console
-    mindspore_log.apply("run_dir", Path(tempfile.gettempdir()) / "sporeflow-predict")
-    mindspore_log.load()
+    _mindspore_log_off_console()  # no run dir
     from sporeflow.core.errors import ConfigError, DataError
     from sporeflow.job import predict as predicting
     from sporeflow.stage.source import resolve

@@ -1,7 +1,8 @@
 """sporeflow: Hydra-configured MindSpore experiments with two-stage dimension-reduce training.
 
 From Python: `sporeflow.run([...])`, `sporeflow.sweep([...])`, `sporeflow.results(...)`,
-`sporeflow.load(source).predict(images)` (entry/python_api.py; docs/python.md).
+`sporeflow.load(source).predict(images)`, `sporeflow.compare(a, b)` (entry/python_api.py;
+docs/api.md).
 
 Importing this package does not import MindSpore: the CPU instruction-set choice
 (`runtime.cpu_isa`) must reach the environment before MindSpore's oneDNN loads; the API is
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "compose", "load", "results", "run", "sweep"]
+__all__ = ["ConfigError", "compare", "compose", "load", "results", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,7 +23,7 @@ def __getattr__(name: str) -> Any:
         from sporeflow.core.errors import ConfigError
 
         return ConfigError
-    if name in ("compose", "load", "results", "run", "sweep"):
+    if name in ("compare", "compose", "load", "results", "run", "sweep"):
         from sporeflow.entry import python_api
 
         return getattr(python_api, name)

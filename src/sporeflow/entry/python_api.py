@@ -1,10 +1,11 @@
-"""sporeflow from Python (notebooks, scripts): `run`, `sweep`, `results` and `load`.
+"""sporeflow from Python (notebooks, scripts): `run`, `sweep`, `results`, `load` and `compare`.
 
 Each call is its command, in the calling process: `run` is `python train.py`, `sweep` is
 `python train.py -m`, `results` is `sporeflow compare --sweep`, `load(...).predict` is
-`sporeflow predict`. The same Hydra composition of the checkout's `conf/`, the same checks,
-run dirs, MLflow records and console lines; a bad override raises `ConfigError` carrying the
-line the command prints (where the command exits 2), a failed run raises what made it fail.
+`sporeflow predict`, `compare(a, b)` is `sporeflow compare RUN_A RUN_B`. The same Hydra
+composition of the checkout's `conf/`, the same checks, run dirs, MLflow records and console
+lines; a bad override raises `ConfigError` carrying the line the command prints (where the
+command exits 2), a failed run raises what made it fail.
 What comes back is read from what the run recorded (its run dir and its MLflow run), so a
 result here and the MLflow UI never disagree.
 """
@@ -32,6 +33,7 @@ from sporeflow.storage.run_marker import PIPELINE
 
 if TYPE_CHECKING:  # the store's reads import MLflow at first use, not with sporeflow
     from sporeflow.job.job_result import JobResult
+    from sporeflow.report.run_pair import RunPair
     from sporeflow.tracking.store_reads import StoreReads
 
 TRAIN = "train"
@@ -208,6 +210,21 @@ def load(source: str | Path, *, uri: str | None = None, experiment: str = EXPERI
     from sporeflow.tracking.store_reads import StoreReads
 
     return Trained(resolve(str(source), StoreReads.at(uri, experiment)))
+
+
+def compare(
+    a: str | Path, b: str | Path, *, uri: str | None = None, experiment: str = EXPERIMENT
+) -> RunPair:
+    """`sporeflow compare RUN_A RUN_B`: run `a` against run `b` (each what `eval.py source=`
+    takes: a run or stage dir, an MLflow run id or sf- key, a `models:/` URI) on the test
+    images both were tested on - a `report.run_pair.RunPair` with each accuracy and its Wilson
+    interval, the difference with Newcombe's interval, McNemar's exact p, the verdict, the
+    cost side by side and the config keys that differ; `.lines()` is what the command prints.
+    Raises ConfigError (the command's line) for runs tested on other images or not found."""
+    from sporeflow.job.run_sides import compared
+    from sporeflow.tracking.store_reads import StoreReads
+
+    return compared(str(a), str(b), StoreReads.at(uri, experiment))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ What is checked, by sweeper:
   every value a range can give lies between its ends;
 - `hydra/sweeper=sporeflow_race`: its settings and every point of its grid;
 - with seeds (Optuna's `hydra.sweeper.seeds`, a race's rounds) the first point runs each seed;
-- first of all the tracking store: a database that does not connect (tracking.store_refusal).
+- first of all the tracking store (a database that does not connect: tracking.store_refusal)
+  and, for `cluster=slurm`, the launcher's settings and the sweep folder (launch.slurm).
 Any other sweeper's points are its own: the command line's fixed values are still checked.
 
 A point is composed by the sweep's own config loader (Hydra's `load_sweep_config`, as the
@@ -65,11 +66,23 @@ def check_sweep(config: DictConfig) -> None:
     from sporeflow.tracking.store import store_refusal
 
     problem = store_refusal(config.tracking.uri) if config.tracking.enabled else None
-    if problem:  # a database that does not connect: every job would refuse it
+    problem = problem or slurm_refusal(config)  # a database every job would refuse; sbatch's
+    if problem:
         raise ConfigError(problem)
     arguments = [str(a) for a in OmegaConf.to_container(config.hydra.overrides.task)]
     points, kind = sweep_points(config, arguments)
     Points(config, points, kind).check()
+
+
+def slurm_refusal(config: DictConfig) -> str | None:
+    """SLURM settings or a sweep folder the SLURM launcher refuses before submitting
+    (launch.slurm), said before the sweep dir is made; None off a cluster."""
+    from sporeflow.launch import slurm
+
+    if "slurm" not in str(config.hydra.launcher.get("_target_", "")):
+        return None
+    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    return slurm.requeue_refusal(launcher) or slurm.folder_refusal(str(config.hydra.sweep.dir))
 
 
 def sweep_points(config: DictConfig, arguments: list[str]) -> tuple[list[list[str]], str]:

@@ -71,6 +71,7 @@ from sporeflow.entry.sweep_jobs import (
     short_error,
     write_job_outcome,
 )
+from sporeflow.entry.sweep_power import say_power
 from sporeflow.entry.sweep_study import (
     registered_model_name,
     study_lock,
@@ -131,7 +132,8 @@ class SweepRun(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         refuse_unless_whole(config)
-        if not config.tracking.enabled or not self._sweeper_accepts(config):
+        say_power(config)  # what its validation images and seeds can decide (report.power)
+        if not config.tracking.enabled:
             return
         self.launch_dir = Path(config.hydra.runtime.cwd or Path.cwd())
         self.tracking = OmegaConf.to_container(config.tracking, resolve=True)
@@ -183,13 +185,6 @@ class SweepRun(Callback):
                 f"send them with: sporeflow sync {self.sweep.sweep_dir}",
                 file=sys.stderr,
             )
-
-    @staticmethod
-    def _sweeper_accepts(config: DictConfig) -> bool:
-        """False for SLURM settings the launcher refuses: no parent run then; the launcher
-        refuses them (exit 2, one line). The store, the sweeper's own settings and every point
-        were checked before (refuse_unless_whole)."""
-        return not _slurm_refused(config)
 
     def _start(self, tracker: Tracker, config: DictConfig) -> None:
         study = study_tags(config)
@@ -380,19 +375,6 @@ class SweepRun(Callback):
             return
         tracker.delete_run(self.run_id)
         print(f"[sporeflow] sweep: no job ran, so it leaves no MLflow run {hint}", file=sys.stderr)
-
-
-def _slurm_refused(config: DictConfig) -> bool:
-    """SLURM settings or a sweep folder the launcher refuses before submitting (launch.slurm)."""
-    if not _on_a_cluster(config):
-        return False
-    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    folder = str(config.hydra.sweep.dir)
-    return (slurm.requeue_refusal(launcher) or slurm.folder_refusal(folder)) is not None
-
-
-def _on_a_cluster(config: DictConfig) -> bool:
-    return "slurm" in str(config.hydra.launcher.get("_target_", ""))
 
 
 def refuse_unless_whole(config: DictConfig) -> None:

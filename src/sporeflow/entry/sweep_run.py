@@ -1,7 +1,10 @@
 """A sweep is one MLflow run: the Hydra callback registered in conf/train.yaml
 (`hydra.callbacks.sweep_run`).
 
-on_multirun_start  starts the sweep's one tracking writer on this machine (tracking.shared_writer:
+on_multirun_start  first checks the whole sweep (entry.sweep_check: every point composed and
+                   checked as its job, the store, the sweeper's and SLURM's settings; refused:
+                   exit 2 and one line, before anything of the sweep exists), then starts the
+                   sweep's one tracking writer on this machine (tracking.shared_writer:
                    its jobs' ends do not wait for a writer of their own; a SLURM sweep's jobs
                    use it from the nodes, sampling their machines themselves) and creates the parent
                    run `sweep-<date>-<time>` (tags: the sweep's overrides, sweeper, launcher,

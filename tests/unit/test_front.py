@@ -217,8 +217,12 @@ def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys
     assert len(set(costs.values())) == 3, costs
     expected_front, beaten = brute_force(points, costs)
     on_front = sorted(expected_front, key=costs.get)
-    last = err[-1]
+    last = err[-2]  # the front, then which of its points leads (report.decision.lead)
     assert last.startswith("front: "), err[-6:]
+    assert err[-1].startswith("front's leader: "), err[-6:]
+    leader = parent.data.tags["sporeflow.leader"]
+    assert err[-1].removeprefix("front's leader: ").split(" (")[0] == leader
+    assert leader == "none" or leader in on_front
     assert [s.split(" (")[0] for s in last.removeprefix("front: ").split("), ")] == on_front
     assert parent.data.tags["sporeflow.front"] == "; ".join(on_front)
     off = [ln for ln in err if ": beaten by " in ln]

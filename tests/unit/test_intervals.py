@@ -171,14 +171,14 @@ def test_every_view_of_an_interval_reads_the_same_numbers():
     front's metrics, the reported line and the figures' error bars: all the numbers of
     report.intervals, nowhere recomputed."""
     from sporeflow.report import front
-    from sporeflow.report.comparison import accuracy_errors, pipeline_metrics
+    from sporeflow.report.comparison import accuracy_errors, best_baseline, pipeline_metrics
     from sporeflow.report.sweep_report import reported_line
 
     rng = np.random.default_rng(9)
     correct = {s: rng.random(144) < p for s, p in (("stage1", 0.9), ("stage2", 0.99))}
     correct["baseline"] = correct["stage2"].copy()  # no image differs
     results = {s: {"acc": float(c.mean())} for s, c in correct.items()}
-    metrics, paired, gain_cmp = pipeline_metrics(results, correct)
+    metrics, paired, gain_cmp = pipeline_metrics(results, correct, best_baseline(results))
     for other, cmp in paired.items():
         low, high = cmp.ci95
         assert (metrics[f"vs_{other}/ci_low"], metrics[f"vs_{other}/ci_high"]) == (low, high)

@@ -57,6 +57,9 @@ FRONT_TAG = "sporeflow.front"  # the Pareto front's labels; w: entry.sweep_summa
 DECISION_TAG = "sporeflow.decision"  # the sweep's verdict; w and r: entry.sweep_summary
 TIED_WITH_TAG = "sporeflow.tied_with"  # the jobs the best ties with; w: entry.sweep_summary
 BEST_IN_SWEEP_TAG = "sporeflow.best_in_sweep"  # on a job's run; w: entry.sweep_summary
+LEADER_TAG = "sporeflow.leader"  # the leader's point, or "none"; w: entry.sweep_summary
+LEADER_REASON_TAG = "sporeflow.leader_reason"  # why (report.decision.lead); w: entry.sweep_summary
+GAIN_BASELINE_TAG = "gain.baseline"  # the baseline a pipeline's gain is against; w: job.comparison
 
 # How a run ended (a resume clears FAILURE_TAG and CLOSED_TAG: tracking.apply.ENDED_TAGS)
 FAILURE_TAG = "sporeflow.failure"  # "Type: message"; w: job.runs.guarded, entry.sweep_run,

@@ -76,6 +76,17 @@ class RunResult:
         return found
 
     @property
+    def answer(self) -> str:
+        """A pipeline's one-line answer on the test images (stage 2 against stage 1, each
+        baseline and the budget arm, with intervals, p and a verdict word), as its console,
+        comparison.txt and `sporeflow compare` say it; "" for a plain run."""
+        from sporeflow.report.comparison import answer
+
+        if not any(k.startswith("test/vs_") for k in self.metrics):
+            return ""
+        return answer(self.metrics)
+
+    @property
     def gain(self) -> float | None:
         """A pipeline's stage 2 minus its best baseline (chosen on validation) at equal
         epochs, on the test images (None: a plain run)."""
@@ -88,7 +99,11 @@ class SweepResults:
     `objective`; `points` one row per point (its jobs but the seed) with its pooled value, 95%
     interval, difference from the best, Holm p and verdict, all on the validation images;
     `decision` "winner" or "tie" (None: no per-image outcomes to decide on), as the parent
-    run's `sporeflow.decision` tag; `reported` the chosen point on the test images. A sweep of
+    run's `sporeflow.decision` tag; `leader` the point the sweep names by its one rule
+    (report.decision.lead: the winner, else the cheapest of the tied; "none" when their cost
+    is shared), as the `sporeflow.leader` tag, `leader_line` why; `reported` the leader on the
+    test images and `answer` its one-line answer (stage 2 against stage 1 and each baseline,
+    with interval, p and verdict word). A sweep of
     `sweep.objective=[<accuracy>, <cost>]` (its parent's `sweep.cost` tag): `front` one row per
     point, cheapest first - point, acc, ci_low, ci_high, cost, on_front, beaten_by, how, p_holm
     (NaN on the front), seeds, jobs - as the sweep's front.csv; empty for one objective."""
@@ -100,8 +115,11 @@ class SweepResults:
     points: Any  # pandas.DataFrame (empty without a decision)
     decision: str | None
     verdict: str  # the decision as the sweep's console says it
-    reported: str = ""  # the chosen point on the test images, as the line after the verdict
+    reported: str = ""  # the leader on the test images, as the line after the verdict
     front: Any = None  # pandas.DataFrame: a sweep of [accuracy, cost]'s points (empty otherwise)
+    leader: str | None = None  # the leader's point, "none" (no leader), None (no decision)
+    leader_line: str = ""  # the leader and why, as the console says it (report.decision.lead)
+    answer: str = ""  # the leader's one-line answer on the test images, as the console says it
 
 
 def compose(
@@ -435,21 +453,23 @@ def _sweep_results(reads: StoreReads, run: Any) -> SweepResults:
             for j in found.jobs
         ]
     )
-    decision = found.decision
+    decision, leader = found.decision, found.leader
     on_test = report.selected_on_test(found.jobs)
-    tested = (
-        None if decision is None else report.reported(reads, found.jobs, decision.best, found.key)
-    )
+    point = leader.point if leader is not None else None
+    tested = None if point is None else report.reported(reads, found.jobs, point, found.key)
     return SweepResults(
         run.info.run_id,
         reads.uri,
         found.key,
         jobs,
-        pd.DataFrame(decision.records() if decision is not None else []),
+        pd.DataFrame(decision.records(point) if decision is not None else []),
         decision.kind if decision is not None else None,
         decision.line(found.key, "test" if on_test else "validation") if decision else "",
-        report.reported_line(decision.best, tested, on_test) if decision and tested else "",
+        report.reported_line(point, tested, on_test) if point and tested else "",
         pd.DataFrame(found.front_records(), columns=FRONT_COLUMNS),
+        leader.label if leader is not None else None,
+        leader.line() if leader is not None else "",
+        found.answer,
     )
 
 

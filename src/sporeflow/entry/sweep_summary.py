@@ -22,6 +22,8 @@ from sporeflow.core.names import (
     DECISION_TAG,
     FAILURE_TAG,
     FRONT_TAG,
+    LEADER_REASON_TAG,
+    LEADER_TAG,
     PARENT_RUN_TAG,
     SWEEP_BEST_RUN_TAG,
     SWEEP_JOB_TAG,
@@ -33,7 +35,7 @@ from sporeflow.entry.sweep_jobs import RESULTS_FILE, TRIALS_FILE
 from sporeflow.entry.sweep_study import model_stage
 from sporeflow.report import front, importance, views
 from sporeflow.report import sweep_report as report
-from sporeflow.report.decision import Decision, Point, decide
+from sporeflow.report.decision import Decision, Leader
 from sporeflow.storage.files import write_text_atomic
 from sporeflow.tracking.sync import sync
 from sporeflow.tracking.tracker import TrackedRun, Tracker
@@ -106,17 +108,16 @@ class Summary:
 
     def lines(self, failed: list[dict], count: Counter) -> list[str]:
         sweep = self.sweep
-        jobs = report.sweep_jobs(self.tracker.reads, sweep.run_id, sweep.keys)
+        found = report.decided(
+            self.tracker.reads, sweep.run_id, sweep.keys, sweep.objective, sweep.cost
+        )
+        jobs, key, decision = found.jobs, found.key, found.decision
         self._jobs = jobs
-        key = report.objective_key(jobs, sweep.objective)
-        ranked = report.ranked(jobs, key)
-        header, rows = report.table_rows(ranked, sweep.keys)
+        header, rows = report.table_rows(jobs, sweep.keys)
         self._tables(header, rows)
-        points = report.sweep_points(self.tracker.reads, ranked, sweep.keys, key)
-        decision = decide(points)
-        best = leading_job(ranked, key, decision)
-        plots = self._plots(ranked, key, best)
-        decided = self._front(points, ranked, key, plots) if sweep.cost else []
+        best = found.leading_job
+        plots = self._plots(jobs, key, best)
+        decided = self._front(found, plots) if sweep.cost else []
         self.parent.log_metrics(
             {
                 "jobs_finished": count["COMPLETED"],
@@ -126,21 +127,15 @@ class Summary:
             0,
         )
         lines = [report.render(header, rows).rstrip()]
-        if decision is not None:
-            points = report.render(*decision.rows(key))
+        leader = found.leader
+        if decision is not None and leader is not None:
+            points = report.render(*decision.rows(key, leader.point))
             self.parent.log_artifact(write_text_atomic(self.sweep.sweep_dir / POINTS, points))
             lines.insert(0, points)
         if key:
-            self._view(key, sorted({m for j in jobs for m in j.metrics}))
-        if best is not None:
-            lines += self._best(best, key, decision)
-        found = self._importances(jobs, key) if key else None
-        if found is not None:
-            lines.append(found.line())
-            plot = importance.figure(found, sweep.sweep_dir / importance.FIGURE)
-            if plot is not None:
-                self.parent.log_artifact(plot)
-                plots.append(plot)
+            self._view(found, sorted({m for j in jobs for m in j.metrics}))
+        lines += self._best(found, best)
+        lines += self._importance_lines(jobs, key, decision, plots) if key else []
         lines += self._trials(jobs)
         lines += [f"failed: job {o['job']} ({self._label(o)}): {o['error']}" for o in failed]
         written = ", ".join(p.name for p in plots)
@@ -149,14 +144,33 @@ class Summary:
         self.parent.flush()
         return lines + decided
 
-    def _front(self, points: list[Point], ranked: list, key: str, plots: list[Path]) -> list[str]:
-        """A sweep of two objectives, accuracy and cost (report.front): one line per point off
-        the front (what beats it, how, at what Holm p), then the front; on the parent the tag
-        `sporeflow.front`, front.csv, `front/<row>/...` metrics and front.png (added to
-        `plots`). Never fails the sweep: a failure is a warning and a line."""
-        cost = self.sweep.cost
+    def _importance_lines(
+        self, jobs: list, key: str, decision: Decision | None, plots: list[Path]
+    ) -> list[str]:
+        """The importances' line (and figure), or one line saying why none are given: where
+        the decision separates no point from the best, an importance would only rank noise."""
+        if decision is not None and decision.others and not any(v.worse for v in decision.others):
+            return [
+                f"importances: none: {key} does not separate the points (none is worse than "
+                "the best at 5%), so no setting can be said to matter"
+            ]
+        found = self._importances(jobs, key)
+        if found is None:
+            return []
+        plot = importance.figure(found, self.sweep.sweep_dir / importance.FIGURE)
+        if plot is not None:
+            self.parent.log_artifact(plot)
+            plots.append(plot)
+        return [found.line()]
+
+    def _front(self, summary: report.SweepSummary, plots: list[Path]) -> list[str]:
+        """A sweep of two objectives, accuracy and cost (report.front, decided with the rest in
+        report.decided): one line per point off the front (what beats it, how, at what Holm p),
+        then the front and which of its points leads; on the parent the tag `sporeflow.front`,
+        front.csv, `front/<row>/...` metrics and front.png (added to `plots`). Never fails the
+        sweep: a failure is a warning and a line."""
+        cost, key, found = self.sweep.cost, summary.key, summary.front
         try:
-            found = front.front(points, report.point_costs(ranked, points, cost), cost)
             if found is None:
                 return [f"front: none (no point has both per-image {key} outcomes and a {cost})"]
             header, rows = found.rows(key)
@@ -171,7 +185,7 @@ class Summary:
         if plot is not None:
             self.parent.log_artifact(plot)
             plots.append(plot)
-        return [*found.beaten_lines(), found.line(key)]
+        return [*found.beaten_lines(), found.line(key), summary.front_leader()]
 
     def _importances(self, jobs: list, key: str) -> importance.Importances | None:
         """Which settings mattered (report.importance), as `importance/<param>` metrics on the
@@ -212,55 +226,67 @@ class Summary:
             self.parent.log_artifact(plot)
         return plots
 
-    def _view(self, key: str, metrics: list[str]) -> None:
-        """The sweep's saved view of MLflow's UI (columns, sort, charts) on the experiment."""
+    def _view(self, summary: report.SweepSummary, metrics: list[str]) -> None:
+        """The sweep's saved view of MLflow's UI (columns, sort, charts) on the experiment,
+        sorted by each job's `sweep/rank` (the leader's first: SweepSummary.ranks)."""
         run_id = self.sweep.run_id
-        view = views.sweep_view(run_id, self.sweep.keys, key, metrics)
+        for job_run, rank in summary.ranks().items():
+            self.tracker.run(job_run).log_metrics({views.RANK: rank}, 0, flush=True)
+        view = views.sweep_view(run_id, self.sweep.keys, summary.key, metrics, views.RANK)
         self.tracker.set_experiment_tag(
             views.TAG_PREFIX + views.share_key(run_id), views.encode(view)
         )
         self.parent.set_tags({SWEEP_VIEW_TAG: views.share_key(run_id)})
 
-    def _best(self, best, key: str, decision: Decision | None) -> list[str]:
-        """The leading job: its params and objective on the parent, the decision (`winner` or
-        `tie`, and what it ties with) as tags of the parent, the job's run and its registered
-        model version, so that nobody takes a tie for a winner."""
-        self.parent.log_params({f"best.{k}": v for k, v in best.values.items()})
-        self.parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
-        verdict = decision_tags(decision)
-        self.parent.set_tags(
-            {SWEEP_BEST_RUN_TAG: best.run_id, "sweep.best_job": str(best.number), **verdict}
-        )
-        winner = decision is not None and decision.kind == "winner"
-        self.tracker.run(best.run_id).set_tags(
-            {BEST_IN_SWEEP_TAG: "true" if winner else "false", **verdict}
-        )
-        said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
+    def _best(self, summary: report.SweepSummary, best) -> list[str]:
+        """The decision and the leader (report.decision.lead) in lines and as tags of the
+        parent and the leader's job's run; the leader's job's params and objective on the
+        parent and its model registered. No leader: nothing tagged best, nothing registered."""
+        key, decision, leader = summary.key, summary.decision, summary.leader
+        verdict = decision_tags(decision, leader)
+        self.parent.set_tags(verdict)
         if decision is None:
+            if best is None:
+                return []
+            said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
             lines = [
                 f"best: {said} (no per-image tie test for a {key} objective: ranked, not decided)"
             ]
-        else:
-            on_test = report.selected_on_test(self._jobs)
-            lines = [decision.line(key, "test" if on_test else "validation")]
-            lines.append(f"{'best' if winner else 'leading'}: {said}")
-            point = decision.best
-            if len(point.seeds) > 1:  # the job table ranks single jobs: another may top it
-                lines[-1] = (
-                    f"{'best' if winner else 'leading'}: {point.label} ({len(point.seeds)} seeds "
-                    f"pooled, {key} {point.accuracy:.4f}); its best job: {said}"
-                )
-            lines += self._reported(point, key, on_test)
+            return lines + self._mark(best, key, verdict, False)
+        on_test = report.selected_on_test(self._jobs)
+        lines = [decision.line(key, "test" if on_test else "validation")]
+        assert leader is not None  # a decision has a leader (or says none)
+        lines.append(leader.line())
+        if leader.point is None or best is None:
+            return lines + ([summary.answer] if summary.answer else [])
+        point = leader.point
+        said = f"job {best.number} ({best.name}) {key}={best.metrics[key]:.4f}"
+        seeds = f"{len(point.seeds)} seeds pooled, " if len(point.seeds) > 1 else ""
+        lines.append(f"  its {seeds}{key} {point.accuracy:.4f}; its job: {said}")
+        lines += self._reported(point, key, on_test)
+        if summary.answer:
+            lines.append(summary.answer)
+        return lines + self._mark(best, key, verdict, decision.kind == "winner")
+
+    def _mark(self, best, key: str, verdict: dict[str, str], winner: bool) -> list[str]:
+        """The job that speaks for the sweep: its params and objective on the parent, tagged
+        on its run, its model registered (when `sweep.registered_model` names one)."""
+        self.parent.log_params({f"best.{k}": v for k, v in best.values.items()})
+        self.parent.log_metrics({f"best/{key}": best.metrics[key]}, 0)
+        self.parent.set_tags({SWEEP_BEST_RUN_TAG: best.run_id, "sweep.best_job": str(best.number)})
+        self.tracker.run(best.run_id).set_tags(
+            {BEST_IN_SWEEP_TAG: "true" if winner else "false", **verdict}
+        )
         name = self.sweep.registered_model
-        if name:
-            value = f"{best.metrics[key]:.6g}"
-            tags = {"objective": key, "value": value, "sweep": self.sweep.run_id, **verdict}
-            number = self.parent.register_model(
-                best.run_id, model_stage(key), name, tags, self.tracker.drain_timeout
-            )
-            kind = verdict.get(DECISION_TAG, "undecided")
-            lines.append(f"its model: {registered(name, number)}, tagged {kind}")
-        return lines
+        if not name:
+            return []
+        value = f"{best.metrics[key]:.6g}"
+        tags = {"objective": key, "value": value, "sweep": self.sweep.run_id, **verdict}
+        number = self.parent.register_model(
+            best.run_id, model_stage(key), name, tags, self.tracker.drain_timeout
+        )
+        kind = verdict.get(DECISION_TAG, "undecided")
+        return [f"its model: {registered(name, number)}, tagged {kind}"]
 
     def _reported(self, point, key: str, on_test: bool) -> list[str]:
         """The chosen point on the test images, the estimate nothing chose (its metrics on the
@@ -319,21 +345,18 @@ class Summary:
         ]
 
 
-def leading_job(ranked: list, key: str, decision: Decision | None):
-    """The job that speaks for the sweep: the decided point's job with the best objective
-    (with seeds a point is several jobs), else the best-ranked job; None when none finished."""
-    if decision is not None:
-        jobs = set(decision.best.jobs.values())
-        return next(j for j in ranked if j.number in jobs)
-    return ranked[0] if ranked and key in ranked[0].metrics else None
-
-
-def decision_tags(decision: Decision | None) -> dict[str, str]:
+def decision_tags(decision: Decision | None, leader: Leader | None = None) -> dict[str, str]:
+    """The decision and the leader as tags (the parent's, the leader's job's, its registered
+    version's): `sporeflow.decision` winner or tie, what the best ties with, and the leader's
+    point (or `none`) with the rule's reason."""
     if decision is None:
         return {}
     tags = {DECISION_TAG: decision.kind}
     if decision.kind == "tie":
         tags[TIED_WITH_TAG] = "; ".join(p.label for p in decision.tied)[:4000]
+    if leader is not None:
+        tags[LEADER_TAG] = leader.label[:4000]
+        tags[LEADER_REASON_TAG] = leader.reason[:4000]
     return tags
 
 

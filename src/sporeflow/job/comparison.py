@@ -11,11 +11,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sporeflow.core.names import StageKind
+from sporeflow.core.names import GAIN_BASELINE_TAG, StageKind
 from sporeflow.engine.cost import Overhead
 from sporeflow.job.budget import Budget
 from sporeflow.job.pipeline_cost import log_costs
 from sporeflow.report.comparison import (
+    answer,
+    best_baseline,
     comparison_plot,
     one_line_summary,
     paired_lines,
@@ -84,8 +86,9 @@ class PipelineComparison:
         test_correct = {
             n: r.test_correct for n, r in self.stages.items() if r.test_correct is not None
         }
-        val_metrics, val_paired, _ = pipeline_metrics(val, val_correct)
-        test_metrics, paired, gain_cmp = pipeline_metrics(tested, test_correct, chosen_by=val)
+        best = best_baseline(val, tested)  # the one choice every gain below reads
+        val_metrics, val_paired, _ = pipeline_metrics(val, val_correct, best)
+        test_metrics, paired, gain_cmp = pipeline_metrics(tested, test_correct, best)
         metrics = {
             **{f"val/{k}": v for k, v in val_metrics.items()},
             **{f"test/{k}": v for k, v in test_metrics.items()},
@@ -94,29 +97,35 @@ class PipelineComparison:
             metrics["pca_seconds"] = self.pca_seconds
         costs = log_costs(self, metrics, val_correct)
         self.parent.log_metrics(metrics, 0, flush=True)
+        if best is not None:
+            self.parent.set_tags({GAIN_BASELINE_TAG: best})
         self._log_curves()
         self._log_predictions()
         described = self.budget.describe() if self.budget else None
-        table = summary_table(val, tested)
+        table = summary_table(val, tested, metrics, best)
         for split, found in (("test", paired), ("validation", val_paired)):
             if found:
                 table += f"\n  paired on the {split} images:\n" + paired_lines(found, described)
         table += "\n" + costs
+        if paired:
+            table += "\n" + answer(metrics)
         self.parent.log_text(table + "\n", "comparison.txt")
         if self.worker.is_main:
             n_test = (
                 len(test_correct[StageKind.stage2]) if StageKind.stage2 in test_correct else None
             )
-            plot = comparison_plot(tested, self.home / "comparison.png", n_test, gain_cmp)
+            plot = comparison_plot(
+                tested, self.home / "comparison.png", n_test, gain_cmp, metrics["test/gain"]
+            )
             if plot is not None:
                 self.parent.log_artifact(plot)
             trained = "\n".join(
                 f"  {name}: {r.batching}" for name, r in self.stages.items() if r.batching
             )
-            self._say(tested, f"{table}\n{trained}")
+            self._say(metrics, f"{table}\n{trained}")
         return metrics
 
-    def _say(self, results: dict[str, dict], table: str) -> None:
+    def _say(self, metrics: dict[str, float], table: str) -> None:
         """The table on the console, or in a sweep's job one line naming the table's file:
         the sweep compares its jobs at the end, and N tables would bury that."""
         where = self.where
@@ -128,6 +137,6 @@ class PipelineComparison:
         kept = self.home / "comparison.txt"
         write_text_atomic(kept, table + "\n")
         print(
-            f"[sporeflow] job {self.sweep_job}: {one_line_summary(results)}; table {kept}; {where}",
+            f"[sporeflow] job {self.sweep_job}: {one_line_summary(metrics)}; table {kept}; {where}",
             file=sys.stderr,
         )

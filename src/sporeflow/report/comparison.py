@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sporeflow.core.names import StageKind
 from sporeflow.report.intervals import wilson
-from sporeflow.report.paired import compare_paired
+from sporeflow.report.paired import Versus, answer_line, compare_paired
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,8 @@ STAGE2 = StageKind.stage2
 STAGES = (StageKind.stage1, STAGE2)
 # the equal-cost arm: compared on its own line (`gain_at_cost`), not in `gain`
 BUDGET = StageKind.budget
+# the baselines in the order the answer names them
+STAGE_ORDER = (StageKind.baseline, StageKind.annealed, StageKind.snapshot_mean)
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -43,22 +45,29 @@ def accuracy_errors(accs: list[float], n_eval: int) -> list[list[float]]:
     return [below, above]
 
 
-def best_baseline(results: dict[str, dict], metric: str = "acc") -> str | None:
-    """The baseline with the best `metric` in `results`: pass validation results, since
-    choosing it is a choice (a test-chosen best baseline would bias the gain downward)."""
-    others = [
-        (m[metric], name)
-        for name, m in results.items()
-        if name not in (*STAGES, BUDGET) and metric in m
-    ]
-    return max(others)[1] if others else None
+def best_baseline(
+    val: dict[str, dict], tested: dict[str, dict] | None = None, metric: str = "acc"
+) -> str | None:
+    """The one baseline a pipeline's gain is measured against, chosen once (every line, file,
+    metric and figure of the pipeline reads this choice, never chooses again): the highest
+    `metric` on validation (a test-chosen best baseline would bias the gain downward);
+    baselines tied there, the strongest of them on the test images (`tested`): stage 2 is not
+    credited with beating a baseline the validation could not tell from the best; tied on
+    both, the first that ran (their gains are then the same number). None without a baseline."""
+    names = [n for n, m in val.items() if n not in (*STAGES, BUDGET) and metric in m]
+    if not names:
+        return None
+    top = max(val[n][metric] for n in names)
+    tied = [n for n in names if val[n][metric] == top]
+    shown = tested or {}
+    return max(tied, key=lambda n: shown.get(n, {}).get(metric, -math.inf))  # first of equals
 
 
-def gain(results: dict[str, dict], metric: str = "acc", chosen_by: dict | None = None) -> float:
-    """stage2's metric minus the best baseline's (NaN when no baseline ran); the best one as
-    `chosen_by` (validation results) ranks them, else as `results` do."""
-    best = best_baseline(chosen_by or results, metric)
-    return results[STAGE2][metric] - results[best][metric] if best else float("nan")
+def gain(results: dict[str, dict], best: str | None, metric: str = "acc") -> float:
+    """stage2's metric minus the chosen baseline's (`best`: best_baseline); NaN without one."""
+    if best is None or best not in results or STAGE2 not in results:
+        return float("nan")
+    return results[STAGE2][metric] - results[best][metric]
 
 
 def gain_at_cost(results: dict[str, dict], metric: str = "acc") -> float:
@@ -80,38 +89,81 @@ def paired_lines(paired: dict, budget: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def one_line_summary(results: dict[str, dict]) -> str:
-    """Stage 2's accuracy and its gains, for a sweep job's one console line (its table is in
-    the job's comparison.txt, and the sweep compares the jobs at its end)."""
-    line = f"stage2 acc={results[STAGE2].get('acc', float('nan')):.4f}, gain {gain(results):+.4f}"
-    if BUDGET in results:
-        line += f", at equal cost {gain_at_cost(results):+.4f}"
+def one_line_summary(metrics: dict[str, float]) -> str:
+    """Stage 2's test accuracy and its gains for a sweep job's one console line, read from the
+    metrics its run records (`test/...`): the console says what MLflow says."""
+    nan = float("nan")
+    line = (
+        f"stage2 acc={metrics.get('test/stage2/acc', nan):.4f}, "
+        f"gain {metrics.get('test/gain', nan):+.4f}"
+    )
+    if "test/gain_at_cost" in metrics:
+        line += f", at equal cost {metrics['test/gain_at_cost']:+.4f}"
     return line
 
 
-def summary_table(val: dict[str, dict], tested: dict[str, dict]) -> str:
+def summary_table(
+    val: dict[str, dict], tested: dict[str, dict], metrics: dict[str, float], best: str | None
+) -> str:
     """Every stage's accuracy on the validation images (what choices read) and its accuracy
-    and loss on the test images (what it reports), then the gains on both."""
+    and loss on the test images (what it reports), then the gains on both as the run's
+    `metrics` record them (`best`: the baseline they are against)."""
     nan = float("nan")
     lines = [f"  {'stage':14s} {'val acc':>8s} {'test acc':>8s} {'test loss':>9s}"]
-    for stage, metrics in tested.items():
+    for stage, found in tested.items():
         lines.append(
             f"  {stage:14s} {val.get(stage, {}).get('acc', nan):8.4f} "
-            f"{metrics.get('acc', nan):8.4f} {metrics.get('loss', nan):9.4f}"
+            f"{found.get('acc', nan):8.4f} {found.get('loss', nan):9.4f}"
         )
+    against = f"{best}, the best baseline on validation" if best else "best baseline"
     lines.append(
-        f"  gain (stage2 - best baseline, acc): test {gain(tested, chosen_by=val):+.4f}, val {gain(val):+.4f}"
+        f"  gain (stage2 - {against}, acc): test {metrics.get('test/gain', nan):+.4f}, "
+        f"val {metrics.get('val/gain', nan):+.4f}"
     )
-    if BUDGET in tested and STAGE2 in tested:
+    if "test/gain_at_cost" in metrics:
         lines.append(
-            f"  gain at equal cost (stage2 - budget, acc): test {gain_at_cost(tested):+.4f}, "
-            f"val {gain_at_cost(val):+.4f}"
+            f"  gain at equal cost (stage2 - budget, acc): test {metrics['test/gain_at_cost']:+.4f}, "
+            f"val {metrics.get('val/gain_at_cost', nan):+.4f}"
         )
     return "\n".join(lines)
 
 
+def arm_order(arms) -> list[str]:
+    """The arms stage 2 is compared with, in the order the answer names them: stage 1, the
+    baselines, the budget arm last."""
+    order = {s: i for i, s in enumerate((StageKind.stage1, *STAGE_ORDER, BUDGET))}
+    return sorted((a for a in arms if a != STAGE2), key=lambda a: (order.get(a, len(order)), a))
+
+
+def answer(metrics: dict[str, float], split: str = "test") -> str:
+    """The pipeline's one-line answer (report.paired.answer_line) from the metrics its run
+    records on `split` (`<split>/vs_<arm>/diff|ci_low|ci_high|p_value|images`): the console,
+    comparison.txt, `sporeflow compare` and the Python API all read it from those numbers."""
+    prefix = f"{split}/vs_"
+    arms = [
+        k[len(prefix) : -len("/p_value")]
+        for k in metrics
+        if k.startswith(prefix) and k.endswith("/p_value")
+    ]
+    compared = []
+    for arm in arm_order(arms):
+        m = {k: metrics.get(f"{prefix}{arm}/{k}") for k in ("ci_low", "ci_high", "p_value")}
+        diff = metrics.get(f"{prefix}{arm}/diff")
+        if diff is None:  # recorded before the difference was: the accuracies'
+            diff = metrics.get(f"{split}/{STAGE2}/acc", math.nan) - metrics.get(
+                f"{split}/{arm}/acc", math.nan
+            )
+        images = int(metrics.get(f"{prefix}{arm}/images", 0))
+        compared.append(Versus(arm, diff, m["ci_low"], m["ci_high"], m["p_value"], images))
+    return answer_line(compared, f"{split} images", BUDGET)
+
+
 def comparison_plot(
-    results: dict[str, dict], path: Path, n_eval: int | None = None, gain_cmp=None
+    results: dict[str, dict],
+    path: Path,
+    n_eval: int | None = None,
+    gain_cmp=None,
+    gain_value: float = float("nan"),
 ) -> Path | None:
     """Each stage's accuracy on a 0-1 axis with its 95% interval (n_eval images), the gain and
     its interval and p-value in the title; None (and a warning) if matplotlib fails."""
@@ -137,7 +189,7 @@ def comparison_plot(
         ax.set_ylabel(
             f"eval accuracy ({n_eval} images, 95% interval)" if n_eval else "eval accuracy"
         )
-        title = f"dim_reduce: gain over best baseline {gain(results):+.4f}"
+        title = f"dim_reduce: gain over best baseline {gain_value:+.4f}"
         if gain_cmp is not None:
             low, high = gain_cmp.ci95
             title += f"\n95% CI {low:+.4f}..{high:+.4f}, McNemar p={gain_cmp.p_value:.3g}"
@@ -198,14 +250,15 @@ def _paired_metrics(prefix: str, cmp) -> dict[str, float]:
 
 
 def pipeline_metrics(
-    results: dict[str, dict], correct: dict, chosen_by: dict | None = None
+    results: dict[str, dict], correct: dict, best: str | None
 ) -> tuple[dict, dict, object]:
     """A pipeline's comparison: (metrics as its run records them, stage 2's paired comparison
     with every other stage, the one with the best baseline or None).
 
     Metrics: `stage2/acc` and `gain` first (MLflow's compare page plots the first metric a run
     logged), every stage's acc and loss, `vs_<stage>/images|ci_low|ci_high|p_value` and the
-    same for the gain over the best baseline as `gain_images`, `gain_ci_low`, ...; with the
+    same for the gain over the best baseline (`best`: best_baseline, chosen once for both
+    splits) as `gain_images`, `gain_ci_low`, ...; with the
     budget arm, the gain at equal cost as `gain_at_cost`, `gain_at_cost_images`, ...."""
     ordered = sorted(results, key=lambda stage: stage != STAGE2)
     metrics = {
@@ -216,15 +269,15 @@ def pipeline_metrics(
     }
     acc = f"{STAGE2}/acc"
     first = {acc: metrics.pop(acc)} if acc in metrics else {}
-    metrics = {**first, "gain": gain(results, chosen_by=chosen_by), **metrics}
+    metrics = {**first, "gain": gain(results, best), **metrics}
     paired = {
         other: compare_paired(correct[STAGE2], right)
         for other, right in correct.items()
         if other != STAGE2 and STAGE2 in correct
     }
     for other, cmp in paired.items():
-        metrics.update(_paired_metrics(f"vs_{other}/", cmp))
-    gain_cmp = paired.get(best_baseline(chosen_by or results))
+        metrics.update(_paired_metrics(f"vs_{other}/", cmp) | {f"vs_{other}/diff": cmp.diff})
+    gain_cmp = paired.get(best) if best is not None else None
     if gain_cmp is not None:
         metrics.update(_paired_metrics("gain_", gain_cmp))
     if BUDGET in paired:

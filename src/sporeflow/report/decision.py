@@ -15,6 +15,16 @@ The gain at equal cost is decided the same way on a per-image *score*, stage 2 r
 budget arm right (-1, 0, 1; every point has its own budget arm): a point's value is its mean
 score (its pooled `gain_at_cost`), two points' per-image differences run -2 .. 2, and the exact
 test is the sign-flip test, which is McNemar's for right/wrong outcomes.
+
+The *leader* (the point a sweep names, tags, ranks first and registers: `lead`, the one rule
+every output reads) is the winner when there is one. In a tie it is never the first by job
+order: among the points the decision cannot tell apart (the best and those tied with it; on a
+sweep of accuracy and cost, only those also on its front) it is the cheapest by the sweep's
+cost measure (its `sweep.objective` cost, else a job's `cost/passes`, a pipeline's
+`stage2/passes`); when the cheapest cost is shared (or a cost is missing) there is no leader,
+and nothing is registered. Why the cheapest: the validation cannot tell them apart, so the
+only thing left that differs for sure is what they cost, and a cost is counted by a rule
+(engine.cost), exact, with nothing left to chance.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import numpy as np
 from sporeflow.report.intervals import difference_interval, mean_interval
 
 ALPHA = 0.05
+BEST = object()  # Decision.records' default leader: the best point (a caller without `lead`)
 
 
 @dataclass(frozen=True)
@@ -178,13 +189,20 @@ class Decision:
     def tied(self) -> list[Point]:
         return [v.point for v in self.others if not v.worse]
 
-    def records(self) -> list[dict]:
-        """One dict per point, the best first, then by accuracy: its seeds and jobs, pooled
-        accuracy and 95% interval, its difference from the best with interval and Holm p, and
-        the verdict (`winner` or `leading` for the best, `worse` or `tie` for the rest)."""
+    @property
+    def undecided(self) -> list[Point]:
+        """The points the decision cannot tell apart: the best and those tied with it."""
+        return [self.best, *self.tied]
+
+    def records(self, leader: Point | None | object = BEST) -> list[dict]:
+        """One dict per point, the leader first (`lead`; None: no leader, no row says
+        leading; by default the best), then by accuracy: its
+        seeds and jobs, pooled accuracy and 95% interval, its difference from the best with
+        interval and Holm p, and the verdict (`winner` or `leading` for the leader, `worse` or
+        `tie` for the rest)."""
         lead = "winner" if self.kind == "winner" else "leading"
         unpaired = dict.fromkeys(("vs_best", "vs_best_low", "vs_best_high", "p_holm"), math.nan)
-        found = [_point_record(self.best) | unpaired | {"verdict": lead}]
+        found = [_point_record(self.best) | unpaired | {"verdict": "tie"}]
         for v in sorted(self.others, key=lambda v: -v.point.accuracy):
             low, high = v.against_best.ci95
             found.append(
@@ -192,13 +210,21 @@ class Decision:
                 | {"vs_best": -v.against_best.diff, "vs_best_low": -high, "vs_best_high": -low}
                 | {"p_holm": v.p_holm, "verdict": "worse" if v.worse else "tie"}
             )
-        return found
+        if leader is BEST:
+            leader = self.best
+        if leader is None:
+            return found
+        first = next(r for r in found if r["point"] == leader.label)
+        first["verdict"] = lead
+        return [first, *(r for r in found if r is not first)]
 
-    def rows(self, objective: str) -> tuple[list[str], list[list[str]]]:
-        """(header, rows) of `records()` as text."""
+    def rows(
+        self, objective: str, leader: Point | None | object = BEST
+    ) -> tuple[list[str], list[list[str]]]:
+        """(header, rows) of `records(leader)` as text."""
         header = ["point", "seeds", "jobs", objective, "95% CI", "vs best", "95% CI", "p Holm"]
         rows = []
-        for r in self.records():
+        for r in self.records(leader):
             compared = not math.isnan(r["vs_best"])
             rows.append(
                 [r["point"], ",".join(map(str, r["seeds"])), ",".join(map(str, r["jobs"]))]
@@ -230,6 +256,67 @@ class Decision:
             f"tie: {best} cannot be told apart from {names} at 5% {evidence}; "
             f"more seeds or {split} images may decide"
         )
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The point a sweep names as its answer (None: no leader) and why, in words a user reads:
+    every output of a sweep (console, files, parent tags, compare, results, the saved view's
+    order, the registered version, the front's line) says this one."""
+
+    point: Point | None
+    reason: str
+
+    @property
+    def label(self) -> str:
+        return self.point.label if self.point is not None else "none"
+
+    def line(self) -> str:
+        """`leader: <point> (<why>)`, or `leader: none (<why>); nothing registered`."""
+        if self.point is None:
+            return f"leader: none ({self.reason}); nothing registered"
+        return f"leader: {self.point.label} ({self.reason})"
+
+
+def _same_cost(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def lead(
+    decision: Decision,
+    costs: dict[str, float],
+    cost_name: str,
+    front: set[str] | None = None,
+) -> Leader:
+    """The leader by the one rule (module docstring): the winner; else the cheapest (by
+    `costs`, point label -> `cost_name`) of the points the decision cannot tell apart, those
+    on the `front` only when the sweep has one; no leader when that cost is shared or unknown."""
+    if decision.kind == "winner" and (front is None or decision.best.label in front):
+        return Leader(decision.best, "better than every other point at 5%")
+    candidates = decision.undecided
+    if front is not None:
+        candidates = [p for p in candidates if p.label in front]
+        if not candidates:
+            return Leader(None, "no point the validation cannot tell from the best is on the front")
+    told = f"{len(candidates)} points the validation cannot tell apart"
+    if front is not None:
+        told += " that are on the front"
+    if len(candidates) == 1:
+        alone = " on the front" if front is not None else ""
+        return Leader(
+            candidates[0], f"the only point{alone} the validation cannot tell from the best"
+        )
+    missing = [p.label for p in candidates if not math.isfinite(costs.get(p.label, math.nan))]
+    if missing:
+        return Leader(None, f"{told}, and {missing[0]} has no {cost_name} to choose by")
+    cheapest = min(candidates, key=lambda p: costs[p.label])
+    low = costs[cheapest.label]
+    sharing = [p for p in candidates if _same_cost(costs[p.label], low)]
+    if len(sharing) > 1:
+        return Leader(
+            None, f"{told}; {len(sharing)} of them share the lowest {cost_name}, {low:.6g}"
+        )
+    return Leader(cheapest, f"the cheapest of the {told}: {cost_name} {low:.6g}")
 
 
 def _point_record(point: Point) -> dict:

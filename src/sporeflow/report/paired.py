@@ -17,6 +17,50 @@ import numpy as np
 
 from sporeflow.report.intervals import newcombe_paired, table
 
+ALPHA = 0.05
+BETTER, WORSE, CANNOT_TELL = "better", "worse", "cannot tell"
+
+
+def verdict(images: int, p_value: float) -> str:
+    """The word of one comparison of stage 2 with another arm: better or worse when the exact
+    test says so at 5%, else cannot tell (a difference of a few images is not a result)."""
+    if p_value < ALPHA and images != 0:
+        return BETTER if images > 0 else WORSE
+    return CANNOT_TELL
+
+
+@dataclass(frozen=True)
+class Versus:
+    """Stage 2 against one other arm on the same images: the difference in accuracy, its 95%
+    interval (Newcombe's), the exact p (McNemar's; pooled over seeds, the sign-flip test) and
+    how many more images stage 2 got right."""
+
+    other: str
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    images: int
+
+    def said(self) -> str:
+        return (
+            f"{verdict(self.images, self.p_value)} {self.diff:+.4f} (95% CI "
+            f"{self.low:+.4f}..{self.high:+.4f}, p={self.p_value:.3g})"
+        )
+
+
+def answer_line(compared: list[Versus], where: str, budget: str = "budget") -> str:
+    """The question a pipeline (or a sweep's leader) answers, in one line: stage 2 against
+    stage 1 and each baseline at equal epochs, and against the budget arm (`budget`: its name)
+    at equal cost, each with its interval, p and verdict word. `where`: which images (and
+    which point of a sweep) it was read on. Every console, file and API reads this one line."""
+    if not compared:
+        return f"answer ({where}): stage 2 was compared with nothing"
+    parts = [f"vs {v.other} {v.said()}" for v in compared if v.other != budget] + [
+        f"at equal cost vs {v.other} {v.said()}" for v in compared if v.other == budget
+    ]
+    return f"answer ({where}): stage 2 " + "; ".join(parts)
+
 
 @dataclass(frozen=True)
 class PairedComparison:
@@ -51,7 +95,11 @@ class PairedComparison:
 
     @property
     def significant(self) -> bool:
-        return self.p_value < 0.05
+        return self.p_value < ALPHA
+
+    def versus(self, other: str) -> Versus:
+        low, high = self.ci95
+        return Versus(other, self.diff, low, high, self.p_value, self.images)
 
     def describe(self) -> str:
         low, high = self.ci95

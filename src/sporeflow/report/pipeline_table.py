@@ -11,6 +11,7 @@ import statistics
 
 from sporeflow.config.schema import Baseline
 from sporeflow.core.names import OVERRIDES_TAG, SWEEP_RUN_ID_TAG, StageKind
+from sporeflow.report.comparison import answer
 
 STAGES = (StageKind.stage1, StageKind.stage2, *(StageKind(b.value) for b in Baseline))
 
@@ -56,6 +57,16 @@ def pipelines_table(runs: list) -> list[str]:
             f"{run.data.tags.get(OVERRIDES_TAG, '')}"
         )
     return lines
+
+
+def answer_lines(runs: list) -> list[str]:
+    """Each pipeline's one-line answer (report.comparison.answer), from the metrics its run
+    recorded, as its console and comparison.txt said it; a run without them is left out."""
+    return [
+        f"{run.info.run_id}: {answer(run.data.metrics)}"
+        for run in runs
+        if any(k.startswith("test/vs_") for k in run.data.metrics)
+    ]
 
 
 def seed_groups(runs: list) -> dict[str, list]:

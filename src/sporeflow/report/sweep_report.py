@@ -39,8 +39,9 @@ from sporeflow.core.names import (
     StageKind,
 )
 from sporeflow.report import front as pareto
-from sporeflow.report.comparison import save_figure
-from sporeflow.report.decision import Decision, Point, decide
+from sporeflow.report.comparison import BUDGET, arm_order, save_figure
+from sporeflow.report.decision import Decision, Leader, Point, decide, lead, stratified
+from sporeflow.report.paired import Versus, answer_line
 from sporeflow.tracking.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
@@ -153,10 +154,12 @@ def sweep_run(reads: StoreReads, which: str) -> Any | None:
 
 @dataclass
 class SweepSummary:
-    """A finished (or running) sweep as `sporeflow compare --sweep` shows it: its jobs best
-    first by the objective, and the decision between its points (None: no per-image outcomes);
-    a sweep of `[<accuracy>, <cost>]` (its parent's `sweep.cost` tag) also its Pareto front
-    (report.front, decided again from the store as the sweep's end decided it)."""
+    """A finished (or running) sweep, decided once (`decided`): what its end prints and
+    records and what `sporeflow compare --sweep` and `sporeflow.results` show. Its jobs, the
+    leader's first then by the objective; the decision between its points (None: no per-image
+    outcomes); a sweep of `[<accuracy>, <cost>]` (its parent's `sweep.cost` tag) also its Pareto
+    front (report.front); the leader (report.decision.lead: None without a decision) and its
+    answer on the test images."""
 
     run: Any
     keys: list[str]
@@ -165,6 +168,42 @@ class SweepSummary:
     decision: Decision | None
     cost: str = ""  # the parent's `sweep.cost`: "" for a sweep of one objective
     front: pareto.Front | None = None  # None: one objective, or no point with both numbers
+    leader: Leader | None = None  # None: no decision (a loss objective, no outcomes)
+    answer: str = ""  # the leader's one-line answer on the test images ("": not a pipeline)
+
+    @property
+    def leading_job(self) -> Job | None:
+        """The job that speaks for the leader (its model is registered, its curves drawn): of
+        the leader's seeds, the best-ranked; None without a leader. Without a decision (a loss
+        objective) the best-ranked job, ranked, not decided."""
+        if self.leader is None:
+            return self.jobs[0] if self.jobs and self.key in self.jobs[0].metrics else None
+        if self.leader.point is None:
+            return None
+        numbers = set(self.leader.point.jobs.values())
+        return next(j for j in self.jobs if j.number in numbers)
+
+    def ranks(self) -> dict[str, int]:
+        """Each job's run id -> its place (1 first) as the saved view sorts: the leader's jobs
+        1; with no leader, every job of the points the validation cannot tell apart 1 (the view
+        does not pick one of them either); the rest after, by the objective."""
+        first: set[int] = set()
+        if self.leader is not None and self.decision is not None:
+            chosen = [self.leader.point] if self.leader.point else self.decision.undecided
+            first = {n for p in chosen for n in p.jobs.values()}
+        found, place = {}, 1 + (1 if first else 0)
+        for job in self.jobs:
+            if job.number in first:
+                found[job.run_id] = 1
+            elif self.key in job.metrics:
+                found[job.run_id], place = place, place + 1
+        return found
+
+    def front_leader(self) -> str:
+        """The front's closing line: which of its points leads (the one rule, decision.lead)."""
+        if self.leader is None:
+            return ""
+        return f"front's {self.leader.line()}"
 
     def front_records(self) -> list[dict]:
         """One dict per point of the front's table, cheapest first: point, acc, ci_low, ci_high,
@@ -190,15 +229,76 @@ class SweepSummary:
 
 
 def summarize(reads: StoreReads, run: Any) -> SweepSummary:
+    """A sweep's summary from its parent run's tags (`sporeflow compare --sweep`, `results`)."""
     tags = run.data.tags
     keys = [k for k in tags.get(SWEEP_KEYS_TAG, "").split(",") if k]
-    jobs = sweep_jobs(reads, run.info.run_id, keys)
-    key = objective_key(jobs, tags.get(SWEEP_OBJECTIVE_TAG, "auto"))
+    objective_tag = tags.get(SWEEP_OBJECTIVE_TAG, "auto")
+    return decided(reads, run.info.run_id, keys, objective_tag, tags.get(SWEEP_COST_TAG, ""), run)
+
+
+def cost_measure(jobs: list[Job], cost: str) -> str:
+    """What a tie is broken by: the sweep's own cost (`sweep.objective`'s second), else what a
+    job records as its cost (a plain job's `cost/passes`, a pipeline's `stage2/passes`)."""
+    return cost or objective.COSTS[any(j.pipeline for j in jobs)][0]
+
+
+def decided(
+    reads: StoreReads, run_id: str, keys: list[str], configured: str, cost: str, run: Any = None
+) -> SweepSummary:
+    """The one place a sweep is decided: its jobs ranked, its points, the decision, the front
+    and the leader (report.decision.lead) with its answer; the sweep's end and every reader
+    of the store call this, so they name the same leader for the same reason."""
+    jobs = sweep_jobs(reads, run_id, keys)
+    key = objective_key(jobs, configured)
     best_first = ranked(jobs, key)
     points = sweep_points(reads, best_first, keys, key)
-    cost = tags.get(SWEEP_COST_TAG, "")
     found = pareto.front(points, point_costs(best_first, points, cost), cost) if cost else None
-    return SweepSummary(run, keys, key, best_first, decide(points), cost, found)
+    decision = decide(points)
+    leader = None
+    if decision is not None:
+        measure = cost_measure(jobs, cost)
+        on_front = {p.label for p in found.front} if found is not None else None
+        leader = lead(decision, point_costs(best_first, points, measure), measure, on_front)
+        if leader.point is not None:
+            numbers = set(leader.point.jobs.values())
+            best_first = [j for j in best_first if j.number in numbers] + [
+                j for j in best_first if j.number not in numbers
+            ]
+    summary = SweepSummary(run, keys, key, best_first, decision, cost, found, leader)
+    summary.answer = leader_answer(reads, summary)
+    return summary
+
+
+def leader_answer(reads: StoreReads, summary: SweepSummary) -> str:
+    """The leader's one-line answer (report.paired.answer_line) on the test images: its stage
+    2 against stage 1, each baseline and the budget arm, every seed's images pooled (the
+    stratified exact test and interval of report.decision; one seed: McNemar's and Newcombe's,
+    as a pipeline's own line). "" for a sweep of plain jobs or without outcomes; with no
+    leader, a line that says so."""
+    leader = summary.leader
+    if leader is None:
+        return ""
+    if leader.point is None:
+        return "answer: none (no leader); each job's comparison.txt answers for its point"
+    by_number = {j.number: j for j in summary.jobs}
+    arms: dict[str, dict[int, np.ndarray]] = {}
+    for seed, number in leader.point.jobs.items():
+        job = by_number[number]
+        if not job.pipeline or job_outcomes(reads, job, StageKind.stage2, TEST_PREDICTIONS) is None:
+            return ""
+        for (stage, file), outcomes in (job.outcomes or {}).items():
+            if file == TEST_PREDICTIONS:
+                arms.setdefault(stage, {})[seed] = outcomes
+    stage2 = arms.get(StageKind.stage2, {})
+    compared = []
+    for arm in arm_order(arms):
+        pooled = stratified(stage2, arms[arm])
+        if pooled.strata:
+            low, high = pooled.ci95
+            compared.append(Versus(arm, pooled.diff, low, high, pooled.p_value, pooled.images))
+    seeds = len(stage2)
+    where = f"{leader.point.label}, test images, {seeds} seed{'s' * (seeds != 1)} pooled"
+    return answer_line(compared, where, BUDGET)
 
 
 def objective_key(jobs: list[Job], configured: str) -> str:

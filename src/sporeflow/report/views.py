@@ -21,6 +21,7 @@ from sporeflow.core.names import SWEEP_RUN_ID_TAG, StageKind
 from sporeflow.report.sweep_report import GAIN, GAIN_CI, METRIC_COLUMNS
 
 TAG_PREFIX = "mlflow.sharedViewState."
+RANK = "sweep/rank"  # a sweep job's place, 1 first: the leader's jobs (report.sweep_report.ranks)
 SECTION = "sporeflow-sweep"
 SEED_KEYS = ("seed",)
 # the metrics a sweep's table shows, in its order, the gain followed by its interval and p-value
@@ -54,10 +55,15 @@ def _scatter(uuid: str, x: tuple[str, str], y: str, title: str) -> dict[str, Any
 
 
 def sweep_view(
-    sweep_run_id: str, keys: list[str], objective_key: str, metrics: list[str]
+    sweep_run_id: str,
+    keys: list[str],
+    objective_key: str,
+    metrics: list[str],
+    order_key: str | None = None,
 ) -> dict[str, Any]:
     """The view state of a sweep whose jobs' runs hold `metrics` (of DECIDING, the others are
-    left out), swept over `keys`, ranked by `objective_key`."""
+    left out), swept over `keys`, ranked by `objective_key`; sorted by `order_key` (ascending:
+    RANK, the leader's jobs first) when given, else by the objective."""
     shown = [m for m in DECIDING if m in metrics]
     charts = []
     stage1, stage2 = f"val/{StageKind.stage1}/acc", f"val/{StageKind.stage2}/acc"
@@ -74,8 +80,8 @@ def sweep_view(
     seeds = any(k in SEED_KEYS for k in keys)
     return {
         "searchFilter": f"tags.`{SWEEP_RUN_ID_TAG}` = '{sweep_run_id}'",
-        "orderByKey": column("metrics", objective_key),
-        "orderByAsc": not objective.maximize(objective_key),
+        "orderByKey": column("metrics", order_key or objective_key),
+        "orderByAsc": True if order_key else not objective.maximize(objective_key),
         "selectedColumns": [
             *(column("params", k) for k in keys),
             *(column("metrics", m) for m in shown),

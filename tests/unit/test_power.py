@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import binom, binomtest
 
 from helpers.sweeps import run_sweep
+from helpers.train import REPO
 from sporeflow.report import power
 from sporeflow.report.decision import ALPHA, stratified
 
@@ -133,21 +134,27 @@ def digits_sweep(tmp_path, monkeypatch, capsys):
     return printed_at_first_job["err"]
 
 
+def digits_line() -> str:
+    """What the default digits sweep of one seed should say: 144 of 1437 training images held
+    out by val_split 0.1, 287 by 0.2."""
+    options = [
+        power.Option("3 seeds", 144, 3),
+        power.Option("dataset.val_split=0.2 (287 images)", 287, 1),
+    ]
+    return power.power_line(144, 1, "validation", options)
+
+
 def test_the_default_digits_sweep_says_what_it_can_resolve_before_its_first_job(digits_sweep):
     (line,) = [ln for ln in digits_sweep.splitlines() if "images x" in ln]
-    expected = power.power_line(
-        144,
-        1,
-        "validation",
-        [
-            power.Option("3 seeds", 144, 3),
-            power.Option("dataset.val_split=0.2 (287 images)", 287, 1),
-        ],
-    )
-    assert line == expected
+    assert line == digits_line()
     assert line.startswith(
         "[sporeflow] sweep: 144 validation images x 1 seed resolve differences in accuracy of "
         "0.13 or more between two points near 0.9 (0.07 near 0.99; 80% power, exact McNemar "
         "at alpha 0.05, independent errors assumed); smaller ones read as ties; would resolve: "
         "3 seeds 0.067 (0.031), dataset.val_split=0.2 (287 images) 0.084 (0.041)"
     ), line
+
+
+def test_the_manual_shows_the_line_the_digits_sweep_prints():
+    page = (REPO / "docs" / "sweeps.md").read_text()
+    assert f"    {digits_line()}\n" in page

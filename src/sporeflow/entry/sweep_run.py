@@ -42,6 +42,7 @@ keys and Optuna study), sweep_summary (the table, plots, best job and trials at 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -386,8 +387,13 @@ def refuse_unless_whole(config: DictConfig) -> None:
     try:
         check_sweep(config)
     except ConfigError as ex:
-        left_behind(config)
+        with contextlib.suppress(OSError):
+            left_behind(config)
         raise SweepRefused(ex) from None
+    except Exception as ex:  # noqa: BLE001 - a check that breaks must not cost the parent run
+        log.warning(
+            "the sweep's check before its first job failed (%r): each job checks itself", ex
+        )
 
 
 def end_unfinished(error: BaseException | None) -> None:

@@ -120,16 +120,16 @@ def test_a_sweep_returns_its_jobs_and_the_decision_compare_prints(tmp_path, monk
     for _, job in swept.jobs.iterrows():
         recorded = MlflowClient(swept.uri).get_run(job["run_id"]).data.metrics
         assert job["final/val/acc"] == recorded["final/val/acc"]
-    assert list(swept.points["verdict"])[0] in ("winner", "leading")
+    assert list(swept.points["verdict"])[0] in ("winner", "leading", "tie")
+    assert swept.leader == parent.data.tags["sporeflow.leader"]  # the one rule, one answer
     assert swept.front.empty and "on_front" in swept.front.columns, "one objective: no front"
     again = sporeflow.results()  # latest, from the store alone
     assert again.run_id == swept.run_id and again.verdict == swept.verdict
     compared = sporeflow_here(tmp_path, "compare", "--sweep", "latest")
-    assert compared.returncode == 0 and compared.stdout.splitlines()[-2:] == [
-        swept.verdict,
-        swept.reported,
-    ]
-    assert (
+    said = [swept.verdict, swept.leader_line, swept.reported, swept.answer]
+    said = [line for line in said if line]
+    assert compared.returncode == 0 and compared.stdout.splitlines()[-len(said) :] == said
+    assert swept.leader == "none" or (
         swept.reported.startswith("reported: ") and "the estimate nothing chose" in swept.reported
     )
     with pytest.raises(sporeflow.ConfigError, match="sweep=nope: no sweep run"):

@@ -402,7 +402,7 @@ def test_the_troubleshooting_page_quotes_the_line_a_refusal_prints(tmp_path, arg
 def test_every_bad_value_is_reported_at_once(tmp_path):
     """Hydra stops at the first (a type error while composing); the rest are found too."""
     assert refused(["optimizer.lr=-0.1", "epochs=-3", "seed=abc"], tmp_path) == [
-        "seed='abc': must be integer",
+        "seed='abc': must be integer in [0, 4294967295]",  # the type and the range at once
         "optimizer.lr=-0.1: must be > 0",
         "epochs=-3: must be >= 1",
     ]

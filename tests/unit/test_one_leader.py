@@ -184,3 +184,38 @@ def test_the_answer_line_names_each_arm_with_interval_p_and_a_verdict_word():
         )
         assert said in line, (arm, line)
     assert "; at equal cost vs budget worse" in line
+
+
+def test_a_pipeline_sweep_says_one_answer_and_one_gain_everywhere(tmp_path, monkeypatch, capsys):
+    """A pipeline's sweep of one point: its job's console gain is its run's `test/gain`; the
+    sweep's answer line (stage 2 against stage 1 and each baseline, pooled over its one seed)
+    is the pipeline's own (comparison.txt, `sporeflow compare`, `RunResult.answer`) and the one
+    `compare --sweep` and `sporeflow.results` give."""
+    from sporeflow.entry.cli import main
+    from sporeflow.entry.python_api import results
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fixed = ["debug=dim_reduce"]
+    callback = run_sweep(tmp_path, [["boost.rho=0.4", *fixed]], ["boost.rho=0.4", *fixed])
+    console = capsys.readouterr().err
+    runs = runs_of(tmp_path)
+    (job,) = [
+        r
+        for r in runs
+        if r.data.tags.get("sweep.run_id") == callback.run_id and r.data.tags["stage"] == "pipeline"
+    ]
+    said = next(ln for ln in console.splitlines() if ln.startswith("[sporeflow] job 0: "))
+    assert f"gain {job.data.metrics['test/gain']:+.4f}" in said
+    assert job.data.tags["gain.baseline"] in ("baseline", "annealed", "snapshot_mean")
+    answer = next(ln for ln in console.splitlines() if ln.startswith("answer ("))
+    assert ", test images, 1 seed): stage 2 vs stage1 " in answer, answer
+    words = answer.split("): ", 1)[1]
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    own = results(run=job.info.run_id, uri=uri).answer
+    assert own == f"answer (test images): {words}"
+    text = client_of(tmp_path).download_artifacts(job.info.run_id, "comparison.txt", str(tmp_path))
+    assert own in open(text).read().splitlines()
+    assert main(["compare", "--uri", uri]) == 0
+    assert f"{job.info.run_id}: {own}" in capsys.readouterr().out.splitlines()
+    assert answer in _compare(tmp_path, capsys, callback.run_id).splitlines()
+    assert results(callback.run_id, uri=uri).answer == answer

@@ -297,7 +297,8 @@ def leader_answer(reads: StoreReads, summary: SweepSummary) -> str:
             low, high = pooled.ci95
             compared.append(Versus(arm, pooled.diff, low, high, pooled.p_value, pooled.images))
     seeds = len(stage2)
-    where = f"{leader.point.label}, test images, {seeds} seed{'s' * (seeds != 1)} pooled"
+    counted = f"{seeds} seeds pooled" if seeds > 1 else "1 seed"
+    where = f"{leader.point.label}, test images, {counted}"
     return answer_line(compared, where, BUDGET)
 
 

@@ -99,9 +99,12 @@ def test_the_importances_are_optunas_own_on_the_same_study():
     assert found.points == 6 and found.top == 3
     assert found.metrics() == {f"importance/{k}": v for k, v in want.items()}
     line = found.line()
-    assert line.startswith("importances: ") and "(PED-ANOVA, 6 points; rough: 3 points" in line
+    assert line.startswith("importances: ")
+    assert "(PED-ANOVA, 6 points, 95% bootstrap intervals over them; rough: 3 points" in line
     first = next(iter(want))
-    assert f"{first} {want[first]:.2f}" in line
+    low, high = found.intervals[first]  # issue 76 item 2: each share with its uncertainty
+    assert 0.0 <= low <= high <= 1.0
+    assert f"{first} {want[first]:.2f} ({low:.2f}..{high:.2f})" in line
 
 
 def test_a_large_study_gets_optunas_default_evaluator():
@@ -115,7 +118,10 @@ def test_a_large_study_gets_optunas_default_evaluator():
     want = get_param_importances(independent_study(points))  # Optuna's default evaluator
     assert found.values == pytest.approx(want)
     assert found.target_quantile == 0.1 and found.top == 6
-    assert "rough" not in found.line() and found.line().endswith("(PED-ANOVA, 60 points)")
+    assert "rough" not in found.line()
+    assert found.line().endswith("(PED-ANOVA, 60 points, 95% bootstrap intervals over them)")
+    low, high = found.intervals["boost.rho"]
+    assert low > 0.5 and high <= 1.0, "60 points: the dominant setting's share is narrow"
     assert next(iter(found.values)) == "boost.rho"
 
 
@@ -166,8 +172,11 @@ def test_a_sweep_of_4_points_records_its_importances_on_its_parent(tmp_path, cap
     assert (tmp_path / "multirun" / importance.FIGURE).is_file()
     (line,) = [x for x in err.splitlines() if x.startswith("importances: ")]
     lr = want["optimizer.lr"]
-    assert line.startswith(f"importances: optimizer.lr {lr:.2f}, ")
-    assert line.endswith("(PED-ANOVA, 4 points; rough: 2 points in the top 50%, Optuna advises 5)")
+    assert line.startswith(f"importances: optimizer.lr {lr:.2f} (")
+    assert line.endswith(
+        "(PED-ANOVA, 4 points, 95% bootstrap intervals over them; rough: 2 points in the top "
+        "50%, Optuna advises 5)"
+    )
 
 
 def test_ties_that_fill_the_top_are_said():

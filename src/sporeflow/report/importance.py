@@ -15,6 +15,12 @@ target_quantile". So `target_quantile` is 0.1 (Optuna's default) from 50 points 
 that as large as it takes to hold 5 trials, at most 0.5 (a top that is more than half of the
 study no longer says what reaches the top): 4 to 9 points have fewer than 5 in their top,
 and the line says so.
+
+Uncertainty: each share is shown with a 95% percentile bootstrap interval over the points
+(RESAMPLES studies of as many points drawn with replacement, each evaluated the same way): a
+share that moves from 0.1 to 0.9 when other points happen to have run says little, and the
+line shows it. Where the sweep's decision separates no point from the best, no importance is
+given at all (entry.sweep_summary says so in one line): a share would only rank noise.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ METRIC_PREFIX = "importance/"
 FIGURE = "param_importances.png"
 # PED-ANOVA's warning when ties at the cutoff put every trial in the top: equal shares follow
 SAME_SET = "Target and region quantiles select the same set of trials"
+RESAMPLES = 100  # bootstrap studies for the shares' intervals (about 20 ms each at 12 points)
 
 
 @dataclass
@@ -48,6 +55,7 @@ class Importances:
     points: int
     target_quantile: float
     tied: bool = False  # Optuna found the top quantile to be every trial: equal shares
+    intervals: dict[str, tuple[float, float]] | None = None  # 95% bootstrap over the points
 
     @property
     def top(self) -> int:
@@ -57,11 +65,22 @@ class Importances:
     def metrics(self) -> dict[str, float]:
         return {METRIC_PREFIX + k: v for k, v in self.values.items()}
 
+    def shares(self) -> str:
+        """`name 0.44 (0.10..0.80), ...`: each share with its bootstrap interval when known."""
+        found = self.intervals or {}
+        return ", ".join(
+            f"{k} {v:.2f}" + (f" ({found[k][0]:.2f}..{found[k][1]:.2f})" if k in found else "")
+            for k, v in self.values.items()
+        )
+
     def line(self) -> str:
-        shares = ", ".join(f"{k} {v:.2f}" for k, v in self.values.items())
+        shares = self.shares()
+        counted = f"{self.points} points" + (
+            ", 95% bootstrap intervals over them" if self.intervals else ""
+        )
         if self.tied:
             return (
-                f"importances: {shares} ({METHOD}, {self.points} points; tied: the top "
+                f"importances: {shares} ({METHOD}, {counted}; tied: the top "
                 f"{self.target_quantile:.0%} holds every point, so Optuna shares it equally)"
             )
         rough = (
@@ -70,7 +89,7 @@ class Importances:
             if self.top < TOP_TRIALS
             else ""
         )
-        return f"importances: {shares} ({METHOD}, {self.points} points{rough})"
+        return f"importances: {shares} ({METHOD}, {counted}{rough})"
 
 
 def target_quantile(points: int) -> float:
@@ -187,7 +206,41 @@ def evaluate(study: Any) -> Importances | None:
         warnings.simplefilter("always")
         values = optuna.importance.get_param_importances(study, evaluator=evaluator, params=varied)
     tied = any(SAME_SET in str(w.message) for w in caught)
-    return Importances(dict(values), len(trials), quantile, tied)
+    intervals = bootstrap(trials, study.direction, varied, quantile)
+    return Importances(dict(values), len(trials), quantile, tied, intervals)
+
+
+def bootstrap(
+    trials: list, direction: Any, varied: list[str], quantile: float
+) -> dict[str, tuple[float, float]]:
+    """Each share's 95% percentile interval over RESAMPLES studies of the trials drawn with
+    replacement (a fixed seed: the same sweep gives the same line); a resample where a setting
+    no longer varies gives it a share of 0 (it explains nothing there)."""
+    import numpy as np
+    import optuna
+
+    rng = np.random.default_rng(0)
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
+    drawn: dict[str, list[float]] = {name: [] for name in varied}
+    for _ in range(RESAMPLES):
+        sample = [trials[i] for i in rng.integers(0, len(trials), len(trials))]
+        moving = [n for n in varied if len({repr(t.params.get(n)) for t in sample}) > 1]
+        shares = dict.fromkeys(varied, 0.0)
+        if len(moving) > 1:
+            study = optuna.create_study(direction=direction)
+            study.add_trials(sample)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                shares |= optuna.importance.get_param_importances(
+                    study, evaluator=evaluator, params=moving
+                )
+        elif moving:
+            shares[moving[0]] = 1.0
+        for name in varied:
+            drawn[name].append(float(shares[name]))
+    return {
+        n: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for n, v in drawn.items()
+    }
 
 
 def load_study(name: str, storage: str) -> Any | None:

@@ -141,7 +141,15 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
     assert [r["boost.rho"] for r in rows] and set(r["boost.rho"] for r in rows) == {"0.4", "0.7"}
     _, runs = store(cwd)
     pipelines = {p.data.params["boost.rho"]: p for p in by_stage(runs)["pipeline"]}
-    expected = sorted(pipelines, key=lambda rho: -pipelines[rho].data.metrics["val/stage2/acc"])
+    (sweep,) = by_stage(runs)["sweep"]
+    leader = sweep.data.tags["sporeflow.leader"]  # its jobs first (issue 76 item 2)
+    expected = sorted(
+        pipelines,
+        key=lambda rho: (
+            f"boost.rho={rho}" != leader,
+            -pipelines[rho].data.metrics["val/stage2/acc"],
+        ),
+    )
     assert [r["boost.rho"] for r in rows] == expected
     for row in rows:
         assert float(row["stage2_val"]) == pytest.approx(
@@ -149,11 +157,15 @@ def test_compare_sweep_table_is_sorted_by_the_objective(rho_sweep):
         )
     markdown = sporeflow_cli(cwd, "compare", "--sweep", "latest", "--format", "markdown").stdout
     assert markdown.splitlines()[0].startswith("| job | status | boost.rho |")
-    # the text table ends with the verdict the sweep itself ended with, then what it reports
-    (sweep,) = by_stage(runs)["sweep"]
-    text = sporeflow_cli(cwd, "compare", "--sweep", "latest").stdout
-    assert text.splitlines()[-2].startswith(sweep.data.tags["sporeflow.decision"] + ": ")
-    assert text.splitlines()[-1].startswith("reported: boost.rho=")
+    # the text table ends with the verdict the sweep itself ended with, the leader, what it
+    # reports on the test images and its one-line answer
+    text = sporeflow_cli(cwd, "compare", "--sweep", "latest").stdout.splitlines()
+    verdict = next(i for i, ln in enumerate(text) if ln.startswith(("winner: ", "tie: ")))
+    assert text[verdict].startswith(sweep.data.tags["sporeflow.decision"] + ": ")
+    assert text[verdict + 1].startswith(f"leader: {leader} (")
+    if leader != "none":
+        assert text[verdict + 2].startswith(f"reported: {leader} on the test images")
+        assert text[verdict + 3].startswith(f"answer ({leader}, test images, 1 seed): stage 2 ")
     assert sporeflow_cli(cwd, "compare", "--sweep", "0123abc").returncode == 2
 
 

@@ -100,6 +100,8 @@ INIT_FROM_RUN_TAG = "sporeflow.init_from_run"
 SOURCE_TAG = "sporeflow.source"
 SOURCE_WEIGHTS_TAG = "sporeflow.weights"
 SOURCE_RUN_TAG = "sporeflow.source_run"
+# a checkpoint entry, not a run tag, spelled as the tags are: a network's class names (storage.checkpoints)
+CLASS_NAMES_TAG = "sporeflow.class_names"
 
 
 # --- a stage's per-image outcomes (stage.result writes them; pipelines, sweeps and reuse read)

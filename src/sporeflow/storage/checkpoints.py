@@ -18,12 +18,13 @@ import mindspore as ms
 import numpy as np
 
 from sporeflow.core.errors import CheckpointError
+from sporeflow.core.names import CLASS_NAMES_TAG
 from sporeflow.storage.files import atomic_path
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".ckpt", ".safetensors")  # MindSpore's checkpoint formats, one per suffix
-CLASS_NAMES = "sporeflow.class_names"  # the entry holding a network's class names
+CLASS_NAMES = CLASS_NAMES_TAG  # the entry holding a network's class names
 
 
 def is_checkpoint(path: str | os.PathLike) -> bool:

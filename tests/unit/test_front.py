@@ -250,7 +250,7 @@ def test_a_two_objective_sweep_ends_with_its_front(tmp_path, monkeypatch, capsys
     compared = sporeflow_here(tmp_path, "compare", "--sweep", callback.run_id)
     assert compared.returncode == 0, compared.stderr[-2000:]
     shown = compared.stdout.rstrip("\n").splitlines()
-    assert shown[-1] == last, "the front line the sweep ended with"
+    assert shown[-2:] == [last, err[-1]], "the front and its leader, as the sweep ended"
     assert [ln for ln in shown if ": beaten by " in ln] == off
     assert any(ln.split()[:2] == ["point", "seeds"] for ln in shown), "the front's table"
     monkeypatch.chdir(tmp_path)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sporeflow.core.names import StageKind
 from sporeflow.report.intervals import newcombe_paired, table
 
 ALPHA = 0.05
@@ -49,7 +50,7 @@ class Versus:
         )
 
 
-def answer_line(compared: list[Versus], where: str, budget: str = "budget") -> str:
+def answer_line(compared: list[Versus], where: str, budget: str = StageKind.budget) -> str:
     """The question a pipeline (or a sweep's leader) answers, in one line: stage 2 against
     stage 1 and each baseline at equal epochs, and against the budget arm (`budget`: its name)
     at equal cost, each with its interval, p and verdict word. `where`: which images (and

@@ -86,7 +86,7 @@ class PipelineComparison:
         test_correct = {
             n: r.test_correct for n, r in self.stages.items() if r.test_correct is not None
         }
-        best = best_baseline(val, tested)  # the one choice every gain below reads
+        best = best_baseline(val)  # the one choice every gain below reads
         val_metrics, val_paired, _ = pipeline_metrics(val, val_correct, best)
         test_metrics, paired, gain_cmp = pipeline_metrics(tested, test_correct, best)
         metrics = {

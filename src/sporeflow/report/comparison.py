@@ -45,22 +45,18 @@ def accuracy_errors(accs: list[float], n_eval: int) -> list[list[float]]:
     return [below, above]
 
 
-def best_baseline(
-    val: dict[str, dict], tested: dict[str, dict] | None = None, metric: str = "acc"
-) -> str | None:
-    """The one baseline a pipeline's gain is measured against, chosen once (every line, file,
-    metric and figure of the pipeline reads this choice, never chooses again): the highest
-    `metric` on validation (a test-chosen best baseline would bias the gain downward);
-    baselines tied there, the strongest of them on the test images (`tested`): stage 2 is not
-    credited with beating a baseline the validation could not tell from the best; tied on
-    both, the first that ran (their gains are then the same number). None without a baseline."""
+def best_baseline(val: dict[str, dict], metric: str = "acc") -> str | None:
+    """The one baseline a pipeline's gain is measured against, chosen once and on validation
+    only (every line, file, metric and figure of the pipeline reads this choice, never chooses
+    again; a test-chosen baseline would make the test images choose what they report): the
+    highest `metric` on validation; among baselines tied there, the first that ran (the order of
+    `boost.baselines`). The answer line shows stage 2 against every baseline, tied ones included.
+    None without a baseline."""
     names = [n for n, m in val.items() if n not in (*STAGES, BUDGET) and metric in m]
     if not names:
         return None
     top = max(val[n][metric] for n in names)
-    tied = [n for n in names if val[n][metric] == top]
-    shown = tested or {}
-    return max(tied, key=lambda n: shown.get(n, {}).get(metric, -math.inf))  # first of equals
+    return next(n for n in names if val[n][metric] == top)
 
 
 def gain(results: dict[str, dict], best: str | None, metric: str = "acc") -> float:

@@ -267,13 +267,16 @@ def test_sporeflow_compare_lists_each_pipeline_and_each_configuration(
 
     uri = f"sqlite:///{launch / 'mlflow.db'}"
     assert cli.main(["compare", "--uri", uri]) == 0
-    rows = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out.splitlines()
     runs = {r.info.run_id: r for r in pipeline_runs(launch)}
-    assert rows[0].split()[:3] == ["run", "id", "status"] and len(rows) == 3
+    rows, answers = out[:3], out[3:]  # the table, then each pipeline's one-line answer
+    assert rows[0].split()[:3] == ["run", "id", "status"]
     for row in rows[1:]:
         run = runs[row.split()[0]]
         assert row.split()[2] == f"{run.data.metrics['test/stage1/acc']:.4f}"  # reported
         assert row.split()[3] == f"{run.data.metrics['test/stage2/acc']:.4f}"
+    assert sorted(line.split(":")[0] for line in answers) == sorted(runs)
+    assert all(": answer (test images): stage 2 vs stage1 " in line for line in answers), answers
     assert cli.main(["compare", "--uri", uri, "--seeds"]) == 0
     rows = capsys.readouterr().out.splitlines()
     # one seed each, two configurations (rho differs): sd 0 and the run's own value as the mean

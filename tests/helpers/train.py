@@ -23,6 +23,14 @@ COMBINED_BATCH = ["+dataset.drop_remainder=true", "epochs=2", "dataset.batch_siz
 # run in one, so each path handed to another program's rules (a store URI, MindSpore's file
 # names, msrun's and Hydra's command lines) is tried at no extra cost
 ODD_FOLDER = "launch dir ?#%é"
+# a small job on an image folder (dataset=imagenet's layout) of three 32 x 32 classes
+IMAGE_FOLDER_JOB = [
+    "debug=quick",
+    "dataset=imagenet",
+    "dataset.image_size=32",
+    "dataset.num_classes=3",
+    "dataset.batch_size=8",
+]
 RHO_SWEEP = ["debug=dim_reduce", "boost.baselines=[baseline,snapshot_mean]", "boost.rho=0.4,0.7"]
 
 

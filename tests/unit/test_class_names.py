@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from helpers.inprocess import run_train_here
+from helpers.train import IMAGE_FOLDER_JOB as FOLDER_JOB
 from sporeflow.core.errors import DataError
 from sporeflow.data.image_files import image_input
 from sporeflow.data.image_folder import ImageFolder
@@ -28,13 +29,6 @@ from sporeflow.storage.checkpoints import (
     stored_class_names,
 )
 
-FOLDER_JOB = [
-    "debug=quick",
-    "dataset=imagenet",
-    "dataset.image_size=32",
-    "dataset.num_classes=3",
-    "dataset.batch_size=8",
-]
 CLASSES = {"1": (250, 0, 0), "2": (0, 250, 0), "10": (0, 0, 250)}  # "10" sorts between
 
 

@@ -16,17 +16,10 @@ from PIL import Image
 
 from helpers.formats import write_idx
 from helpers.inprocess import run_train_here
+from helpers.train import IMAGE_FOLDER_JOB as FOLDER_JOB
 from sporeflow.config.paths import from_launch_dir
 from sporeflow.core.errors import DataError
 from sporeflow.data.image_folder import ImageFolder
-
-FOLDER_JOB = [
-    "debug=quick",
-    "dataset=imagenet",
-    "dataset.image_size=32",
-    "dataset.num_classes=3",
-    "dataset.batch_size=8",
-]
 
 
 @pytest.fixture(autouse=True)

@@ -340,12 +340,7 @@ def test_a_sweep_without_every_jobs_records_decides_nothing(tmp_path, monkeypatc
         ending(self, config, **kwargs)
 
     monkeypatch.setattr(SweepRun, "on_multirun_end", stuck_then_end)
-    fixed = ["epochs=1", "tracking.drain_timeout=1"]
-    jobs = [[f"optimizer.lr={lr}", *fixed] for lr in LRS]
-    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", *fixed])
-    err = capsys.readouterr().err
-    runs = runs_of(tmp_path)
-    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    err, parent, runs = _impatient_sweep(tmp_path, capsys)
     assert parent.info.status == "FAILED"
     assert (
         "sporeflow.decision" not in parent.data.tags and "jobs_finished" not in parent.data.metrics
@@ -356,7 +351,7 @@ def test_a_sweep_without_every_jobs_records_decides_nothing(tmp_path, monkeypatc
     assert f"sporeflow compare --sweep {tmp_path / 'multirun'}" in line
     assert parent.data.tags["sporeflow.failure"].startswith("the store does not have every record")
     assert not [ln for ln in err.splitlines() if ln.startswith(("winner: ", "tie: "))]
-    done = [r for r in runs if r.data.tags.get("sweep.run_id") == callback.run_id]
+    done = [r for r in runs if r.data.tags.get("sweep.run_id") == parent.info.run_id]
     assert sorted(r.info.status for r in done) == ["FINISHED", "FINISHED"], "the jobs' own records"
     with pytest.raises(SystemExit) as ended:
         sweep_run.end_unfinished(None)
@@ -418,16 +413,20 @@ def test_a_writer_that_stops_getting_on_leaves_the_sweeps_end_every_record(
 
     monkeypatch.setattr(SweepRun, "on_job_start", stop_the_writer_at_job_1)
     monkeypatch.setattr(SweepRun, "on_multirun_end", end_then_let_it_go)
-    fixed = ["epochs=1", "tracking.drain_timeout=1"]
-    jobs = [[f"optimizer.lr={lr}", *fixed] for lr in LRS]
-    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", *fixed])
-    err = capsys.readouterr().err
-    runs = runs_of(tmp_path)
-    parent = next(r for r in runs if r.info.run_id == callback.run_id)
+    err, parent, runs = _impatient_sweep(tmp_path, capsys)
     assert parent.info.status == "FINISHED", err[-3000:]
     assert parent.data.metrics["jobs_finished"] == 2
     assert "the sweep's tracking writer left records: this process applies them" in caplog.text
     points = (tmp_path / "multirun" / "points.txt").read_text().splitlines()
     assert len(points) == 3, points  # a header and both points: decided on both jobs
-    done = [r for r in runs if r.data.tags.get("sweep.run_id") == callback.run_id]
+    done = [r for r in runs if r.data.tags.get("sweep.run_id") == parent.info.run_id]
     assert sorted(r.info.status for r in done) == ["FINISHED", "FINISHED"]
+
+
+def _impatient_sweep(tmp_path, capsys):
+    """(stderr, the parent run, every run) of an LRS sweep whose jobs wait 1 s for a writer."""
+    fixed = ["epochs=1", "tracking.drain_timeout=1"]
+    jobs = [[f"optimizer.lr={lr}", *fixed] for lr in LRS]
+    callback = run_sweep(tmp_path, jobs, [f"optimizer.lr={','.join(LRS)}", *fixed])
+    err, runs = capsys.readouterr().err, runs_of(tmp_path)
+    return err, next(r for r in runs if r.info.run_id == callback.run_id), runs
